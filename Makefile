@@ -1,0 +1,81 @@
+# skc-supervisor — build, run and test.
+#
+# On a fresh Debian 12 machine `make run` and `make test` do all set-up: the
+# tmux (and, for the test suite, rsyslog and promtool) packages are installed with
+# apt-get when missing, and Go modules come from the module proxy.
+
+GO        ?= go
+BIN       := bin/skc-supervisor
+PKGS      := ./...
+GOFLAGS_TEST ?=
+# Test timeout: the whole suite is budgeted at ~15 minutes on 2 cores.
+TEST_TIMEOUT ?= 20m
+APT_GET   := DEBIAN_FRONTEND=noninteractive apt-get
+
+.PHONY: all build run test vet fmt-check deps tmux test-deps bench bench-scale soak fuzz demo \
+        install-user-unit clean
+
+all: build
+
+build:
+	$(GO) build -trimpath -o $(BIN) ./cmd/skc-supervisor
+
+# tmux is the one runtime dependency. Install it when it is missing, and say so.
+tmux:
+	@if ! command -v tmux >/dev/null 2>&1; then \
+		echo "make: tmux is missing; installing it with apt-get (Debian package 'tmux')"; \
+		$(APT_GET) update -qq && $(APT_GET) install -y -qq tmux; \
+	fi
+	@tmux -V
+
+# Packages the test suite drives for real: rsyslog (log shipping test) and promtool
+# (Debian package 'prometheus', metrics format check). Installed only when missing.
+test-deps: tmux
+	@need=""; \
+	command -v rsyslogd >/dev/null 2>&1 || need="$$need rsyslog"; \
+	command -v promtool >/dev/null 2>&1 || need="$$need prometheus"; \
+	command -v setpriv >/dev/null 2>&1 || need="$$need util-linux"; \
+	if [ -n "$$need" ]; then \
+		echo "make: installing test dependencies with apt-get:$$need"; \
+		$(APT_GET) update -qq && $(APT_GET) install -y -qq --no-install-recommends $$need; \
+	fi
+
+run: tmux build
+	./$(BIN) serve
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet $(PKGS)
+
+test: test-deps fmt-check vet
+	$(GO) test -race -timeout $(TEST_TIMEOUT) $(GOFLAGS_TEST) $(PKGS)
+
+# Benchmarks compare against a baseline measured in the same run; results go to
+# BENCHMARKS.md by hand with the command that produced them.
+bench: tmux build
+	$(GO) test -run '^$$' -bench . -benchtime 2000x -timeout 30m ./tmuxctl/ ./census/ ./fence/
+	$(GO) run ./integration/cmd/bench -out BENCHMARKS.generated.md
+
+bench-scale: tmux build
+	$(GO) run ./integration/cmd/bench -scale -out BENCHMARKS.scale.generated.md
+
+soak: tmux build
+	SKC_SOAK=1 $(GO) test -race -timeout 60m -run Soak ./integration/
+
+# Short fuzzing passes over the parsers and encoders (found inputs land in testdata/fuzz).
+FUZZTIME ?= 30s
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzParser -fuzztime $(FUZZTIME) ./tmuxctl/
+	$(GO) test -run '^$$' -fuzz FuzzQuote -fuzztime $(FUZZTIME) ./tmuxctl/
+
+demo: tmux build
+	./scripts/demo.sh
+
+install-user-unit: build
+	./scripts/install-user-unit.sh
+
+clean:
+	rm -rf bin
