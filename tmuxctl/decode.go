@@ -1,0 +1,99 @@
+package tmuxctl
+
+import (
+	"bufio"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+)
+
+// decodeRecord is one line of `skc-supervisor tmuxctl decode` (CONTRACT.md).
+type decodeRecord struct {
+	Type    string   `json:"type"`
+	Time    *int64   `json:"time,omitempty"`
+	Number  *uint64  `json:"number,omitempty"`
+	Flags   *int     `json:"flags,omitempty"`
+	Error   *bool    `json:"error,omitempty"`
+	Lines   []string `json:"lines,omitempty"`
+	Pane    string   `json:"pane,omitempty"`
+	DataB64 *string  `json:"data_b64,omitempty"`
+	Age     *int64   `json:"age,omitempty"`
+	Name    *string  `json:"name,omitempty"`
+	Text    *string  `json:"text,omitempty"`
+}
+
+// replyJSON keeps "lines" even when empty, which omitempty would drop.
+type replyJSON struct {
+	Type   string   `json:"type"`
+	Time   int64    `json:"time"`
+	Number uint64   `json:"number"`
+	Flags  int      `json:"flags"`
+	Error  *bool    `json:"error,omitempty"`
+	Lines  []string `json:"lines"`
+}
+
+// Decode reads a raw control-mode byte stream (what `tmux -C` writes) from r
+// and writes one JSON record per line to w, in stream order, exactly as
+// CONTRACT.md ("`tmuxctl decode` records") specifies. Strings that are not
+// valid UTF-8 are written with U+FFFD for each bad byte (encoding/json's
+// rule); data_b64 carries the exact decoded bytes.
+func Decode(r io.Reader, w io.Writer) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	enc := json.NewEncoder(bw)
+	enc.SetEscapeHTML(false)
+	var werr error
+	p := NewParser(func(rec Record) {
+		if werr == nil {
+			werr = enc.Encode(recordJSON(rec))
+		}
+	})
+	if _, err := io.Copy(p, r); err != nil {
+		p.Close()
+		if ferr := bw.Flush(); werr == nil {
+			werr = ferr
+		}
+		if werr != nil {
+			return werr
+		}
+		return err
+	}
+	p.Close()
+	if werr != nil {
+		return werr
+	}
+	return bw.Flush()
+}
+
+// recordJSON maps a Record to its CONTRACT.md JSON shape.
+func recordJSON(rec Record) any {
+	switch rec.Kind {
+	case RecordReply:
+		e := rec.Error
+		return replyJSON{Type: "reply", Time: rec.Reply.Time, Number: rec.Reply.Number,
+			Flags: rec.Reply.Flags, Error: &e, Lines: nonNil(rec.Reply.Lines)}
+	case RecordIncomplete:
+		return replyJSON{Type: "incomplete", Time: rec.Reply.Time, Number: rec.Reply.Number,
+			Flags: rec.Reply.Flags, Lines: nonNil(rec.Reply.Lines)}
+	case RecordOutput:
+		d := base64.StdEncoding.EncodeToString(rec.Data)
+		out := decodeRecord{Type: "output", Pane: rec.Pane, DataB64: &d}
+		if rec.Extended {
+			age := rec.Age
+			out.Age = &age
+		}
+		return out
+	case RecordNotification:
+		name, text := rec.Name, rec.Text
+		return decodeRecord{Type: "notification", Name: &name, Text: &text}
+	default:
+		text := rec.Text
+		return decodeRecord{Type: "unexpected", Text: &text}
+	}
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
