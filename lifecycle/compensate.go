@@ -1,0 +1,126 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// Compensation outcomes, recorded in the failed verdict's evidence.
+const (
+	compReleased  = "released"  // the attempt's session (if any) is confirmed gone and the row released
+	compAbandoned = "abandoned" // the outcome is unknown: the row is kept for recovery
+	compNone      = "none"      // the fence was lost: nothing of ours to undo
+)
+
+// undo compensates a failed attempt in reverse order on a context detached from the
+// caller's, with its own deadline: kill the attempt's session by id (in the life it
+// was created in) and confirm it gone, then release the row. When anything is
+// uncertain the row is abandoned instead, as evidence for recovery. It writes the
+// attempt's one failed verdict and returns the error to answer with.
+func (m *Manager) undo(ctx context.Context, a *attempt, cause error) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
+	defer cancel()
+	comp := m.compensate(cctx, a)
+	code := verdict.CodeOf(cause)
+	if code == verdict.CodeInternal || code == verdict.CodeTimeout {
+		cause = verdict.Errorf(verdict.CodeSpawnFailed, nil, "%w", cause)
+		code = verdict.CodeSpawnFailed
+	}
+	rec := m.failedRecord(a, cause, comp)
+	m.emit(cctx, rec)
+	m.met.failed(code)
+	return cause
+}
+
+func (m *Manager) compensate(ctx context.Context, a *attempt) string {
+	switch {
+	case a.fenceLost:
+		return compNone
+	case a.uncertain:
+		return m.abandon(ctx, a)
+	}
+	if a.tmuxID != "" {
+		if err := m.killConfirm(ctx, a.life, a.tmuxID); err != nil {
+			m.log.Warn().Err(err).Str("tmux_id", a.tmuxID).Msg("compensation kill unconfirmed")
+			return m.abandon(ctx, a)
+		}
+	} else if a.sent {
+		return m.abandon(ctx, a)
+	}
+	if err := m.fence.Release(ctx, a.res.ID); err != nil {
+		m.log.Warn().Err(err).Str("reservation", a.res.ID).Msg("compensation release failed")
+		return m.abandon(ctx, a)
+	}
+	return compReleased
+}
+
+func (m *Manager) abandon(ctx context.Context, a *attempt) string {
+	if err := m.fence.Abandon(ctx, a.res.ID); err != nil {
+		m.log.Error().Err(err).Str("reservation", a.res.ID).Msg("abandon failed; the row stays owned by this process")
+	}
+	return compAbandoned
+}
+
+// killConfirm kills a session by id in the given server life and confirms it gone
+// with a fresh live read. A changed server life proves the session gone: ids belong
+// to one life and the old server is dead.
+func (m *Manager) killConfirm(ctx context.Context, life tmuxctl.ServerLife, id string) error {
+	_, err := m.tmux.CommandIn(ctx, life, "kill-session", "-t", id)
+	if err != nil && !isCommandError(err) {
+		if errors.Is(err, tmuxctl.ErrLifeChanged) {
+			return nil
+		}
+		return fmt.Errorf("kill-session %s: %w", id, err)
+	}
+	return m.confirmGone(ctx, life, id)
+}
+
+// confirmGone polls has-session by id until tmux says the session does not exist.
+func (m *Manager) confirmGone(ctx context.Context, life tmuxctl.ServerLife, id string) error {
+	deadline := time.Now().Add(killConfirmWait)
+	for {
+		_, err := m.tmux.CommandIn(ctx, life, "has-session", "-t", id)
+		switch {
+		case isCommandError(err), errors.Is(err, tmuxctl.ErrLifeChanged):
+			return nil
+		case err != nil:
+			return fmt.Errorf("has-session %s: %w", id, err)
+		}
+		if time.Now().After(deadline) || !sleepCtx(ctx, pollInterval) {
+			return fmt.Errorf("session %s still present after kill", id)
+		}
+	}
+}
+
+func isCommandError(err error) bool {
+	var ce *tmuxctl.CommandError
+	return errors.As(err, &ce)
+}
+
+func (m *Manager) failedRecord(a *attempt, cause error, comp string) verdict.Record {
+	code := verdict.CodeOf(cause)
+	rec := verdict.Record{
+		Action: verdict.ActionCreate, Outcome: verdict.OutcomeFailure,
+		Reason: verdict.Classify(code).Reason, Verdict: verdict.VerdictFailed, Code: code,
+		Duration:    timeSince(a.start),
+		Identity:    identityRef(a.req.Identity),
+		Reservation: &verdict.ReservationRef{ID: a.res.ID, Phase: a.res.Phase.String()},
+		Evidence:    map[string]any{"cause": errString(cause), "compensation": comp},
+	}
+	if a.name != "" {
+		rec.Session = &verdict.SessionRef{Name: a.name, ID: a.tmuxID, Generation: a.res.Generation}
+	}
+	return rec
+}
+
+func timeSince(t time.Time) time.Duration {
+	if t.IsZero() {
+		return 0
+	}
+	return time.Since(t)
+}

@@ -1,0 +1,270 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/census"
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// CreateRequest asks for the session of one identity. Callers (api/) have validated
+// and canonicalised it; lifecycle trusts it.
+type CreateRequest struct {
+	Identity fence.Identity
+	Spec     fence.Spec
+	Wait     time.Duration // how long to wait for another in-flight create to publish
+}
+
+// CreateResult is a successful create: Status is "published" or "existing".
+type CreateResult struct {
+	Status  string
+	Session View
+}
+
+// Tag names on supervised sessions (docs/architecture.md, census).
+const (
+	TagIdentity    = "@skc-identity"
+	TagGeneration  = "@skc-generation"
+	TagReservation = "@skc-reservation"
+	TagState       = "@skc-state"
+)
+
+// sagaTimeout bounds the steps after Reserve. They run detached from the caller's
+// context: a client that hangs up mid-saga must not turn every create into an
+// abandoned row; Shutdown stops them explicitly instead.
+const sagaTimeout = 60 * time.Second
+
+// maxAdmitRounds bounds Reserve's retries after an ended generation or a recovery
+// (the model's creators retry at most three times; a few more cost nothing).
+const maxAdmitRounds = 8
+
+// attempt is one create between its reservation and its verdict.
+type attempt struct {
+	req     CreateRequest
+	res     fence.Reservation
+	digest  string
+	name    string
+	life    tmuxctl.ServerLife
+	tmuxID  string
+	panePID int
+	created time.Time
+	start   time.Time
+	stop    context.CancelFunc
+
+	sent      bool // new-session was written: from here a session may exist
+	uncertain bool // a step's outcome is unknown: abandon, never guess
+	fenceLost bool // the row is not ours any more: no tmux mutation at all
+}
+
+// Create runs the create saga (DESIGN §6) and answers published or existing, or a
+// *verdict.Error. Every call ends in exactly one verdict of its own.
+func (m *Manager) Create(ctx context.Context, req CreateRequest) (CreateResult, error) {
+	start := time.Now()
+	if !m.begin() {
+		err := ErrShuttingDown
+		m.emit(ctx, m.refusedRecord(req, err, start))
+		m.met.refused(err.Code)
+		return CreateResult{}, err
+	}
+	defer m.creates.Done()
+	res, out, err := m.admit(ctx, req, start)
+	if err != nil || out != nil {
+		m.observeCreate(start, out, err)
+		if err != nil {
+			return CreateResult{}, err
+		}
+		return *out, nil
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sagaTimeout)
+	defer cancel()
+	a := &attempt{req: req, res: res, digest: req.Identity.Digest(), start: start, stop: cancel}
+	m.track(a)
+	defer m.untrack(a)
+	result, err := m.saga(sctx, a)
+	m.observeCreate(start, &result, err)
+	return result, err
+}
+
+func (m *Manager) observeCreate(start time.Time, out *CreateResult, err error) {
+	switch {
+	case err != nil:
+		m.met.create(outcomeOf(err), time.Since(start))
+	case out != nil:
+		m.met.create(out.Status, time.Since(start))
+	}
+}
+
+func outcomeOf(err error) string {
+	if verdict.IsRefusal(verdict.CodeOf(err)) {
+		return verdict.VerdictRefused
+	}
+	return verdict.VerdictFailed
+}
+
+// admit reserves the identity, resolving what stands in the way: a published
+// generation (live → existing; gone → marked ended, reserve again), a dead owner's
+// row (recovery), or a live in-flight create (wait up to req.Wait for it to publish).
+// It returns either the reservation to proceed with, or a final answer whose verdict
+// has been written.
+func (m *Manager) admit(ctx context.Context, req CreateRequest, start time.Time) (fence.Reservation, *CreateResult, error) {
+	deadline := start.Add(req.Wait)
+	waited := false
+	for round := 0; round < maxAdmitRounds; {
+		rr, err := m.fence.Reserve(ctx, req.Identity, req.Spec)
+		if err != nil {
+			if retryable(err) && time.Now().Before(deadline) && sleepCtx(ctx, pollInterval) {
+				waited = true
+				continue
+			}
+			return m.refuse(ctx, req, err, start)
+		}
+		round++
+		switch rr.Outcome {
+		case fence.Reserved:
+			m.fault.hit(FaultReserved)
+			return rr.Reservation, nil, nil
+		case fence.MaybeExisting:
+			out, again, err := m.maybeExisting(ctx, req, rr.Published, waited, start)
+			if !again {
+				return fence.Reservation{}, out, err
+			}
+		case fence.NeedsRecovery:
+			if err := m.recoverRow(ctx, rr.Abandoned); err != nil {
+				return m.refuse(ctx, req, err, start)
+			}
+		default:
+			return m.refuse(ctx, req, fmt.Errorf("fence: unexpected reserve outcome %v", rr.Outcome), start)
+		}
+	}
+	err := verdict.Errorf(verdict.CodeIdentityFenceContended, nil, "identity kept changing while reserving")
+	return m.refuse(ctx, req, err, start)
+}
+
+// retryable: a live in-flight create of the same identity, or a busy fence — both
+// may clear within the caller's wait.
+func retryable(err error) bool {
+	c := verdict.CodeOf(err)
+	return c == verdict.CodeIdentityReservedLive || c == verdict.CodeIdentityFenceContended
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// maybeExisting handles a published generation that is not marked ended: a live
+// inspection decides (DESIGN §5). again reports that the generation was marked ended
+// and Reserve should run again.
+func (m *Manager) maybeExisting(ctx context.Context, req CreateRequest, pub fence.Published, waited bool, start time.Time) (*CreateResult, bool, error) {
+	auth, sess, err := m.inspectPublished(ctx, pub)
+	if err != nil || auth == census.Unknown {
+		if err == nil {
+			err = errors.New("census cannot decide")
+		}
+		_, out, rerr := m.refuse(ctx, req, unavailable(err), start)
+		return out, false, rerr
+	}
+	switch auth {
+	case census.Authoritative:
+		v := m.viewOf(sess, &pub)
+		reason := verdict.ReasonSessionLive
+		if waited {
+			reason = verdict.ReasonInflightPublished
+		}
+		m.emit(ctx, m.existingRecord(req, pub, reason, start))
+		return &CreateResult{Status: verdict.VerdictExisting, Session: v}, false, nil
+	case census.Absent:
+		if err := m.endPublished(ctx, pub, verdict.ReasonTmuxSessionMissing, false); err != nil {
+			_, out, rerr := m.refuse(ctx, req, err, start)
+			return out, false, rerr
+		}
+		return nil, true, nil
+	}
+	// Another session wears the identity's tags but not the published generation:
+	// something outside the saga tampered with tmux. Fail closed.
+	rerr := verdict.Errorf(verdict.CodeIdentityOrphanUnresolved,
+		map[string]any{"tmux_id": pub.TmuxID}, "published session is not authoritative")
+	_, out, rerr2 := m.refuse(ctx, req, rerr, start)
+	return out, false, rerr2
+}
+
+// inspectPublished asks the census (which re-reads live tmux) about a published
+// generation.
+func (m *Manager) inspectPublished(ctx context.Context, pub fence.Published) (census.Authority, *census.Session, error) {
+	return m.census.Inspect(ctx, census.Evidence{
+		IdentityDigest: pub.Identity.Digest(),
+		AttemptName:    pub.SessionName,
+		TmuxID:         pub.TmuxID,
+		Life:           m.lifeOf(pub.ServerPID, pub.ServerStart),
+		Generation:     pub.Generation,
+	})
+}
+
+// lifeOf rebuilds the server life recorded in the fence; zero when none was.
+func (m *Manager) lifeOf(pid int, start int64) tmuxctl.ServerLife {
+	if pid == 0 {
+		return tmuxctl.ServerLife{}
+	}
+	return tmuxctl.ServerLife{Socket: m.socket(), PID: pid, StartTime: start}
+}
+
+func (m *Manager) socket() string {
+	if info, ok := m.tmux.Info(); ok {
+		return info.Socket
+	}
+	return ""
+}
+
+// attemptName is unique per reservation and uses only [a-z0-9-], so tmux's name
+// sanitising and format expansion cannot alter it and no later attempt can wear an
+// orphan's name.
+func attemptName(digest, resID string) string {
+	if len(digest) > 12 {
+		digest = digest[:12]
+	}
+	return "skc-" + digest + "-" + strings.ToLower(resID)
+}
+
+// newSessionArgs is the spawn command. The pane command has several argv words, so
+// tmux execs it directly, with no shell; no user-controlled byte is in it (argv, env,
+// cwd and label stay in the fence and the helper reads them by reservation id), and
+// -c/-e/-n, which expand formats, are never used.
+func (m *Manager) newSessionArgs(a *attempt) []string {
+	return []string{
+		"new-session", "-d", "-P", "-F",
+		"#{session_id}\t#{pane_pid}\t#{pane_id}\t#{session_created}",
+		"-s", a.name, "-x", "200", "-y", "50", "--",
+		m.cfg.HelperPath, "helper", "--home", m.cfg.Home,
+		"--reservation", a.res.ID, "--generation", strconv.FormatUint(a.res.Generation, 10),
+	}
+}
+
+// parseSpawn reads new-session's -P line: id, pane pid, pane id, created.
+func parseSpawn(r tmuxctl.Reply) (id string, panePID int, created time.Time, err error) {
+	if len(r.Lines) != 1 {
+		return "", 0, time.Time{}, fmt.Errorf("new-session: %d reply lines", len(r.Lines))
+	}
+	f := strings.Split(r.Lines[0], "\t")
+	if len(f) != 4 || !strings.HasPrefix(f[0], "$") {
+		return "", 0, time.Time{}, fmt.Errorf("new-session: unexpected reply %q", r.Lines[0])
+	}
+	pid, err1 := strconv.Atoi(f[1])
+	sec, err2 := strconv.ParseInt(f[3], 10, 64)
+	if err1 != nil || err2 != nil {
+		return "", 0, time.Time{}, fmt.Errorf("new-session: unexpected reply %q", r.Lines[0])
+	}
+	return f[0], pid, time.Unix(sec, 0), nil
+}

@@ -1,0 +1,58 @@
+package lifecycle
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+)
+
+// Fault points of the create saga (CONTRACT.md "Fault injection"). Each names the
+// moment right after a step, so a test can crash the daemon between any two steps.
+const (
+	FaultReserved      = "reserved"
+	FaultHelperInvoked = "helper_invoked"
+	FaultNewSession    = "new-session"
+	FaultSpawned       = "spawned"
+	FaultTagged        = "tagged"
+	FaultPublish       = "publish"
+	FaultPublished     = "published"
+)
+
+var faultPoints = []string{
+	FaultReserved, FaultHelperInvoked, FaultNewSession, FaultSpawned,
+	FaultTagged, FaultPublish, FaultPublished,
+}
+
+// FaultPoints lists every valid SKC_FAULT point, in saga order.
+func FaultPoints() []string { return append([]string(nil), faultPoints...) }
+
+// fault is the parsed SKC_FAULT setting. The zero value (unset) makes hit a single
+// string comparison against "", so production pays nothing.
+type fault struct{ point string }
+
+func parseFault(s string) (fault, error) {
+	if s == "" {
+		return fault{}, nil
+	}
+	p, ok := strings.CutPrefix(s, "after:")
+	if !ok {
+		return fault{}, fmt.Errorf("lifecycle: SKC_FAULT %q: want after:<point>", s)
+	}
+	for _, known := range faultPoints {
+		if p == known {
+			return fault{point: p}, nil
+		}
+	}
+	return fault{}, fmt.Errorf("lifecycle: SKC_FAULT %q: unknown point", s)
+}
+
+// hit kills the process with SIGKILL when point is the configured fault point: a
+// crash that runs no deferred code, exactly like an OOM kill or a power cut.
+func (f fault) hit(point string) {
+	if f.point == "" || f.point != point {
+		return
+	}
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // SIGKILL is not deliverable late; never continue past the point
+}

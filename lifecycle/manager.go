@@ -1,0 +1,197 @@
+// Package lifecycle runs the create saga, kills, startup recovery, session-end
+// detection and the pane helper (DESIGN.md §6). The order of the saga's steps is the
+// order of shared/model/saga.pml, which spin checked exhaustively for racing,
+// crashing creators: change one only together with the other.
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/skc-supervisor/skc-supervisor/census"
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/metrics"
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// Config wires a Manager to the daemon's other components.
+type Config struct {
+	Home       string          // SKC_HOME (fence.sqlite lives there; passed to the pane helper)
+	Tmux       *tmuxctl.Client // the supervised server's control connection
+	Census     *census.Census
+	Fence      *fence.Store
+	Verdicts   *verdict.Writer
+	HelperPath string // absolute path of this binary (os.Executable)
+	Log        *zerolog.Logger
+	Metrics    *metrics.Registry // may be nil
+	Fault      string            // SKC_FAULT, "" in production
+}
+
+// tmuxAPI is the part of *tmuxctl.Client the Manager uses: small, so the saga's
+// failure paths can be driven by a wrapper in tests.
+type tmuxAPI interface {
+	Command(ctx context.Context, args ...string) (tmuxctl.Reply, error)
+	CommandIn(ctx context.Context, life tmuxctl.ServerLife, args ...string) (tmuxctl.Reply, error)
+	Info() (tmuxctl.ServerInfo, bool)
+}
+
+// Timeouts of the Manager's own work. Compensation runs on a context detached from
+// the caller's with its own deadline, so a caller who hangs up cannot abort a
+// rollback half way.
+const (
+	compensateTimeout = 15 * time.Second
+	helperReadyWait   = 10 * time.Second
+	postmortemGrace   = time.Second
+	killConfirmWait   = 10 * time.Second
+	pollInterval      = 50 * time.Millisecond
+)
+
+// Manager owns the create saga and session ends for one supervised tmux server.
+type Manager struct {
+	cfg      Config
+	tmux     tmuxAPI
+	census   *census.Census
+	fence    *fence.Store
+	verdicts *verdict.Writer
+	log      zerolog.Logger
+	fault    fault
+	met      *lcMetrics
+
+	mu       sync.Mutex
+	closing  bool
+	inflight map[string]*attempt   // by reservation id: creates between Reserve and their verdict
+	killing  map[string]killReason // by tmux id: sessions we are removing ourselves
+	creates  sync.WaitGroup
+}
+
+// killReason records why we are removing a session, so the end detection loop
+// attributes its disappearance to us (exit kind cleanup) instead of to the agent.
+type killReason struct {
+	reason string // verdict.ReasonKilledByRequest or verdict.ReasonOrphanCleanup
+	byKill bool   // a Kill call writes the ended verdict itself
+}
+
+// ErrShuttingDown refuses creates that arrive after Shutdown began.
+var ErrShuttingDown = verdict.Errorf(verdict.CodeBusy, nil, "supervisor is shutting down")
+
+// New checks cfg and returns a Manager. It parses SKC_FAULT once, here, so the
+// saga's fault points cost one string comparison when it is unset.
+func New(cfg Config) (*Manager, error) {
+	if cfg.Tmux == nil || cfg.Census == nil || cfg.Fence == nil || cfg.Verdicts == nil {
+		return nil, errors.New("lifecycle: Config needs Tmux, Census, Fence and Verdicts")
+	}
+	if cfg.HelperPath == "" || cfg.Home == "" {
+		return nil, errors.New("lifecycle: Config needs HelperPath and Home")
+	}
+	f, err := parseFault(cfg.Fault)
+	if err != nil {
+		return nil, err
+	}
+	log := zerolog.Nop()
+	if cfg.Log != nil {
+		log = cfg.Log.With().Str("component", "lifecycle").Logger()
+	}
+	return &Manager{
+		cfg: cfg, tmux: cfg.Tmux, census: cfg.Census, fence: cfg.Fence,
+		verdicts: cfg.Verdicts, log: log, fault: f, met: newMetrics(cfg.Metrics),
+		inflight: make(map[string]*attempt), killing: make(map[string]killReason),
+	}, nil
+}
+
+// begin admits one create unless Shutdown has begun.
+func (m *Manager) begin() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closing {
+		return false
+	}
+	m.creates.Add(1)
+	return true
+}
+
+func (m *Manager) track(a *attempt) {
+	m.mu.Lock()
+	m.inflight[a.res.ID] = a
+	m.mu.Unlock()
+}
+
+func (m *Manager) untrack(a *attempt) {
+	m.mu.Lock()
+	delete(m.inflight, a.res.ID)
+	m.mu.Unlock()
+}
+
+func (m *Manager) markKilling(tmuxID string, k killReason) {
+	m.mu.Lock()
+	m.killing[tmuxID] = k
+	m.mu.Unlock()
+}
+
+func (m *Manager) killingReason(tmuxID string) (killReason, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k, ok := m.killing[tmuxID]
+	return k, ok
+}
+
+func (m *Manager) unmarkKilling(tmuxID string) {
+	m.mu.Lock()
+	delete(m.killing, tmuxID)
+	m.mu.Unlock()
+}
+
+// Shutdown refuses new creates, waits for in-flight ones until ctx is done, then
+// abandons whatever is still in flight: the rows stay as evidence for the next
+// start's recovery, which decides from live tmux.
+func (m *Manager) Shutdown(ctx context.Context) error {
+	m.mu.Lock()
+	m.closing = true
+	m.mu.Unlock()
+	done := make(chan struct{})
+	go func() { m.creates.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	m.mu.Lock()
+	ids := make([]*attempt, 0, len(m.inflight))
+	for _, a := range m.inflight {
+		ids = append(ids, a)
+	}
+	m.mu.Unlock()
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
+	defer cancel()
+	var errs []error
+	for _, a := range ids {
+		a.stop()
+		if err := m.fence.Abandon(actx, a.res.ID); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(append(errs, ctx.Err())...)
+}
+
+// serverLife returns the life of the server the control connection reaches now.
+func (m *Manager) serverLife() (tmuxctl.ServerLife, bool) {
+	info, ok := m.tmux.Info()
+	if !ok {
+		return tmuxctl.ServerLife{}, false
+	}
+	return info.ServerLife, true
+}
+
+// unavailable is the refusal for a census that cannot answer: fail closed (503)
+// rather than guess.
+func unavailable(err error) *verdict.Error {
+	return verdict.Errorf(verdict.CodeTmuxUnavailable, nil, "tmux census not available: %w", err)
+}
+
+func identityRef(id fence.Identity) *verdict.IdentityRef {
+	return &verdict.IdentityRef{StateDir: id.StateDir, SessionID: id.SessionID}
+}

@@ -1,0 +1,180 @@
+package lifecycle
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// saga runs the steps after the reservation, each recorded in the fence before the
+// next starts, in the order of shared/model/saga.pml: helper_invoked (before
+// new-session) → new-session → spawned → tags → tagged → publish → published →
+// release. A failure compensates in reverse (see undo).
+func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retErr error) {
+	defer func() {
+		if retErr != nil {
+			retErr = m.undo(ctx, a, retErr)
+		}
+	}()
+	a.name = attemptName(a.digest, a.res.ID)
+	if err := m.advance(ctx, a, fence.PhaseHelperInvoked, fence.Patch{AttemptName: a.name}); err != nil {
+		return res, err
+	}
+	m.fault.hit(FaultHelperInvoked)
+	if err := m.spawn(ctx, a); err != nil {
+		return res, err
+	}
+	m.fault.hit(FaultNewSession)
+	patch := fence.Patch{TmuxID: a.tmuxID, PanePID: a.panePID, ServerPID: a.life.PID, ServerStart: a.life.StartTime}
+	if err := m.advance(ctx, a, fence.PhaseSpawned, patch); err != nil {
+		return res, err
+	}
+	m.fault.hit(FaultSpawned)
+	if err := m.tag(ctx, a); err != nil {
+		return res, err
+	}
+	if err := m.advance(ctx, a, fence.PhaseTagged, fence.Patch{}); err != nil {
+		return res, err
+	}
+	m.fault.hit(FaultTagged)
+	return m.publish(ctx, a)
+}
+
+// advance records a phase; a lost fence stops the attempt with no further tmux
+// mutation.
+func (m *Manager) advance(ctx context.Context, a *attempt, to fence.Phase, p fence.Patch) error {
+	err := m.fence.Advance(ctx, &a.res, to, p)
+	if err == nil {
+		return nil
+	}
+	if verdict.CodeOf(err) == verdict.CodeFenceLost {
+		a.fenceLost = true
+		return err
+	}
+	return verdict.Errorf(verdict.CodeFenceUnavailable, nil, "advance to %s: %w", to, err)
+}
+
+// spawn sends new-session in the server life the attempt is decided in and learns
+// the ids from its -P reply.
+func (m *Manager) spawn(ctx context.Context, a *attempt) error {
+	life, ok := m.serverLife()
+	if !ok {
+		return verdict.Errorf(verdict.CodeTmuxUnavailable, nil, "tmux not connected")
+	}
+	a.life = life
+	a.sent = true
+	reply, err := m.tmux.CommandIn(ctx, life, m.newSessionArgs(a)...)
+	if err != nil {
+		return m.spawnError(a, err)
+	}
+	id, pid, created, err := parseSpawn(reply)
+	if err != nil {
+		// tmux answered, so a session exists, but we cannot name it by id:
+		// recovery finds it by its unique attempt name.
+		a.uncertain = true
+		return verdict.Errorf(verdict.CodeSpawnFailed, nil, "%w", err)
+	}
+	a.tmuxID, a.panePID, a.created = id, pid, created
+	return nil
+}
+
+// spawnError classifies a failed new-session. An %error block or a refusal before
+// the line was written means no session exists; anything else (the connection
+// dropped, the deadline passed) leaves the outcome unknown.
+func (m *Manager) spawnError(a *attempt, err error) error {
+	var ce *tmuxctl.CommandError
+	switch {
+	case errors.As(err, &ce):
+		return verdict.Errorf(verdict.CodeSpawnFailed, map[string]any{"tmux": ce.Lines}, "new-session: %w", err)
+	case errors.Is(err, tmuxctl.ErrNotConnected), errors.Is(err, tmuxctl.ErrLifeChanged):
+		a.sent = false
+		return verdict.Errorf(verdict.CodeTmuxUnavailable, nil, "new-session not sent: %w", err)
+	}
+	a.uncertain = true
+	return verdict.Errorf(verdict.CodeTmuxUnavailable, nil, "new-session outcome unknown: %w", err)
+}
+
+// tag sets the @skc-* tags by id, one set-option per command line (each costs
+// O(sessions) in tmux, so each is set exactly once). The identity tag goes last: a
+// session is "managed" only once it is fully tagged.
+func (m *Manager) tag(ctx context.Context, a *attempt) error {
+	tags := [][2]string{
+		{TagGeneration, strconv.FormatUint(a.res.Generation, 10)},
+		{TagReservation, a.res.ID},
+		{TagState, stateDigest(a.req.Spec.StateFile)},
+		{TagIdentity, a.digest},
+	}
+	for _, t := range tags {
+		_, err := m.tmux.CommandIn(ctx, a.life, "set-option", "-t", a.tmuxID, t[0], t[1])
+		if err == nil {
+			continue
+		}
+		var ce *tmuxctl.CommandError
+		if !errors.As(err, &ce) {
+			// The connection failed: whether the tag landed is unknown, and so
+			// whether a kill can be confirmed; undo decides.
+			return verdict.Errorf(verdict.CodeTagFailed, nil, "set-option %s: %w", t[0], err)
+		}
+		return verdict.Errorf(verdict.CodeTagFailed, map[string]any{"tmux": ce.Lines}, "set-option %s: %w", t[0], err)
+	}
+	return nil
+}
+
+func stateDigest(stateFile string) string {
+	h := sha256.Sum256([]byte(stateFile))
+	return hex.EncodeToString(h[:])
+}
+
+// publish publishes the generation (its verdict journaled in the same transaction),
+// then records the phase and releases the row. Once published, nothing undoes it:
+// later failures are logged and left to recovery.
+func (m *Manager) publish(ctx context.Context, a *attempt) (CreateResult, error) {
+	rec := m.publishedRecord(a)
+	pub, filed, err := m.fence.Publish(ctx, &a.res, rec)
+	if err != nil {
+		if verdict.CodeOf(err) == verdict.CodeFenceLost {
+			a.fenceLost = true
+			return CreateResult{}, err
+		}
+		return CreateResult{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "publish: %w", err)
+	}
+	m.verdicts.Filed(filed)
+	m.fault.hit(FaultPublish)
+	if err := m.fence.Advance(ctx, &a.res, fence.PhasePublished, fence.Patch{}); err != nil {
+		m.log.Warn().Err(err).Str("reservation", a.res.ID).Msg("advance to published failed after publish")
+	}
+	m.fault.hit(FaultPublished)
+	if err := m.fence.Release(ctx, a.res.ID); err != nil {
+		m.log.Warn().Err(err).Str("reservation", a.res.ID).Msg("release after publish failed")
+	}
+	m.met.created()
+	return CreateResult{Status: verdict.VerdictPublished, Session: m.attemptView(a, pub)}, nil
+}
+
+func (m *Manager) publishedRecord(a *attempt) verdict.Record {
+	return verdict.Record{
+		Action: verdict.ActionCreate, Outcome: verdict.OutcomeSuccess,
+		Reason: verdict.ReasonCreated, Verdict: verdict.VerdictPublished,
+		Duration:    timeSince(a.start),
+		Identity:    identityRef(a.req.Identity),
+		Session:     &verdict.SessionRef{Name: a.name, ID: a.tmuxID, Generation: a.res.Generation},
+		Reservation: &verdict.ReservationRef{ID: a.res.ID, Phase: fence.PhasePublished.String()},
+		Evidence: map[string]any{
+			"pane_pid": a.panePID, "server_pid": a.life.PID, "server_start": a.life.StartTime,
+		},
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return fmt.Sprint(err)
+}
