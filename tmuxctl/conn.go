@@ -1,0 +1,284 @@
+package tmuxctl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Config configures a control connection (and a Client).
+type Config struct {
+	Tmux           string        // tmux binary; default "tmux"
+	Socket         string        // -S socket path (required)
+	ConfigFile     string        // -f config file; "" → tmux's default
+	ControlSession string        // control session name; default "skc-control"
+	CommandTimeout time.Duration // deadline for a command whose ctx has none; default 10s
+	WireLog        io.Writer     // every line in and out, timestamped; nil → off
+	Log            *zerolog.Logger
+	Env            []string // extra environment for the tmux client (KEY=VALUE)
+
+	// CloseTimeout bounds how long Close waits for %exit and the client's
+	// exit after closing its stdin before killing it by pid; default 5s.
+	CloseTimeout time.Duration
+	// ReconnectMin and ReconnectMax bound the Client's reconnect backoff;
+	// defaults 100ms and 5s.
+	ReconnectMin, ReconnectMax time.Duration
+}
+
+// controlNameRE keeps the control session name free of anything that
+// new-session -s would format-expand or sanitise (FACTS §7.2).
+var controlNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+func (cfg Config) withDefaults() (Config, error) {
+	if cfg.Tmux == "" {
+		cfg.Tmux = "tmux"
+	}
+	if cfg.ControlSession == "" {
+		cfg.ControlSession = "skc-control"
+	}
+	if cfg.CommandTimeout <= 0 {
+		cfg.CommandTimeout = 10 * time.Second
+	}
+	if cfg.CloseTimeout <= 0 {
+		cfg.CloseTimeout = 5 * time.Second
+	}
+	if cfg.ReconnectMin <= 0 {
+		cfg.ReconnectMin = 100 * time.Millisecond
+	}
+	if cfg.ReconnectMax < cfg.ReconnectMin {
+		cfg.ReconnectMax = 5 * time.Second
+	}
+	if cfg.Log == nil {
+		nop := zerolog.Nop()
+		cfg.Log = &nop
+	}
+	if cfg.Socket == "" {
+		return cfg, errors.New("tmuxctl: Config.Socket is required")
+	}
+	if !controlNameRE.MatchString(cfg.ControlSession) {
+		return cfg, fmt.Errorf("tmuxctl: control session name %q: want [A-Za-z0-9_-]{1,64}", cfg.ControlSession)
+	}
+	return cfg, nil
+}
+
+// pending is one command sent and waiting for its flags-1 reply block.
+type pending struct {
+	line string
+	done chan result // buffered: the reader never blocks on a gone caller
+}
+
+type result struct {
+	reply Reply
+	err   error
+}
+
+// Conn is one control client life: a `tmux -C` process attached to the
+// control session, commands pipelined and matched FIFO to flags-1 reply
+// blocks, notifications on an unbounded queue.
+type Conn struct {
+	cfg   Config
+	p     *proc
+	info  ServerInfo
+	notes *queue[Notification]
+	wire  *wireLog
+	log   zerolog.Logger
+
+	mu         sync.Mutex
+	fifo       []*pending
+	fifoHead   int
+	wbuf       []byte
+	wakeWriter chan struct{}
+	stdinDone  bool  // Close asked to close stdin after the queued lines
+	ended      error // why no more commands can be sent; nil while live
+	started    bool
+	startErr   chan error // first flags-0 block closed (nil) or failed
+
+	done       chan struct{} // reader finished, every pending command failed
+	writerDone chan struct{}
+	closeOnce  sync.Once
+	closeErr   error
+}
+
+// Dial starts the control client, waits for its argv command to complete
+// (3.3a reads stdin before that, FACTS §2), reads the server identity and
+// tags the control session `@skc-control 1`. ctx bounds the whole dial.
+func Dial(ctx context.Context, cfg Config) (*Conn, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	p, err := startProc(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	c := &Conn{cfg: cfg, p: p, notes: newQueue[Notification](), wire: newWireLog(cfg.WireLog),
+		log: cfg.Log.With().Str("component", "tmuxctl").Str("socket", cfg.Socket).Logger(),
+		wakeWriter: make(chan struct{}, 1), startErr: make(chan error, 1),
+		done: make(chan struct{}), writerDone: make(chan struct{})}
+	c.info.ClientPID = p.pid()
+	go c.readLoop()
+	go c.writeLoop()
+	go c.reapWatch()
+	if err := c.handshake(ctx); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Conn) handshake(ctx context.Context) error {
+	select {
+	case err := <-c.startErr:
+		if err != nil {
+			return c.withStderr(err)
+		}
+	case <-ctx.Done():
+		return fmt.Errorf("tmuxctl: waiting for the control client to attach: %w", ctx.Err())
+	}
+	r, err := c.Command(ctx, "display-message", "-p", identityFormat)
+	if err != nil {
+		return fmt.Errorf("tmuxctl: reading server identity: %w", err)
+	}
+	info, err := parseIdentity(r.Lines)
+	if err != nil {
+		return err
+	}
+	info.ClientPID = c.info.ClientPID
+	c.info = info
+	if _, err := c.Command(ctx, "set-option", "-t", info.ControlSessionID, "@skc-control", "1"); err != nil {
+		return fmt.Errorf("tmuxctl: tagging the control session: %w", err)
+	}
+	c.log.Debug().Int("server_pid", info.PID).Int64("start_time", info.StartTime).
+		Str("version", info.Version).Msg("control connection up")
+	return nil
+}
+
+// withStderr adds the client's stderr (startup failures) to err.
+func (c *Conn) withStderr(err error) error {
+	select {
+	case <-c.p.exited:
+	case <-time.After(200 * time.Millisecond):
+	}
+	if s := c.p.stderr.String(); s != "" {
+		return fmt.Errorf("%w (tmux stderr: %s)", err, s)
+	}
+	return err
+}
+
+// Info is the server identity read at connect.
+func (c *Conn) Info() ServerInfo { return c.info }
+
+// Notifications is the notification stream in wire order. It is fed from an
+// unbounded queue, so the reader never blocks; it is closed after the
+// connection ends and the queue is drained (or at once by Close). A caller
+// that takes it must drain it or call Close.
+func (c *Conn) Notifications() <-chan Notification { return c.notes.out }
+
+// Done is closed when the connection has ended (%exit or EOF seen, every
+// pending command failed).
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Err is why the connection ended: an *ExitError (matching ErrServerExited),
+// ErrClosed after Close, or nil while it is live.
+func (c *Conn) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ended
+}
+
+// Command sends one command (args[0] is its name; every element is encoded
+// with Quote) and waits for its reply. Without a deadline on ctx,
+// Config.CommandTimeout applies. Errors: *CommandError for an %error reply;
+// ErrNotConnected (not sent) when the connection has ended; an ExitError
+// (errors.Is ErrServerExited: sent, outcome unknown) when it ends while the
+// command is pending; ctx's error on timeout (sent, outcome unknown — the
+// late reply is consumed and dropped, the FIFO stays in step).
+func (c *Conn) Command(ctx context.Context, args ...string) (Reply, error) {
+	line, err := Encode(args)
+	if err != nil {
+		return Reply{}, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.CommandTimeout)
+		defer cancel()
+	}
+	if err := ctx.Err(); err != nil {
+		return Reply{}, fmt.Errorf("tmuxctl: %s not sent: %w", args[0], err)
+	}
+	p := &pending{line: line, done: make(chan result, 1)}
+	if err := c.enqueue(p); err != nil {
+		return Reply{}, err
+	}
+	select {
+	case res := <-p.done:
+		return res.reply, res.err
+	case <-ctx.Done():
+		return Reply{}, fmt.Errorf("tmuxctl: %s: no reply: %w", args[0], ctx.Err())
+	}
+}
+
+// enqueue records p in the FIFO and queues its line, atomically, so the
+// FIFO order is the wire order.
+func (c *Conn) enqueue(p *pending) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended != nil || c.stdinDone {
+		if c.stdinDone && c.ended == nil {
+			return fmt.Errorf("%w: %w", ErrNotConnected, ErrClosed)
+		}
+		return fmt.Errorf("%w: %w", ErrNotConnected, c.ended)
+	}
+	c.fifo = append(c.fifo, p)
+	c.wbuf = append(append(c.wbuf, p.line...), '\n')
+	select {
+	case c.wakeWriter <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// popPending takes the oldest pending command, or nil.
+func (c *Conn) popPending() *pending {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fifoHead == len(c.fifo) {
+		return nil
+	}
+	p := c.fifo[c.fifoHead]
+	c.fifo[c.fifoHead] = nil
+	c.fifoHead++
+	if c.fifoHead == len(c.fifo) {
+		c.fifo, c.fifoHead = c.fifo[:0], 0
+	}
+	return p
+}
+
+// end marks the connection ended with err (first cause wins) and fails
+// every pending command with it, promptly.
+func (c *Conn) end(err error) {
+	c.mu.Lock()
+	if c.ended == nil {
+		if c.stdinDone {
+			c.ended = ErrClosed
+		} else {
+			c.ended = err
+		}
+	}
+	fifo := c.fifo[c.fifoHead:]
+	c.fifo, c.fifoHead = nil, 0
+	c.mu.Unlock()
+	for _, p := range fifo {
+		p.done <- result{err: err}
+	}
+	select {
+	case c.startErr <- err:
+	default:
+	}
+}

@@ -1,0 +1,119 @@
+package tmuxctl
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// needTmux skips when tmux is not installed (make test installs it).
+func needTmux(t testing.TB) {
+	t.Helper()
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Skip("tmux not installed")
+	}
+}
+
+// testConfig returns a Config on a private socket in a short temp dir; the
+// server started there is killed at cleanup, by pid when known.
+func testConfig(t testing.TB) Config {
+	t.Helper()
+	needTmux(t)
+	dir, err := os.MkdirTemp("", "skc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "s")
+	t.Cleanup(func() {
+		killServer(sock)
+		os.RemoveAll(dir)
+	})
+	return Config{Socket: sock, ConfigFile: "/dev/null", CommandTimeout: 20 * time.Second}
+}
+
+// killServer kills the server on sock (our own private one) and waits for it
+// to go away.
+func killServer(sock string) {
+	out, err := exec.Command("tmux", "-S", sock, "display-message", "-p", "#{pid}").Output()
+	if err != nil {
+		return
+	}
+	var pid int
+	for _, c := range string(out) {
+		if c >= '0' && c <= '9' {
+			pid = pid*10 + int(c-'0')
+		}
+	}
+	if pid <= 0 {
+		return
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	waitGone(pid, 10*time.Second)
+}
+
+// waitGone waits until pid no longer exists (or is a zombie not ours).
+func waitGone(pid int, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if err := syscall.Kill(pid, 0); err == syscall.ESRCH {
+			return true
+		}
+		if st, err := os.ReadFile("/proc/" + itoa(pid) + "/stat"); err == nil && zombie(st) {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
+}
+
+func zombie(stat []byte) bool {
+	for i := len(stat) - 1; i > 0; i-- {
+		if stat[i] == ')' {
+			return i+2 < len(stat) && stat[i+2] == 'Z'
+		}
+	}
+	return false
+}
+
+func itoa(n int) string {
+	return string(appendInt(nil, n))
+}
+
+func appendInt(b []byte, n int) []byte {
+	if n >= 10 {
+		b = appendInt(b, n/10)
+	}
+	return append(b, byte('0'+n%10))
+}
+
+func dialT(t testing.TB, cfg Config) *Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// drain consumes a Conn's notifications in the background until closed.
+func drain(c *Conn) {
+	go func() {
+		for range c.Notifications() {
+		}
+	}()
+}
+
+func bg() context.Context { return context.Background() }
