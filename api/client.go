@@ -1,0 +1,219 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// Client is the typed Go client of the API on a unix socket. Every error it
+// returns is a *verdict.Error: the daemon's own error, or daemon_unreachable
+// (exit 69) when the socket cannot be reached.
+type Client struct {
+	socket string
+	hc     *http.Client
+}
+
+// NewClient returns a client of the daemon listening on socket.
+func NewClient(socket string) *Client {
+	var d net.Dialer
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, "unix", socket)
+			if err != nil {
+				return nil, &dialError{err: err}
+			}
+			return c, nil
+		},
+		DisableCompression: true,
+		MaxIdleConns:       2,
+	}
+	return &Client{socket: socket, hc: &http.Client{Transport: tr}}
+}
+
+// Close releases idle connections.
+func (c *Client) Close() { c.hc.CloseIdleConnections() }
+
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
+
+// Do sends one request and returns the raw JSON body of a 2xx answer; any
+// other answer becomes the daemon's *verdict.Error. in, when not nil, is sent
+// as the JSON body.
+func (c *Client) Do(ctx context.Context, method, path string, in any) (json.RawMessage, error) {
+	resp, err := c.send(ctx, method, path, in)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, c.unreachable(err)
+	}
+	if resp.StatusCode/100 != 2 {
+		return nil, decodeError(resp.StatusCode, b)
+	}
+	return b, nil
+}
+
+func (c *Client) send(ctx context.Context, method, path string, in any) (*http.Response, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, verdict.Errorf(verdict.CodeInvalidRequest, nil, "encode request: %w", err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://skc"+path, body)
+	if err != nil {
+		return nil, verdict.Errorf(verdict.CodeInternal, nil, "build request: %w", err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil && !isDial(err) {
+			return nil, verdict.Errorf(verdict.CodeTimeout, nil, "%s %s: %w", method, path, ctxErr)
+		}
+		return nil, c.unreachable(err)
+	}
+	return resp, nil
+}
+
+func isDial(err error) bool {
+	var d *dialError
+	return errors.As(err, &d)
+}
+
+func (c *Client) unreachable(err error) error {
+	return verdict.Errorf(verdict.CodeDaemonUnreachable, map[string]any{"socket": c.socket},
+		"the daemon is not reachable on %s (is `skc-supervisor serve` running?): %w", c.socket, err)
+}
+
+// decodeError turns an error answer into the daemon's *verdict.Error; an
+// answer that is not the error shape keeps its status in the message.
+func decodeError(status int, b []byte) error {
+	var eb struct {
+		Error *verdict.Error `json:"error"`
+	}
+	if json.Unmarshal(b, &eb) == nil && eb.Error != nil && eb.Error.Code != "" {
+		return eb.Error
+	}
+	return verdict.Errorf(verdict.CodeInternal, map[string]any{"http_status": status},
+		"unexpected answer %d: %.200s", status, b)
+}
+
+func (c *Client) get(ctx context.Context, method, path string, in, out any) error {
+	b, err := c.Do(ctx, method, path, in)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return verdict.Errorf(verdict.CodeInternal, nil, "decode answer of %s %s: %w", method, path, err)
+	}
+	return nil
+}
+
+// Ping checks that the daemon answers.
+func (c *Client) Ping(ctx context.Context) error {
+	var out struct {
+		OK bool `json:"ok"`
+	}
+	return c.get(ctx, http.MethodGet, "/v1/ping", nil, &out)
+}
+
+// Info returns the daemon's version, pid, start time and home.
+func (c *Client) Info(ctx context.Context) (Info, error) {
+	var out Info
+	return out, c.get(ctx, http.MethodGet, "/v1/info", nil, &out)
+}
+
+// Create asks for a session.
+func (c *Client) Create(ctx context.Context, req CreateRequest) (CreateResponse, error) {
+	var out CreateResponse
+	return out, c.get(ctx, http.MethodPost, "/v1/sessions", req, &out)
+}
+
+// List lists the sessions of the supervised server.
+func (c *Client) List(ctx context.Context) (ListResponse, error) {
+	var out ListResponse
+	return out, c.get(ctx, http.MethodGet, "/v1/sessions", nil, &out)
+}
+
+// Show describes one session.
+func (c *Client) Show(ctx context.Context, ref Ref) (ShowResponse, error) {
+	var out ShowResponse
+	return out, c.get(ctx, http.MethodGet, RefPath(ref), nil, &out)
+}
+
+// Kill ends one session and returns its verdict.
+func (c *Client) Kill(ctx context.Context, ref Ref) (KillResponse, error) {
+	var out KillResponse
+	return out, c.get(ctx, http.MethodDelete, RefPath(ref), nil, &out)
+}
+
+// Fence returns the fence's reservations and published identities.
+func (c *Client) Fence(ctx context.Context) (FenceResponse, error) {
+	var out FenceResponse
+	return out, c.get(ctx, http.MethodGet, "/v1/fence", nil, &out)
+}
+
+// RefPath is the URL path that names ref: /v1/sessions/{name} or
+// /v1/identity?state_dir=…&session_id=….
+func RefPath(ref Ref) string {
+	if ref.Name != "" {
+		return "/v1/sessions/" + url.PathEscape(ref.Name)
+	}
+	q := url.Values{"state_dir": {ref.StateDir}, "session_id": {ref.SessionID}}
+	return "/v1/identity?" + q.Encode()
+}
+
+// Verdicts calls fn with each verdict line (without its LF) after since,
+// oldest first. With follow it keeps streaming until ctx is done (then it
+// returns nil) or the daemon goes away.
+func (c *Client) Verdicts(ctx context.Context, since int64, follow bool, fn func(line []byte) error) error {
+	path := "/v1/verdicts?since=" + strconv.FormatInt(since, 10)
+	if follow {
+		path += "&follow=1"
+	}
+	resp, err := c.send(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		if ctx.Err() != nil && follow {
+			return nil
+		}
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return decodeError(resp.StatusCode, b)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		if err := fn(sc.Bytes()); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return c.unreachable(fmt.Errorf("verdict stream: %w", err))
+	}
+	return nil
+}

@@ -1,0 +1,157 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, verdict.Errorf(verdict.CodeBodyTooLarge, map[string]any{"limit": mbe.Limit},
+				"request body is larger than %d bytes", mbe.Limit))
+			return
+		}
+		writeError(w, invalid("body", "cannot read it: %v", err))
+		return
+	}
+	req, err := DecodeCreate(body)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	spec, err := Validate(req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	res, err := s.cfg.Service.Create(r.Context(), spec)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	status := http.StatusOK
+	if res.Status == StatusPublished {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, res)
+}
+
+func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
+	res, err := s.cfg.Service.List(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if res.Sessions == nil {
+		res.Sessions = []Session{}
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// refFrom reads the session reference: {name} from the path, or
+// ?state_dir=&session_id= on /v1/identity.
+func refFrom(r *http.Request) (Ref, error) {
+	if name := r.PathValue("name"); name != "" {
+		return ValidateRef(Ref{Name: name})
+	}
+	q := r.URL.Query()
+	return ValidateRef(Ref{StateDir: q.Get("state_dir"), SessionID: q.Get("session_id")})
+}
+
+func (s *Server) handleShow(w http.ResponseWriter, r *http.Request) {
+	ref, err := refFrom(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	res, err := s.cfg.Service.Show(r.Context(), ref)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if len(res.Reservation) == 0 {
+		res.Reservation = []byte("null")
+	}
+	if res.Verdicts == nil {
+		res.Verdicts = []verdict.Record{}
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (s *Server) handleKill(w http.ResponseWriter, r *http.Request) {
+	ref, err := refFrom(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	res, err := s.cfg.Service.Kill(r.Context(), ref)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (s *Server) handleFence(w http.ResponseWriter, r *http.Request) {
+	res, err := s.cfg.Service.Fence(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if res.Reservations == nil {
+		res.Reservations = make([]json.RawMessage, 0)
+	}
+	if res.Identities == nil {
+		res.Identities = make([]json.RawMessage, 0)
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (s *Server) handlePing(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+}
+
+func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.cfg.Info)
+}
+
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	if s.cfg.Metrics == nil {
+		return
+	}
+	if err := s.cfg.Metrics.WriteText(w); err != nil {
+		s.log.Warn().Err(err).Msg("writing /metrics failed")
+	}
+}
+
+func (s *Server) handleUnknown(w http.ResponseWriter, r *http.Request) {
+	writeError(w, verdict.Errorf(verdict.CodeNotFound, map[string]any{"method": r.Method, "path": r.URL.Path},
+		"no endpoint %s %s", r.Method, r.URL.Path))
+}
+
+func parseSince(r *http.Request) (since int64, follow bool, err error) {
+	q := r.URL.Query()
+	if v := q.Get("since"); v != "" {
+		since, err = strconv.ParseInt(v, 10, 64)
+		if err != nil || since < 0 {
+			return 0, false, invalid("since", "must be a sequence number >= 0, got %q", v)
+		}
+	}
+	switch q.Get("follow") {
+	case "", "0", "false":
+	case "1", "true":
+		follow = true
+	default:
+		return 0, false, invalid("follow", "must be 1 or 0")
+	}
+	return since, follow, nil
+}

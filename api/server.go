@@ -1,0 +1,120 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// MetricsWriter writes the Prometheus text exposition (metrics.Registry).
+type MetricsWriter interface {
+	WriteText(w io.Writer) error
+}
+
+// Config configures a Server.
+type Config struct {
+	Service Service
+	// AllowUID is the only peer uid the API answers (the daemon's own uid;
+	// `serve` passes os.Geteuid()). Every other peer gets 403
+	// permission_denied. The zero value admits root only: it fails closed.
+	AllowUID int
+	Info     Info          // GET /v1/info
+	Metrics  MetricsWriter // GET /metrics; nil answers an empty exposition
+	Log      *zerolog.Logger
+}
+
+// Server is the HTTP API on api.sock.
+type Server struct {
+	cfg      Config
+	log      zerolog.Logger
+	http     *http.Server
+	stopping chan struct{} // closed by Shutdown: ends --follow streams
+	stopOnce sync.Once
+}
+
+// New returns a Server; Serve starts it on a listener from Listen.
+func New(cfg Config) (*Server, error) {
+	if cfg.Service == nil {
+		return nil, errors.New("api: Config.Service is required")
+	}
+	s := &Server{cfg: cfg, log: zerolog.Nop(), stopping: make(chan struct{})}
+	if cfg.Log != nil {
+		s.log = cfg.Log.With().Str("component", "api").Logger()
+	}
+	s.http = &http.Server{
+		Handler:           s.Handler(),
+		ConnContext:       withPeerCred,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          nil,
+	}
+	return s, nil
+}
+
+// Handler is the API's handler with its guard (peer credentials, Origin, body
+// limit) in front; requests must carry peer credentials in their context
+// (ConnContext does that for real unix connections).
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/sessions", s.handleCreate)
+	mux.HandleFunc("GET /v1/sessions", s.handleList)
+	mux.HandleFunc("GET /v1/sessions/{name}", s.handleShow)
+	mux.HandleFunc("DELETE /v1/sessions/{name}", s.handleKill)
+	mux.HandleFunc("GET /v1/identity", s.handleShow)
+	mux.HandleFunc("DELETE /v1/identity", s.handleKill)
+	mux.HandleFunc("GET /v1/verdicts", s.handleVerdicts)
+	mux.HandleFunc("GET /v1/fence", s.handleFence)
+	mux.HandleFunc("GET /v1/ping", s.handlePing)
+	mux.HandleFunc("GET /v1/info", s.handleInfo)
+	mux.HandleFunc("GET /metrics", s.handleMetrics)
+	mux.HandleFunc("/", s.handleUnknown)
+	return s.guard(mux)
+}
+
+// guard refuses, in this order: a peer whose uid is not ours (a process of
+// another user that reached the socket), a request with an Origin header (a
+// browser page talking to us through some proxy), and bodies over 1 MiB.
+func (s *Server) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cred, ok := PeerFrom(r.Context())
+		if !ok || int(cred.UID) != s.cfg.AllowUID {
+			s.log.Warn().Bool("creds", ok).Uint32("peer_uid", cred.UID).Int32("peer_pid", cred.PID).
+				Str("path", r.URL.Path).Msg("refused: peer uid is not the daemon's")
+			writeError(w, verdict.Errorf(verdict.CodePermissionDenied,
+				map[string]any{"peer_uid": cred.UID, "allowed_uid": s.cfg.AllowUID},
+				"peer uid %d may not use this daemon (only uid %d may)", cred.UID, s.cfg.AllowUID))
+			return
+		}
+		if _, has := r.Header["Origin"]; has {
+			writeError(w, verdict.Errorf(verdict.CodePermissionDenied, map[string]any{"header": "Origin"},
+				"requests with an Origin header are refused: the API is not for browsers"))
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, MaxBody)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// Serve answers requests on ln until Shutdown; it returns nil after a
+// Shutdown and the listener's error otherwise.
+func (s *Server) Serve(ln net.Listener) error {
+	err := s.http.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops accepting, ends --follow streams, and waits (within ctx)
+// for in-flight requests — creates included — to finish.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.stopOnce.Do(func() { close(s.stopping) })
+	return s.http.Shutdown(ctx)
+}

@@ -1,0 +1,141 @@
+// Package api is the edge of the daemon: the HTTP/JSON API on api.sock (peer
+// credentials, origin refusal, body limits, strict decoding, one error shape),
+// the input validation of CONTRACT.md's limits, and the typed Go client the
+// CLI uses.
+//
+// The handlers talk to a Service, not to lifecycle directly, so that the HTTP
+// layer and the client are tested with fakes; api/backend adapts the real
+// lifecycle.Manager, fence.Store and verdict.Writer to it.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// CreateRequest is the body of POST /v1/sessions, exactly as it crosses the
+// wire. Validate turns it into a CreateSpec.
+type CreateRequest struct {
+	StateDir  string            `json:"state_dir"`
+	SessionID string            `json:"session_id"`
+	StateFile string            `json:"state_file,omitempty"`
+	Argv      []string          `json:"argv"`
+	Cwd       string            `json:"cwd,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	Label     string            `json:"label,omitempty"`
+	WaitMS    *int64            `json:"wait_ms,omitempty"`
+}
+
+// CreateSpec is a validated, canonicalised create request: what the Service
+// receives. Env is sorted KEY=VALUE.
+type CreateSpec struct {
+	StateDir, SessionID, StateFile string
+	Argv                           []string
+	Env                            []string
+	Cwd, Label                     string
+	Wait                           time.Duration
+}
+
+// Ref names a session either by tmux session name or by identity; exactly one
+// of Name and (StateDir, SessionID) is set.
+type Ref struct {
+	Name      string
+	StateDir  string
+	SessionID string
+}
+
+// IsIdentity reports whether r names an identity rather than a session name.
+func (r Ref) IsIdentity() bool { return r.Name == "" }
+
+// Session is CONTRACT.md's Session object.
+type Session struct {
+	Name          string    `json:"name"`
+	ID            string    `json:"id"`
+	Managed       bool      `json:"managed"`
+	StateDir      string    `json:"state_dir"`
+	SessionID     string    `json:"session_id"`
+	StateFile     string    `json:"state_file"`
+	Generation    uint64    `json:"generation"`
+	Authoritative bool      `json:"authoritative"`
+	Label         string    `json:"label"`
+	PanePID       int       `json:"pane_pid"`
+	PaneDead      bool      `json:"pane_dead"`
+	Attached      int       `json:"attached"`
+	CreatedAt     time.Time `json:"created_at"`
+}
+
+// Create statuses (CONTRACT.md).
+const (
+	StatusPublished = "published"
+	StatusExisting  = "existing"
+	StatusKilled    = "killed"
+)
+
+// CreateResponse answers POST /v1/sessions and `create --json`.
+type CreateResponse struct {
+	Status  string  `json:"status"` // published | existing
+	Session Session `json:"session"`
+}
+
+// CensusInfo is the "census" object of `ls --json`.
+type CensusInfo struct {
+	Synced          bool      `json:"synced"`
+	ServerPID       int       `json:"server_pid"`
+	ServerStartedAt time.Time `json:"server_started_at"`
+	TmuxVersion     string    `json:"tmux_version"`
+}
+
+// ListResponse answers GET /v1/sessions and `ls --json`.
+type ListResponse struct {
+	Census   CensusInfo `json:"census"`
+	Sessions []Session  `json:"sessions"`
+}
+
+// ShowResponse answers GET /v1/sessions/{name} and `show --json`. Reservation
+// is the fence's own JSON (null when there is none).
+type ShowResponse struct {
+	Session     Session          `json:"session"`
+	Reservation json.RawMessage  `json:"reservation"`
+	Verdicts    []verdict.Record `json:"verdicts"`
+}
+
+// KillResponse answers DELETE /v1/sessions/{name} and `kill --json`.
+type KillResponse struct {
+	Status  string         `json:"status"` // killed
+	Verdict verdict.Record `json:"verdict"`
+}
+
+// FenceResponse answers GET /v1/fence and `fence --json`; the entries are the
+// fence's own JSON objects (snake_case), carried through unchanged.
+type FenceResponse struct {
+	Reservations []json.RawMessage `json:"reservations"`
+	Identities   []json.RawMessage `json:"identities"`
+}
+
+// Info answers GET /v1/info.
+type Info struct {
+	Version   string    `json:"version"`
+	PID       int       `json:"pid"`
+	StartedAt time.Time `json:"started_at"`
+	Home      string    `json:"home"`
+}
+
+// Service is what the handlers need from the daemon. Errors are
+// *verdict.Error; their code decides the HTTP status through verdict.Classify.
+type Service interface {
+	Create(ctx context.Context, spec CreateSpec) (CreateResponse, error)
+	List(ctx context.Context) (ListResponse, error)
+	Show(ctx context.Context, ref Ref) (ShowResponse, error)
+	Kill(ctx context.Context, ref Ref) (KillResponse, error)
+	Fence(ctx context.Context) (FenceResponse, error)
+	// VerdictsSince returns up to limit records with sequence > after, oldest
+	// first.
+	VerdictsSince(ctx context.Context, after int64, limit int) ([]verdict.Record, error)
+	// SubscribeVerdicts delivers records emitted from now on (it may also
+	// deliver older ones; the handler drops duplicates by sequence). cancel
+	// releases the subscription.
+	SubscribeVerdicts(after int64) (records <-chan verdict.Record, cancel func())
+}

@@ -1,0 +1,234 @@
+// Package home resolves where one supervisor instance keeps its state
+// (SKC_HOME) and its sockets (the runtime directory), checks that nobody else
+// can write there, and holds the single-instance lock.
+//
+// The rules are CONTRACT.md's "Paths and environment" table: a flag wins over
+// its environment variable, which wins over the default. Directories are
+// created 0700; an existing directory that is a symlink, owned by another uid,
+// or writable by group or others is refused, because whoever can write there
+// can replace our sockets or our fence database.
+package home
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// Environment variable names (CONTRACT.md).
+const (
+	EnvHome       = "SKC_HOME"
+	EnvRuntimeDir = "SKC_RUNTIME_DIR"
+	EnvTmux       = "SKC_TMUX"
+	EnvTmuxConfig = "SKC_TMUX_CONFIG"
+)
+
+// File names inside the home and runtime directories.
+const (
+	FenceFile    = "fence.sqlite"
+	VerdictsFile = "verdicts.jsonl"
+	LockFile     = "supervisor.lock"
+	APISocket    = "api.sock"
+	TmuxSocket   = "tmux.sock"
+)
+
+// MaxSocketPath is the longest unix socket path the kernel accepts: sun_path
+// is 108 bytes including the terminating NUL.
+const MaxSocketPath = 107
+
+// Overrides are the command-line flags --home, --runtime-dir, --tmux and
+// --tmux-config; an empty field means "not given".
+type Overrides struct {
+	Home       string
+	RuntimeDir string
+	Tmux       string
+	TmuxConfig string
+}
+
+// Paths is a fully resolved instance layout. Every path is absolute and clean.
+type Paths struct {
+	Home       string // SKC_HOME
+	RuntimeDir string // sockets live here
+	Tmux       string // tmux binary ("tmux" means: look it up on PATH)
+	TmuxConfig string // -f for the supervised server; "" is tmux's default
+}
+
+// Env looks up one environment variable; os.Getenv in production, a map in
+// tests.
+type Env func(key string) string
+
+// Resolve applies CONTRACT.md's precedence (flag, then environment, then
+// default). Relative paths are resolved against the working directory, as the
+// CLI promises.
+func Resolve(o Overrides, env Env) (Paths, error) {
+	if env == nil {
+		env = os.Getenv
+	}
+	var p Paths
+	var err error
+	homeSet := o.Home != "" || env(EnvHome) != ""
+	if p.Home, err = pick(o.Home, env(EnvHome), defaultHome(env)); err != nil {
+		return Paths{}, fieldError("home", err)
+	}
+	runtimeDefault := func() (string, error) {
+		if homeSet {
+			return p.Home, nil
+		}
+		return defaultRuntime(env)
+	}
+	if p.RuntimeDir, err = pick(o.RuntimeDir, env(EnvRuntimeDir), runtimeDefault); err != nil {
+		return Paths{}, fieldError("runtime_dir", err)
+	}
+	p.Tmux = firstNonEmpty(o.Tmux, env(EnvTmux), "tmux")
+	if p.TmuxConfig = firstNonEmpty(o.TmuxConfig, env(EnvTmuxConfig)); p.TmuxConfig != "" {
+		if p.TmuxConfig, err = filepath.Abs(p.TmuxConfig); err != nil {
+			return Paths{}, fieldError("tmux_config", err)
+		}
+	}
+	return p, nil
+}
+
+func pick(flag, envValue string, def func() (string, error)) (string, error) {
+	v := firstNonEmpty(flag, envValue)
+	if v == "" {
+		d, err := def()
+		if err != nil {
+			return "", err
+		}
+		v = d
+	}
+	return filepath.Abs(v)
+}
+
+func firstNonEmpty(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// defaultHome is $XDG_STATE_HOME/skc, else ~/.local/state/skc. A relative
+// XDG_STATE_HOME is ignored, as the XDG base directory spec requires.
+func defaultHome(env Env) func() (string, error) {
+	return func() (string, error) {
+		if x := env("XDG_STATE_HOME"); filepath.IsAbs(x) {
+			return filepath.Join(x, "skc"), nil
+		}
+		h := env("HOME")
+		if h == "" {
+			var err error
+			if h, err = os.UserHomeDir(); err != nil {
+				return "", fmt.Errorf("no home directory for the default SKC_HOME: %w", err)
+			}
+		}
+		return filepath.Join(h, ".local", "state", "skc"), nil
+	}
+}
+
+func defaultRuntime(env Env) (string, error) {
+	if x := env("XDG_RUNTIME_DIR"); filepath.IsAbs(x) {
+		return filepath.Join(x, "skc"), nil
+	}
+	return filepath.Join(os.TempDir(), "skc-"+strconv.Itoa(os.Getuid())), nil
+}
+
+// Fence is the path of the fence database.
+func (p Paths) Fence() string { return filepath.Join(p.Home, FenceFile) }
+
+// Verdicts is the path of the verdict JSON-lines file.
+func (p Paths) Verdicts() string { return filepath.Join(p.Home, VerdictsFile) }
+
+// Lock is the path of the single-instance lock file.
+func (p Paths) Lock() string { return filepath.Join(p.Home, LockFile) }
+
+// APISocket is the path of the API socket.
+func (p Paths) APISocket() string { return filepath.Join(p.RuntimeDir, APISocket) }
+
+// TmuxSocket is the path of the supervised tmux server's socket.
+func (p Paths) TmuxSocket() string { return filepath.Join(p.RuntimeDir, TmuxSocket) }
+
+// Prepare creates the home and runtime directories (0700) when missing,
+// refuses unsafe existing ones, and checks that both socket paths fit in a
+// sockaddr_un. It is what `serve` runs before anything else.
+func (p Paths) Prepare() error {
+	if err := EnsureDir(p.Home, "home"); err != nil {
+		return err
+	}
+	if err := EnsureDir(p.RuntimeDir, "runtime_dir"); err != nil {
+		return err
+	}
+	if err := CheckSocketPath(p.APISocket()); err != nil {
+		return err
+	}
+	return CheckSocketPath(p.TmuxSocket())
+}
+
+// CheckSocketPath refuses a socket path the kernel cannot bind, naming the path
+// and its length, instead of letting bind fail with a bare EINVAL.
+func CheckSocketPath(path string) error {
+	if len(path) > MaxSocketPath {
+		return verdict.Errorf(verdict.CodeInvalidRequest,
+			map[string]any{"field": "runtime_dir", "path": path, "length": len(path), "max": MaxSocketPath},
+			"socket path %s is %d bytes; a unix socket path must be at most %d bytes (set SKC_RUNTIME_DIR or --runtime-dir to a shorter directory)",
+			path, len(path), MaxSocketPath)
+	}
+	return nil
+}
+
+// EnsureDir creates dir with mode 0700 (and missing parents) when it does not
+// exist, then checks it with CheckDir. field names the setting in errors.
+func EnsureDir(dir, field string) error {
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return dirError(field, dir, "cannot create it: %v", err)
+		}
+		// MkdirAll applies the umask; the contract says 0700 exactly.
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return dirError(field, dir, "cannot chmod it 0700: %v", err)
+		}
+	}
+	return CheckDir(dir, field)
+}
+
+// CheckDir refuses a directory that is a symlink, not a directory, owned by
+// another uid, or writable by group or others.
+func CheckDir(dir, field string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return dirError(field, dir, "%v", err)
+	}
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return dirError(field, dir, "it is a symlink; give the real directory")
+	case !fi.IsDir():
+		return dirError(field, dir, "it is not a directory")
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return dirError(field, dir, "cannot read its owner")
+	}
+	if int(st.Uid) != os.Geteuid() {
+		return dirError(field, dir, "it is owned by uid %d, not by us (uid %d)", st.Uid, os.Geteuid())
+	}
+	if fi.Mode().Perm()&0o022 != 0 {
+		return dirError(field, dir, "it is writable by group or others (mode %04o); chmod 0700 it", fi.Mode().Perm())
+	}
+	return nil
+}
+
+func dirError(field, dir, format string, args ...any) error {
+	return verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": field, "path": dir},
+		"%s %s refused: %s", field, dir, fmt.Sprintf(format, args...))
+}
+
+func fieldError(field string, err error) error {
+	return verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": field}, "%s: %w", field, err)
+}
