@@ -1,0 +1,255 @@
+// Package census is the live in-memory index of the supervised tmux server:
+// every session (except the hidden control session) with its tmux id, name,
+// creation time, attached-client count, `@skc-*` tags and pane state.
+//
+// It answers "what exists?" from memory in O(1), without forking or blocking
+// on tmux, and answers "is this child authoritative?" (Inspect) only after a
+// fresh read of live tmux. It is fed by one tmuxctl.Client: a full sync at
+// every connect, coalesced re-lists on notifications and on a server-side
+// `refresh-client -B` subscription (the only way to see option changes made by
+// hand and pane deaths under remain-on-exit), and a slow periodic reconcile.
+//
+// The census is keyed by server life: a new tmux server is a new census.
+// From a disconnect until the next full sync it is unsynced, and every
+// authority answer is Unknown (fail closed).
+package census
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
+)
+
+// The tags the supervisor puts on a session, as session user options. Their
+// values are safe tokens (hex digests, decimal numbers), so every tmux output
+// line stays one record.
+const (
+	TagIdentity    = "@skc-identity"    // identity digest, 64 hex
+	TagGeneration  = "@skc-generation"  // decimal generation
+	TagReservation = "@skc-reservation" // reservation id, 32 hex
+	TagState       = "@skc-state"       // digest of the state file, 64 hex
+	TagControl     = "@skc-control"     // "1" on the hidden control session
+)
+
+// Session is one tmux session as the census last saw it.
+type Session struct {
+	ID       string // "$N", unique within a server life
+	Name     string // as tmux reports it (already sanitised by tmux)
+	Created  time.Time
+	Attached int               // attached clients
+	Tags     map[string]string // "@skc-identity" → value; only tags set on the session itself
+
+	PaneID         string // the active pane of the current window, "%N"
+	PanePID        int
+	PaneDead       bool
+	PaneDeadStatus *int   // exit code once tmux has filled it in
+	PaneDeadSignal string // signal name or number, "" when none
+
+	Managed bool // the session carries a non-empty @skc-identity
+}
+
+// Identity returns the session's @skc-identity tag ("" when unmanaged).
+func (s Session) Identity() string { return s.Tags[TagIdentity] }
+
+// clone returns a deep copy, so that callers can never alias census state.
+func (s Session) clone() Session {
+	if s.Tags != nil {
+		t := make(map[string]string, len(s.Tags))
+		for k, v := range s.Tags {
+			t[k] = v
+		}
+		s.Tags = t
+	}
+	if s.PaneDeadStatus != nil {
+		v := *s.PaneDeadStatus
+		s.PaneDeadStatus = &v
+	}
+	return s
+}
+
+// Snapshot is a consistent copy of the census.
+type Snapshot struct {
+	Synced   bool
+	Info     tmuxctl.ServerInfo
+	Seq      uint64    // the Seq of the last change included
+	Sessions []Session // sorted by tmux id number
+}
+
+// Census is the live index. Its zero value is not usable; call New.
+type Census struct {
+	cl  tmuxClient
+	log zerolog.Logger
+	cfg config
+
+	mu       sync.RWMutex
+	info     tmuxctl.ServerInfo
+	online   bool
+	synced   bool
+	epoch    uint64 // bumped on every Connected/Disconnected; a sync applies only in its epoch
+	sessions map[string]*entry
+	byName   map[string]string              // name → id
+	byIdent  map[string]map[string]struct{} // identity digest → ids
+	seq      uint64
+	subs     map[*Subscription]struct{}
+	syncedCh chan struct{} // closed while synced; replaced when the census goes unsynced
+
+	syncMu sync.Mutex    // serialises full syncs
+	kick   chan struct{} // cap 1: "a re-list is wanted"
+
+	relists  atomic.Int64
+	confirms atomic.Int64
+}
+
+// entry is a session plus what the sync needs to skip work next time.
+type entry struct {
+	s       Session
+	line    string  // the raw list line it was built from
+	exact   tagVals // the session's own tag values, read with show-options
+	control bool    // the hidden control session: kept for shadow checks, never exposed
+}
+
+// tmuxClient is what the census uses of *tmuxctl.Client; tests feed a fake.
+type tmuxClient interface {
+	Events() <-chan tmuxctl.Event
+	CommandIn(ctx context.Context, life tmuxctl.ServerLife, args ...string) (tmuxctl.Reply, error)
+}
+
+// config holds the timings; tests shorten them.
+type config struct {
+	quiet      time.Duration // a burst is over after this long without a trigger
+	maxDelay   time.Duration // … or this long after its first trigger
+	reconcile  time.Duration // periodic full re-list
+	retry      time.Duration // after a failed sync
+	confirmPar int           // concurrent exact tag reads
+}
+
+func defaultConfig() config {
+	return config{
+		quiet:      25 * time.Millisecond,
+		maxDelay:   250 * time.Millisecond,
+		reconcile:  30 * time.Second,
+		retry:      500 * time.Millisecond,
+		confirmPar: 32,
+	}
+}
+
+// New returns a census fed by client. log may be nil. Call Run to start it.
+func New(client *tmuxctl.Client, log *zerolog.Logger) *Census {
+	return newCensus(client, log, defaultConfig())
+}
+
+func newCensus(cl tmuxClient, log *zerolog.Logger, cfg config) *Census {
+	c := &Census{
+		cl:       cl,
+		log:      zerolog.Nop(),
+		cfg:      cfg,
+		sessions: map[string]*entry{},
+		byName:   map[string]string{},
+		byIdent:  map[string]map[string]struct{}{},
+		subs:     map[*Subscription]struct{}{},
+		syncedCh: make(chan struct{}),
+		kick:     make(chan struct{}, 1),
+	}
+	if log != nil {
+		c.log = log.With().Str("component", "census").Logger()
+	}
+	return c
+}
+
+// Synced reports whether the census reflects the current server life: a full
+// sync completed since the last connect and the connection has not dropped.
+func (c *Census) Synced() bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.synced
+}
+
+// WaitSynced blocks until the census is synced or ctx is done.
+func (c *Census) WaitSynced(ctx context.Context) error {
+	for {
+		c.mu.RLock()
+		ch, ok := c.syncedCh, c.synced
+		c.mu.RUnlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Info returns the server the census is keyed by; false before the first connect.
+func (c *Census) Info() (tmuxctl.ServerInfo, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.info, c.info.PID != 0
+}
+
+// Relists returns how many full re-lists the census has run (for tests and
+// metrics: coalescing keeps it far below the number of notifications).
+func (c *Census) Relists() int64 { return c.relists.Load() }
+
+// Confirms returns how many exact per-session tag reads (show-options) ran.
+func (c *Census) Confirms() int64 { return c.confirms.Load() }
+
+// ByID returns the session with tmux id id ("$N").
+func (c *Census) ByID(id string) (Session, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	e, ok := c.sessions[id]
+	if !ok || e.control {
+		return Session{}, false
+	}
+	return e.s.clone(), true
+}
+
+// ByName returns the session named exactly name.
+func (c *Census) ByName(name string) (Session, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	id, ok := c.byName[name]
+	if !ok {
+		return Session{}, false
+	}
+	return c.sessions[id].s.clone(), true
+}
+
+// ByIdentity returns the sessions carrying identity digest digest (normally
+// zero or one; more is a contradiction the caller must treat as such).
+func (c *Census) ByIdentity(digest string) []Session {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	ids := c.byIdent[digest]
+	if len(ids) == 0 {
+		return nil
+	}
+	out := make([]Session, 0, len(ids))
+	for id := range ids {
+		out = append(out, c.sessions[id].s.clone())
+	}
+	sortSessions(out)
+	return out
+}
+
+// Snapshot returns a copy of every session (the control session excluded).
+func (c *Census) Snapshot() Snapshot {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	snap := Snapshot{Synced: c.synced, Info: c.info, Seq: c.seq,
+		Sessions: make([]Session, 0, len(c.sessions))}
+	for _, e := range c.sessions {
+		if !e.control {
+			snap.Sessions = append(snap.Sessions, e.s.clone())
+		}
+	}
+	sortSessions(snap.Sessions)
+	return snap
+}

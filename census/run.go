@@ -1,0 +1,193 @@
+package census
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
+)
+
+// subName names the census subscription (refresh-client -B, FACTS §6).
+const subName = "skc-census"
+
+// subFormat loops over every session server-side; tmux evaluates it once a
+// second and sends a line only when the value changes. It carries only safe
+// tokens (ids, digits, tag values), because the value is not escaped: a
+// hand-set tag holding a newline would spill onto bare lines, which tmuxctl
+// skips, and the next re-list reads it exactly anyway. The value itself is
+// not parsed: any change means "re-list", which keeps one source of truth.
+const subFormat = "#{S:#{session_id}/#{session_attached}/" +
+	"#{@skc-control}/#{@skc-identity}/#{@skc-generation}/#{@skc-reservation}/#{@skc-state}/" +
+	"#{W:#{P:#{pane_id}.#{pane_pid}.#{pane_dead}.#{pane_dead_status}.#{pane_dead_signal};}} }"
+
+// relistOn are the notifications after which the census re-lists (coalesced).
+// Window notifications matter because a session's last window closing ends
+// the session, and a pane closing changes the session's pane.
+var relistOn = map[string]bool{
+	"sessions-changed":        true,
+	"session-renamed":         true,
+	"session-window-changed":  true,
+	"client-session-changed":  true,
+	"client-detached":         true,
+	"window-add":              true,
+	"window-close":            true,
+	"window-renamed":          false, // a window name is not in the census
+	"window-pane-changed":     true,
+	"unlinked-window-add":     true,
+	"unlinked-window-close":   true,
+	"unlinked-window-renamed": false,
+	"layout-change":           false,
+}
+
+// Run consumes the client's events until ctx is done (then returns nil) or
+// the event channel closes. It is the only goroutine that reacts to
+// connects, disconnects and notifications; queries never wait for it.
+func (c *Census) Run(ctx context.Context) error {
+	events := c.cl.Events()
+	reconcile := time.NewTicker(c.cfg.reconcile)
+	defer reconcile.Stop()
+	b := newBurst()
+	defer b.timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-events:
+			if !ok {
+				return nil
+			}
+			c.handle(ctx, ev, b)
+		case <-c.kick:
+			b.trigger(c.cfg)
+		case <-reconcile.C:
+			b.trigger(c.cfg)
+		case <-b.timer.C:
+			b.pending = false
+			c.relistNow(ctx, b)
+		}
+	}
+}
+
+// burst coalesces triggers: one re-list once the burst has been quiet for
+// cfg.quiet, or cfg.maxDelay after its first trigger, whichever is first.
+type burst struct {
+	timer   *time.Timer
+	pending bool
+	first   time.Time
+}
+
+func newBurst() *burst {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &burst{timer: t}
+}
+
+func (b *burst) trigger(cfg config) {
+	now := time.Now()
+	if !b.pending {
+		b.pending, b.first = true, now
+	}
+	b.timer.Reset(min(cfg.quiet, b.first.Add(cfg.maxDelay).Sub(now)))
+}
+
+// retry schedules a re-list after d (a failed sync), unless one is pending.
+func (b *burst) retry(d time.Duration) {
+	if !b.pending {
+		b.pending, b.first = true, time.Now()
+		b.timer.Reset(d)
+	}
+}
+
+// relistNow runs a full sync; on failure while connected it retries later.
+func (c *Census) relistNow(ctx context.Context, b *burst) {
+	err := c.resync(ctx)
+	if err == nil || errors.Is(err, errStale) || errors.Is(err, tmuxctl.ErrNotConnected) || ctx.Err() != nil {
+		return
+	}
+	c.log.Warn().Err(err).Msg("census re-list failed; retrying")
+	b.retry(c.cfg.retry)
+}
+
+// handle applies one client event.
+func (c *Census) handle(ctx context.Context, ev tmuxctl.Event, b *burst) {
+	switch ev.Kind {
+	case tmuxctl.Connected:
+		c.onConnected(ev.Info)
+		c.subscribe(ctx, ev.Info.ServerLife)
+		b.pending = false
+		b.timer.Stop()
+		c.relistNow(ctx, b)
+	case tmuxctl.Disconnected:
+		c.onDisconnected(ev.Err)
+	case tmuxctl.Notify:
+		name := strings.TrimPrefix(ev.Note.Name, "%")
+		if relistOn[name] || (name == "subscription-changed" && strings.HasPrefix(ev.Note.Text, subName+" ")) {
+			b.trigger(c.cfg)
+		}
+	}
+}
+
+// onConnected starts a new epoch. A new server life drops every session of
+// the old one (Removed, life_changed): ids restart at $0 in a new life.
+func (c *Census) onConnected(info tmuxctl.ServerInfo) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.epoch++
+	if c.info.PID != 0 && c.info.ServerLife != info.ServerLife {
+		c.dropAllLocked(ReasonLifeChanged)
+	}
+	c.info = info
+	c.online = true
+	c.setUnsyncedLocked()
+	c.log.Info().Int("server_pid", info.PID).Int64("server_start", info.StartTime).Msg("census connected")
+}
+
+// onDisconnected marks the census unsynced at once. When the server process
+// is gone, its life is over and every session with it: Removed,
+// server_exited. Otherwise (the control client was detached, or the server
+// is still shutting down) the sessions stay, unsynced, until the next
+// connect tells whether the life continues.
+func (c *Census) onDisconnected(cause error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.epoch++
+	c.online = false
+	c.setUnsyncedLocked()
+	gone := c.info.PID != 0 && processGone(c.info.PID)
+	if gone {
+		c.dropAllLocked(ReasonServerExited)
+	}
+	c.log.Info().Err(cause).Bool("server_gone", gone).Msg("census disconnected")
+}
+
+// subscribe installs the census subscription on the current connection.
+// Failure is logged, not fatal: the periodic reconcile still runs.
+func (c *Census) subscribe(ctx context.Context, life tmuxctl.ServerLife) {
+	_, err := c.cl.CommandIn(ctx, life, "refresh-client", "-B", subName+"::"+subFormat)
+	if err != nil {
+		c.log.Warn().Err(err).Msg("census subscription failed; relying on the periodic reconcile")
+	}
+}
+
+// processGone reports whether pid no longer names a live process. A zombie
+// counts as gone: it runs no code and holds no sessions.
+func processGone(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err == nil {
+		// The state follows the ")" that closes the command name.
+		if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) {
+			st := b[i+2]
+			return st == 'Z' || st == 'X'
+		}
+		return false
+	}
+	if errors.Is(err, os.ErrNotExist) {
+		return true
+	}
+	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+}

@@ -1,0 +1,482 @@
+package census
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
+)
+
+// How tags are read exactly, and cheaply (tmux/FACTS.md §7.2).
+//
+// `#{@skc-identity}` in a session format is resolved by format_find in the
+// order server options → pane → window → global window → session → global
+// session, and format_defaults fills in the session's current window and
+// active pane. So the list value of a tag can be shadowed by a server,
+// window, pane or global-window option, or inherited from `set -g`. Only
+// `show-options -t '$N'` (no -A, no -g) reads the session's own options, and
+// that is one command per session.
+//
+// A full sync therefore sends, pipelined: the list (one line per session with
+// every tag's *resolved* value) plus three tiny global reads (`show-options -s`,
+// `-gw`, `-g`). It then reads a session's own options exactly only when:
+//   - a server or global-window `@skc-*` option exists (it could shadow any
+//     session, even with an empty value): every session, every sync;
+//   - the session is new and any resolved tag is non-empty;
+//   - the resolved values differ from what the session's own values (last read
+//     exactly) plus the `set -g` defaults predict, which catches every change
+//     made by hand and every window/pane-level shadow that changes a value.
+//
+// In the steady state that is zero extra per-session commands. What remains
+// unseen is a window/pane-level `@skc-*` option whose value hides a later
+// change of the session's own value without changing the resolved one, or an
+// empty window/pane-level option set before the session was first tagged —
+// both need a human to set supervisor tags at the wrong level. Inspect never
+// relies on the list alone for the sessions it judges: it reads them exactly.
+
+// tagNames are the tags read in the list, in field order.
+var tagNames = [...]string{TagControl, TagIdentity, TagGeneration, TagReservation, TagState}
+
+// tagVals holds the tagNames values, in order.
+type tagVals [len(tagNames)]string
+
+const (
+	listFields = 8 + len(tagNames) + 1 // base fields, tags, name (the rest of the line)
+	// listFormat puts the name last so that it is "the rest of the line".
+	listFormat = "#{session_id}\t#{session_created}\t#{session_attached}\t" +
+		"#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{pane_dead_status}\t#{pane_dead_signal}\t" +
+		"#{@skc-control}\t#{@skc-identity}\t#{@skc-generation}\t#{@skc-reservation}\t#{@skc-state}\t" +
+		"#{session_name}"
+	// baseFormat is listFormat without tags, for sessions whose list line did
+	// not parse (a hand-set tag holding a tab or newline).
+	baseFormat = "#{session_id}\t#{session_created}\t#{session_attached}\t" +
+		"#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{pane_dead_status}\t#{pane_dead_signal}\t" +
+		"#{session_name}"
+)
+
+// errStale means a sync's result belongs to an epoch that has ended.
+var errStale = errors.New("census: sync overtaken by a connect or disconnect")
+
+// row is one parsed list line.
+type row struct {
+	line    string
+	s       Session // base fields
+	list    tagVals // resolved tag values as the list shows them
+	badTags bool    // some resolved tag is not a safe token
+	broken  bool    // the line did not parse; only s.ID is known
+}
+
+// globals is what the three global option reads found.
+type globals struct {
+	shadow bool    // a server or global-window @skc-* option exists
+	gsess  tagVals // `set -g` session defaults
+}
+
+// Refresh runs a full re-list now and returns when the census has applied it.
+func (c *Census) Refresh(ctx context.Context) error {
+	return c.resync(ctx)
+}
+
+// resync lists every session and applies the result in the epoch it started in.
+func (c *Census) resync(ctx context.Context) error {
+	c.syncMu.Lock()
+	defer c.syncMu.Unlock()
+	c.mu.RLock()
+	life, epoch, connected := c.info.ServerLife, c.epoch, c.online
+	c.mu.RUnlock()
+	if !connected {
+		return tmuxctl.ErrNotConnected
+	}
+	c.relists.Add(1)
+	rows, g, err := c.readList(ctx, life)
+	if err != nil {
+		return err
+	}
+	entries, err := c.resolve(ctx, life, rows, g)
+	if err != nil {
+		return err
+	}
+	return c.apply(epoch, life, entries)
+}
+
+// readList sends the list and the global reads pipelined and parses them.
+func (c *Census) readList(ctx context.Context, life tmuxctl.ServerLife) ([]row, globals, error) {
+	replies, err := c.pipeline(ctx, life, [][]string{
+		{"list-sessions", "-F", listFormat},
+		{"show-options", "-s"},
+		{"show-options", "-gw"},
+		{"show-options", "-g"},
+	})
+	if err != nil {
+		return nil, globals{}, err
+	}
+	var g globals
+	g.shadow = len(parseOptions(replies[1].Lines)) > 0 || len(parseOptions(replies[2].Lines)) > 0
+	g.gsess = tagsOf(parseOptions(replies[3].Lines))
+	rows := make([]row, 0, len(replies[0].Lines))
+	for _, line := range replies[0].Lines {
+		r, ok := parseRow(line)
+		if !ok {
+			c.log.Warn().Str("line", clip(line)).Msg("skipping unparseable list-sessions line")
+			continue
+		}
+		rows = append(rows, r)
+	}
+	return rows, g, nil
+}
+
+// pipeline sends every command at once (tmuxctl matches replies FIFO) and
+// waits for all; the first error wins.
+func (c *Census) pipeline(ctx context.Context, life tmuxctl.ServerLife, cmds [][]string) ([]tmuxctl.Reply, error) {
+	replies := make([]tmuxctl.Reply, len(cmds))
+	errs := make([]error, len(cmds))
+	var wg sync.WaitGroup
+	for i, args := range cmds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			replies[i], errs[i] = c.cl.CommandIn(ctx, life, args...)
+		}()
+	}
+	wg.Wait()
+	return replies, errors.Join(errs...)
+}
+
+// parseRow parses one list line. ok is false when not even the id is
+// readable; a line with a readable id but a bad shape comes back broken.
+func parseRow(line string) (row, bool) {
+	f := strings.SplitN(line, "\t", listFields)
+	if !validID(f[0]) {
+		return row{}, false
+	}
+	r := row{line: line, s: Session{ID: f[0]}}
+	// A name never holds a raw tab (tmux escapes it), so a tab in the last
+	// field means a tag value held one and the fields are misaligned.
+	if len(f) != listFields || strings.IndexByte(f[listFields-1], '\t') >= 0 || !parseBase(&r.s, f[:8]) {
+		r.broken = true
+		return r, true
+	}
+	for i := range tagNames {
+		v := f[8+i]
+		r.list[i] = v
+		if v != "" && !safeToken(v) {
+			r.badTags = true
+		}
+	}
+	r.s.Name = f[listFields-1]
+	return r, true
+}
+
+// parseBase fills the non-tag fields from f (id … pane_dead_signal).
+func parseBase(s *Session, f []string) bool {
+	created, err1 := strconv.ParseInt(f[1], 10, 64)
+	attached, err2 := strconv.Atoi(f[2])
+	pid, err3 := strconv.Atoi(f[4])
+	if err1 != nil || err2 != nil || err3 != nil || (f[5] != "0" && f[5] != "1") {
+		return false
+	}
+	s.Created = time.Unix(created, 0).UTC()
+	s.Attached = attached
+	s.PaneID = f[3]
+	s.PanePID = pid
+	s.PaneDead = f[5] == "1"
+	s.PaneDeadStatus = nil
+	if f[6] != "" {
+		st, err := strconv.Atoi(f[6])
+		if err != nil {
+			return false
+		}
+		s.PaneDeadStatus = &st
+	}
+	s.PaneDeadSignal = f[7]
+	return true
+}
+
+// resolve turns rows into entries, reading own tags exactly where needed
+// (see the comment at the top of this file).
+func (c *Census) resolve(ctx context.Context, life tmuxctl.ServerLife, rows []row, g globals) ([]*entry, error) {
+	c.mu.RLock()
+	prev := make([]*entry, len(rows))
+	for i, r := range rows {
+		prev[i] = c.sessions[r.s.ID]
+	}
+	c.mu.RUnlock()
+	out := make([]*entry, len(rows))
+	var todo []int
+	for i, r := range rows {
+		p := prev[i]
+		switch {
+		case p != nil && !g.shadow && r.line == p.line:
+			out[i] = p // unchanged line: nothing to parse or read
+		case needExact(r, p, g):
+			todo = append(todo, i)
+		default:
+			out[i] = buildEntry(r, p)
+		}
+	}
+	if err := c.readExact(ctx, life, rows, todo, out); err != nil {
+		return nil, err
+	}
+	kept := out[:0]
+	for _, e := range out {
+		if e != nil { // nil: the session went away between the list and the exact read
+			kept = append(kept, e)
+		}
+	}
+	return kept, nil
+}
+
+// needExact says whether r's own tags must be read with show-options.
+func needExact(r row, p *entry, g globals) bool {
+	if g.shadow || r.broken || r.badTags {
+		return true
+	}
+	if p == nil {
+		return r.list != tagVals{}
+	}
+	return r.list != effective(p.exact, g.gsess)
+}
+
+// effective is what the list shows for a session whose own values are own,
+// when nothing shadows it: its own value, else the `set -g` default.
+func effective(own, gsess tagVals) tagVals {
+	for i := range own {
+		if own[i] == "" {
+			own[i] = gsess[i]
+		}
+	}
+	return own
+}
+
+// buildEntry makes an entry from a row whose own tags are known: unchanged
+// from p, or (new session, all tags empty) none.
+func buildEntry(r row, p *entry) *entry {
+	e := &entry{s: r.s, line: r.line}
+	if p != nil {
+		e.exact = p.exact
+		e.s.Tags = p.s.Tags
+		e.control = p.control
+	}
+	e.s.Managed = e.s.Tags[TagIdentity] != ""
+	return e
+}
+
+// readExact reads the own options of rows[todo] with bounded concurrency.
+func (c *Census) readExact(ctx context.Context, life tmuxctl.ServerLife, rows []row, todo []int, out []*entry) error {
+	if len(todo) == 0 {
+		return nil
+	}
+	par := min(c.cfg.confirmPar, len(todo))
+	next := make(chan int)
+	errs := make([]error, len(todo))
+	var wg sync.WaitGroup
+	for w := 0; w < par; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range next {
+				out[todo[k]], errs[k] = c.exactEntry(ctx, life, rows[todo[k]])
+			}
+		}()
+	}
+	for k := range todo {
+		next <- k
+	}
+	close(next)
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// exactEntry reads one session's own options (and, for a broken line, its base
+// fields). A nil entry with a nil error means the session is gone.
+func (c *Census) exactEntry(ctx context.Context, life tmuxctl.ServerLife, r row) (*entry, error) {
+	c.confirms.Add(1)
+	s := r.s
+	if r.broken {
+		rep, err := c.cl.CommandIn(ctx, life, "display-message", "-p", "-t", s.ID, baseFormat)
+		if err != nil || len(rep.Lines) != 1 {
+			return nil, goneOr(err)
+		}
+		f := strings.SplitN(rep.Lines[0], "\t", 9)
+		if len(f) != 9 || f[0] != s.ID || !parseBase(&s, f[:8]) {
+			return nil, nil // CANFAIL: an empty expansion means the target is gone
+		}
+		s.Name = f[8]
+	}
+	rep, err := c.cl.CommandIn(ctx, life, "show-options", "-t", s.ID)
+	if err != nil {
+		return nil, goneOr(err)
+	}
+	opts := parseOptions(rep.Lines)
+	e := &entry{s: s, line: r.line, exact: tagsOf(opts)}
+	if len(opts) > 0 {
+		e.s.Tags = opts
+	}
+	e.control = e.exact[0] != ""
+	e.s.Managed = e.s.Tags[TagIdentity] != ""
+	if r.broken {
+		e.line = "" // never take the fast path on a line that did not parse
+	}
+	return e, nil
+}
+
+// goneOr maps a command error about a missing session to "gone" (nil) and
+// keeps every other error.
+func goneOr(err error) error {
+	var ce *tmuxctl.CommandError
+	if err == nil || errors.As(err, &ce) {
+		return nil
+	}
+	return err
+}
+
+// parseOptions returns the @skc-* options in show-options output lines
+// ("name value"). Values of ours are safe tokens; anything else is kept raw.
+func parseOptions(lines []string) map[string]string {
+	var m map[string]string
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "@skc-") {
+			continue
+		}
+		name, val, _ := strings.Cut(l, " ")
+		if m == nil {
+			m = map[string]string{}
+		}
+		m[name] = val
+	}
+	return m
+}
+
+func tagsOf(m map[string]string) tagVals {
+	var t tagVals
+	for i, n := range tagNames {
+		t[i] = m[n]
+	}
+	return t
+}
+
+// apply replaces the census contents with entries and emits the differences,
+// unless the epoch the sync started in has ended.
+func (c *Census) apply(epoch uint64, life tmuxctl.ServerLife, entries []*entry) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.epoch != epoch || !c.online || c.info.ServerLife != life {
+		return errStale
+	}
+	seen := make(map[string]struct{}, len(entries))
+	for _, e := range entries {
+		seen[e.s.ID] = struct{}{}
+		if e.s.ID == c.info.ControlSessionID {
+			e.control = true // tmuxctl's own session, even if its tag was removed by hand
+		}
+		old := c.sessions[e.s.ID]
+		c.sessions[e.s.ID] = e
+		switch {
+		case old == nil:
+			c.indexLocked(e)
+			if !e.control {
+				c.emitLocked(Change{Kind: Added, Session: e.s, Life: life})
+			}
+		case old == e:
+		case old.control != e.control || !sameSession(old.s, e.s):
+			c.changeLocked(old, e, life)
+		}
+	}
+	var gone []*entry
+	for id, e := range c.sessions {
+		if _, ok := seen[id]; !ok {
+			gone = append(gone, e)
+		}
+	}
+	for _, e := range sortEntries(gone) {
+		c.unindexLocked(e)
+		delete(c.sessions, e.s.ID)
+		if !e.control {
+			c.emitLocked(Change{Kind: Removed, Session: e.s, Reason: ReasonGone, Life: life})
+		}
+	}
+	c.setSyncedLocked()
+	return nil
+}
+
+// changeLocked replaces old by e in the indexes and emits the change. A
+// session that became (or stopped being) the control session appears as
+// Removed (or Added), because the control session is never exposed.
+func (c *Census) changeLocked(old, e *entry, life tmuxctl.ServerLife) {
+	c.unindexLocked(old)
+	c.indexLocked(e)
+	switch {
+	case old.control && e.control:
+	case old.control:
+		c.emitLocked(Change{Kind: Added, Session: e.s, Life: life})
+	case e.control:
+		c.emitLocked(Change{Kind: Removed, Session: old.s, Reason: ReasonGone, Life: life})
+	default:
+		c.emitLocked(Change{Kind: Changed, Session: e.s, Life: life})
+	}
+}
+
+func sortEntries(es []*entry) []*entry {
+	for i := 1; i < len(es); i++ {
+		for j := i; j > 0 && idLess(es[j].s.ID, es[j-1].s.ID); j-- {
+			es[j], es[j-1] = es[j-1], es[j]
+		}
+	}
+	return es
+}
+
+// sameSession compares every field a consumer can see.
+func sameSession(a, b Session) bool {
+	if a.ID != b.ID || a.Name != b.Name || !a.Created.Equal(b.Created) || a.Attached != b.Attached ||
+		a.PaneID != b.PaneID || a.PanePID != b.PanePID || a.PaneDead != b.PaneDead ||
+		a.PaneDeadSignal != b.PaneDeadSignal || a.Managed != b.Managed || len(a.Tags) != len(b.Tags) {
+		return false
+	}
+	if (a.PaneDeadStatus == nil) != (b.PaneDeadStatus == nil) ||
+		(a.PaneDeadStatus != nil && *a.PaneDeadStatus != *b.PaneDeadStatus) {
+		return false
+	}
+	for k, v := range a.Tags {
+		if w, ok := b.Tags[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// validID reports whether s is a tmux session id "$N".
+func validID(s string) bool {
+	if len(s) < 2 || s[0] != '$' {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// safeToken reports whether v uses only the tag alphabet (no space, quote,
+// '#', newline or tab can appear, so a line stays one record).
+func safeToken(v string) bool {
+	for i := 0; i < len(v); i++ {
+		b := v[i]
+		if !(b >= '0' && b <= '9' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b == '-' || b == '_' || b == '.') {
+			return false
+		}
+	}
+	return v != ""
+}
+
+func clip(s string) string {
+	if len(s) > 200 {
+		return fmt.Sprintf("%s… (%d bytes)", s[:200], len(s))
+	}
+	return s
+}
