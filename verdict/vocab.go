@@ -1,0 +1,171 @@
+package verdict
+
+// The vocabulary below crosses the wire (verdicts.jsonl, the HTTP API, the CLI's
+// JSON output), so every word is a named constant and never changes meaning once
+// shipped. The constants are untyped strings on purpose: they can be assigned to
+// Record's string fields and passed where a Code is expected without conversions.
+
+// Event kind: ECS event.kind. Every verdict is a plain "event".
+const (
+	// KindEvent is the only event.kind a verdict carries.
+	KindEvent = "event"
+)
+
+// Outcomes: ECS event.outcome.
+const (
+	// OutcomeSuccess: the decision went the caller's way (published, existing,
+	// reclaimed, a session end that was observed and recorded).
+	OutcomeSuccess = "success"
+	// OutcomeFailure: refused or failed.
+	OutcomeFailure = "failure"
+	// OutcomeUnknown: the result could not be established (unresolved recovery,
+	// an end whose cause is not known).
+	OutcomeUnknown = "unknown"
+)
+
+// Actions: ECS event.action, the operation that produced the verdict.
+const (
+	// ActionCreate is a create request (the create saga).
+	ActionCreate = "create"
+	// ActionRecover is the recovery of an abandoned reservation.
+	ActionRecover = "recover"
+	// ActionEnd is the detection of a session end (by the end detection loop or
+	// at daemon start).
+	ActionEnd = "end"
+	// ActionKill is a kill request.
+	ActionKill = "kill"
+	// ActionAdopt is a published identity taken over by a restarted daemon.
+	ActionAdopt = "adopt"
+)
+
+// Verdicts: skc.verdict.
+const (
+	// VerdictPublished: a create published a new generation.
+	VerdictPublished = "published"
+	// VerdictExisting: a create found the identity's live authoritative session.
+	VerdictExisting = "existing"
+	// VerdictRefused: the fence refused a create; skc.code says why.
+	VerdictRefused = "refused"
+	// VerdictFailed: a create failed after it was admitted; skc.code says why.
+	VerdictFailed = "failed"
+	// VerdictReclaimed: recovery reclaimed a dead owner's reservation.
+	VerdictReclaimed = "reclaimed"
+	// VerdictOrphanCleaned: recovery killed an orphan attempt and confirmed it gone.
+	VerdictOrphanCleaned = "orphan_cleaned"
+	// VerdictPreserved: recovery found an authoritative child and kept it.
+	VerdictPreserved = "preserved"
+	// VerdictUnresolved: recovery could not establish what exists; the row is kept.
+	VerdictUnresolved = "unresolved"
+	// VerdictAdopted: a restarted daemon took over a live published session.
+	VerdictAdopted = "adopted"
+	// VerdictEnded: a published generation ended; skc.exit_kind says how. A kill
+	// request also ends in this verdict (exit kind cleanup, reason
+	// killed_by_request), so that every generation has exactly one end.
+	VerdictEnded = "ended"
+)
+
+// Exit kinds: skc.exit_kind, on an ended verdict only.
+const (
+	// ExitKindExit: the agent exited while we watched; status or signal recorded.
+	ExitKindExit = "exit"
+	// ExitKindProcessPostmortem: the exit was recorded by the pane helper while
+	// the daemon was down, and read back from its postmortem.
+	ExitKindProcessPostmortem = "process_postmortem"
+	// ExitKindOwnerLost: the session vanished and no postmortem exists.
+	ExitKindOwnerLost = "owner_lost"
+	// ExitKindCleanup: we removed the session (kill request, orphan cleanup,
+	// compensation of a failed create).
+	ExitKindCleanup = "cleanup"
+)
+
+// Reasons: ECS event.reason, a snake_case word. The reasons for refusals and
+// failures come from Classify; these are the others.
+const (
+	// ReasonCreated: a new generation was published.
+	ReasonCreated = "created"
+	// ReasonSessionLive: the identity's published session is live and authoritative.
+	ReasonSessionLive = "session_live"
+	// ReasonInflightPublished: a concurrent create of the same identity published
+	// while this one waited for it.
+	ReasonInflightPublished = "inflight_published"
+	// ReasonOwnerDead: the reservation's owner was proven dead.
+	ReasonOwnerDead = "owner_dead"
+	// ReasonNoChild: the abandoned reservation had not invoked the helper, so no
+	// child can exist.
+	ReasonNoChild = "no_child"
+	// ReasonChildAbsent: a live inspection found no session for the attempt.
+	ReasonChildAbsent = "child_absent"
+	// ReasonChildAuthoritative: a live inspection found the attempt's session
+	// authoritative.
+	ReasonChildAuthoritative = "child_authoritative"
+	// ReasonInspectionUnknown: a live inspection could not decide.
+	ReasonInspectionUnknown = "inspection_unknown"
+	// ReasonDaemonRestart: the verdict was written by a daemon (re)starting.
+	ReasonDaemonRestart = "daemon_restart"
+	// ReasonAgentExited: the agent process exited (its pane is dead).
+	ReasonAgentExited = "agent_exited"
+	// ReasonTmuxSessionMissing: the session is gone from tmux.
+	ReasonTmuxSessionMissing = "tmux_session_missing"
+	// ReasonServerExited: the supervised tmux server exited.
+	ReasonServerExited = "server_exited"
+	// ReasonKilledByRequest: a kill request ended the session.
+	ReasonKilledByRequest = "killed_by_request"
+	// ReasonOrphanCleanup: an orphan attempt was killed during recovery.
+	ReasonOrphanCleanup = "orphan_cleanup"
+	// ReasonCompensated: a failed create's attempt was removed by its compensation.
+	ReasonCompensated = "compensated"
+)
+
+// Verdicts lists every skc.verdict value, for documentation and tests.
+var Verdicts = []string{
+	VerdictPublished, VerdictExisting, VerdictRefused, VerdictFailed,
+	VerdictReclaimed, VerdictOrphanCleaned, VerdictPreserved, VerdictUnresolved,
+	VerdictAdopted, VerdictEnded,
+}
+
+// Actions lists every event.action value.
+var Actions = []string{ActionCreate, ActionRecover, ActionEnd, ActionKill, ActionAdopt}
+
+// Outcomes lists every event.outcome value.
+var Outcomes = []string{OutcomeSuccess, OutcomeFailure, OutcomeUnknown}
+
+// ExitKinds lists every skc.exit_kind value.
+var ExitKinds = []string{ExitKindExit, ExitKindProcessPostmortem, ExitKindOwnerLost, ExitKindCleanup}
+
+// Reasons lists the event.reason values that are not tied to an error code
+// (those are in Classify's table; AllReasons returns both).
+var Reasons = []string{
+	ReasonCreated, ReasonSessionLive, ReasonInflightPublished, ReasonOwnerDead,
+	ReasonNoChild, ReasonChildAbsent, ReasonChildAuthoritative, ReasonInspectionUnknown,
+	ReasonDaemonRestart, ReasonAgentExited, ReasonTmuxSessionMissing, ReasonServerExited,
+	ReasonKilledByRequest, ReasonOrphanCleanup, ReasonCompensated,
+}
+
+// AllReasons returns every event.reason value: Reasons followed by the reason of
+// every code in Codes, without duplicates.
+func AllReasons() []string {
+	seen := make(map[string]bool)
+	var out []string
+	add := func(r string) {
+		if !seen[r] {
+			seen[r] = true
+			out = append(out, r)
+		}
+	}
+	for _, r := range Reasons {
+		add(r)
+	}
+	for _, c := range Codes {
+		add(Classify(c).Reason)
+	}
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
