@@ -1,0 +1,172 @@
+package fence
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// The pane helper opens the fence with its own Store (another process) and
+// writes here, so an agent's exit is recorded even while the daemon is down.
+
+// RecordHelperStart records the pane helper's pid and incarnation against its
+// reservation and generation, creating the postmortem row that RecordPostmortem
+// completes. The reservation must still exist, or have published its
+// generation; otherwise fence_lost: the helper must not run the agent.
+func (s *Store) RecordHelperStart(ctx context.Context, resID string, pid int, incarnation string) error {
+	if err := checkReservationID(resID); err != nil {
+		return err
+	}
+	if pid <= 0 {
+		return invalid("helper_pid", "helper pid %d is not positive", pid)
+	}
+	if err := checkToken("helper_incarnation", incarnation, true); err != nil {
+		return err
+	}
+	return s.write(ctx, "helper_start", func(q queryer) error {
+		id, gen, err := generationOf(ctx, q, resID)
+		if err != nil {
+			return err
+		}
+		now := s.now()
+		if _, err := q.ExecContext(ctx, `INSERT INTO postmortems (reservation_id, state_dir, session_id,
+			generation, helper_pid, helper_incarnation, started_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (reservation_id) DO UPDATE SET helper_pid = excluded.helper_pid,
+			helper_incarnation = excluded.helper_incarnation`,
+			resID, id.StateDir, id.SessionID, gen, pid, incarnation, nanos(now)); err != nil {
+			return err
+		}
+		_, err = q.ExecContext(ctx, `UPDATE reservations SET helper_pid = ? WHERE reservation_id = ?`, pid, resID)
+		return err
+	})
+}
+
+// generationOf finds the identity and generation of reservation resID, from
+// its row or, once released, from the published record.
+func generationOf(ctx context.Context, q queryer, resID string) (Identity, uint64, error) {
+	row, ok, err := rowByID(ctx, q, resID)
+	if err != nil {
+		return Identity{}, 0, err
+	}
+	if ok {
+		return row.Identity, row.Generation, nil
+	}
+	var id Identity
+	var gen uint64
+	err = q.QueryRowContext(ctx, `SELECT state_dir, session_id, generation FROM identities
+		WHERE reservation_id = ?`, resID).Scan(&id.StateDir, &id.SessionID, &gen)
+	if err == sql.ErrNoRows {
+		return Identity{}, 0, lost(resID, "has no row and no published generation")
+	}
+	return id, gen, err
+}
+
+// RecordPostmortem records (or completes) the agent's postmortem, keyed by its
+// reservation id. Identity and Generation may be left zero when
+// RecordHelperStart created the row.
+func (s *Store) RecordPostmortem(ctx context.Context, pm Postmortem) error {
+	if err := checkPostmortem(&pm); err != nil {
+		return err
+	}
+	return s.write(ctx, "postmortem", func(q queryer) error {
+		if pm.Identity == (Identity{}) || pm.Generation == 0 {
+			id, gen, err := postmortemKey(ctx, q, pm.ReservationID)
+			if err != nil {
+				return err
+			}
+			pm.Identity, pm.Generation = id, gen
+		}
+		var status any
+		if pm.ExitStatus != nil {
+			status = *pm.ExitStatus
+		}
+		_, err := q.ExecContext(ctx, `INSERT INTO postmortems (reservation_id, state_dir, session_id,
+			generation, helper_pid, helper_incarnation, agent_pid, exit_status, signal, utime_ns, stime_ns,
+			maxrss_kb, started_at, ended_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (reservation_id) DO UPDATE SET
+			helper_pid = CASE WHEN excluded.helper_pid > 0 THEN excluded.helper_pid ELSE helper_pid END,
+			helper_incarnation = CASE WHEN excluded.helper_incarnation <> '' THEN excluded.helper_incarnation
+				ELSE helper_incarnation END,
+			agent_pid = excluded.agent_pid, exit_status = excluded.exit_status, signal = excluded.signal,
+			utime_ns = excluded.utime_ns, stime_ns = excluded.stime_ns, maxrss_kb = excluded.maxrss_kb,
+			started_at = CASE WHEN excluded.started_at > 0 THEN excluded.started_at ELSE started_at END,
+			ended_at = excluded.ended_at`,
+			pm.ReservationID, pm.Identity.StateDir, pm.Identity.SessionID, pm.Generation, pm.HelperPID,
+			pm.HelperIncarnation, pm.AgentPID, status, pm.Signal, int64(pm.UserTime), int64(pm.SystemTime),
+			pm.MaxRSS, nanos(pm.StartedAt), nanos(pm.EndedAt))
+		return err
+	})
+}
+
+func checkPostmortem(pm *Postmortem) error {
+	if err := checkReservationID(pm.ReservationID); err != nil {
+		return err
+	}
+	if pm.Identity != (Identity{}) {
+		id, err := CanonicalIdentity(pm.Identity)
+		if err != nil {
+			return err
+		}
+		pm.Identity = id
+	}
+	if pm.HelperPID < 0 || pm.AgentPID < 0 || pm.MaxRSS < 0 || pm.UserTime < 0 || pm.SystemTime < 0 {
+		return invalid("postmortem", "negative pid, time or rss")
+	}
+	if err := checkToken("helper_incarnation", pm.HelperIncarnation, false); err != nil {
+		return err
+	}
+	return checkToken("signal", pm.Signal, false)
+}
+
+func postmortemKey(ctx context.Context, q queryer, resID string) (Identity, uint64, error) {
+	var id Identity
+	var gen uint64
+	err := q.QueryRowContext(ctx, `SELECT state_dir, session_id, generation FROM postmortems
+		WHERE reservation_id = ?`, resID).Scan(&id.StateDir, &id.SessionID, &gen)
+	if err == sql.ErrNoRows {
+		return generationOf(ctx, q, resID)
+	}
+	return id, gen, err
+}
+
+// Postmortem returns the postmortem of the identity's generation gen, if the
+// pane helper recorded one (EndedAt is zero while the agent still runs).
+func (s *Store) Postmortem(ctx context.Context, id Identity, gen uint64) (Postmortem, bool, error) {
+	id, err := CanonicalIdentity(id)
+	if err != nil {
+		return Postmortem{}, false, err
+	}
+	var pm Postmortem
+	var status sql.NullInt64
+	var utime, stime, started, ended int64
+	err = s.r.QueryRowContext(ctx, `SELECT reservation_id, state_dir, session_id, generation, helper_pid,
+		helper_incarnation, agent_pid, exit_status, signal, utime_ns, stime_ns, maxrss_kb, started_at, ended_at
+		FROM postmortems WHERE state_dir = ? AND session_id = ? AND generation = ?
+		ORDER BY started_at DESC LIMIT 1`, id.StateDir, id.SessionID, gen).Scan(
+		&pm.ReservationID, &pm.Identity.StateDir, &pm.Identity.SessionID, &pm.Generation, &pm.HelperPID,
+		&pm.HelperIncarnation, &pm.AgentPID, &status, &pm.Signal, &utime, &stime, &pm.MaxRSS, &started, &ended)
+	pm, ok, err := noRows(pm, err)
+	if err != nil || !ok {
+		return Postmortem{}, false, s.dbErrOrNil("postmortem", err)
+	}
+	if status.Valid {
+		v := int(status.Int64)
+		pm.ExitStatus = &v
+	}
+	pm.UserTime, pm.SystemTime = durationNS(utime), durationNS(stime)
+	pm.StartedAt, pm.EndedAt = fromNanos(started), fromNanos(ended)
+	return pm, true, nil
+}
+
+func (s *Store) dbErrOrNil(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return s.dbErr(op, err)
+}
+
+var _ verdict.Journal = (*Store)(nil)
+
+func durationNS(n int64) time.Duration { return time.Duration(n) }

@@ -1,0 +1,170 @@
+package fence
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// Inspector is the recovery census (census.Census through a small adapter in
+// lifecycle): the fence never imports tmux code.
+type Inspector interface {
+	// Inspect looks at live tmux (never the cache alone) for the abandoned
+	// attempt ab, given the identity's published record (nil when none).
+	Inspect(ctx context.Context, ab Reservation, pub *Published) (Authority, error)
+	// KillConfirm kills the orphan attempt and returns nil only once it is
+	// confirmed gone.
+	KillConfirm(ctx context.Context, ab Reservation) error
+}
+
+// RecoverBranch is which of DESIGN §6's recovery branches was taken; its
+// String is the verdict (skc.verdict) to write.
+type RecoverBranch int
+
+// The branches. The zero value is BranchUnresolved: fail closed.
+const (
+	BranchUnresolved RecoverBranch = iota
+	BranchPreserved
+	BranchOrphanCleaned
+	BranchReclaimed
+)
+
+// String returns the verdict word: unresolved, preserved, orphan_cleaned, reclaimed.
+func (b RecoverBranch) String() string {
+	switch b {
+	case BranchPreserved:
+		return verdict.VerdictPreserved
+	case BranchOrphanCleaned:
+		return verdict.VerdictOrphanCleaned
+	case BranchReclaimed:
+		return verdict.VerdictReclaimed
+	}
+	return verdict.VerdictUnresolved
+}
+
+// RecoverResult is what RecoverAbandoned did.
+type RecoverResult struct {
+	Branch RecoverBranch
+	// Inspected reports whether a live inspection ran (false when the row had
+	// not reached helper_invoked, so no child could exist).
+	Inspected bool
+	Authority Authority  // the inspection's answer
+	Abandoned Reservation // the abandoned row as re-read before acting
+	Published *Published  // the identity's published record given to Inspect
+	// Reservation is our new row (in flight) for orphan_cleaned and reclaimed.
+	Reservation *Reservation
+}
+
+// RecoverAbandoned resolves a dead owner's row (or our own abandoned one), as
+// DESIGN §6 and shared/model/saga.pml order it:
+//
+//   - phase reserved: no child can exist → reclaim (reclaimed);
+//   - a live inspection: authoritative → the child is preserved, and the error
+//     is identity_existing_owner (the create answers existing); orphan →
+//     KillConfirm first, then reclaim (orphan_cleaned); absent → reclaim
+//     (reclaimed); unknown or an inspection error → identity_orphan_unresolved,
+//     the row is kept;
+//   - every reclaim is pinned to ab.ID: if someone else recovered the row
+//     first, fence_lost (fail closed).
+//
+// The new row is written with ab.Spec (its state file must match the row's): a
+// creator recovering in order to create puts its own Spec there; startup
+// recovery passes the row as read and Releases the new reservation. When the
+// preserved child is the row's own published generation, the dead creator's
+// last step (release) is finished for it. The result is filled in for the
+// preserved and unresolved branches too, alongside their error.
+func (s *Store) RecoverAbandoned(ctx context.Context, ab Reservation, insp Inspector) (RecoverResult, error) {
+	if err := checkReservationID(ab.ID); err != nil {
+		return RecoverResult{}, err
+	}
+	id, spec, err := canonicalRequest(ab.Identity, ab.Spec)
+	if err != nil {
+		return RecoverResult{}, err
+	}
+	pid, inc, err := s.self()
+	if err != nil {
+		return RecoverResult{}, err
+	}
+	row, ok, err := rowFor(ctx, s.r, id)
+	if err != nil {
+		return RecoverResult{}, s.dbErr("recover", err)
+	}
+	if !ok || row.ID != ab.ID {
+		return RecoverResult{}, lost(ab.ID, "is no longer the identity's row")
+	}
+	if err := s.displaceable(row, pid, inc); err != nil {
+		return RecoverResult{}, err
+	}
+	res := RecoverResult{Abandoned: row}
+	if row.Phase < PhaseHelperInvoked {
+		return s.reclaimFor(ctx, res, BranchReclaimed, spec)
+	}
+	if insp == nil {
+		return res, unresolved(row, AuthorityUnknown, fmt.Errorf("no inspector"))
+	}
+	if pub, ok, err := publishedFor(ctx, s.r, id); err != nil {
+		return RecoverResult{}, s.dbErr("recover", err)
+	} else if ok {
+		res.Published = &pub
+	}
+	auth, ierr := insp.Inspect(ctx, row, res.Published)
+	if ierr != nil {
+		auth = AuthorityUnknown
+	}
+	res.Inspected, res.Authority = true, auth
+	switch auth {
+	case Authoritative:
+		return s.preserve(ctx, res)
+	case Orphan:
+		if err := insp.KillConfirm(ctx, row); err != nil {
+			return res, unresolved(row, auth, err)
+		}
+		return s.reclaimFor(ctx, res, BranchOrphanCleaned, spec)
+	case Absent:
+		return s.reclaimFor(ctx, res, BranchReclaimed, spec)
+	default:
+		return res, unresolved(row, auth, ierr)
+	}
+}
+
+func (s *Store) reclaimFor(ctx context.Context, res RecoverResult, b RecoverBranch, spec Spec) (RecoverResult, error) {
+	r, err := s.Reclaim(ctx, res.Abandoned.Identity, res.Abandoned.ID, spec)
+	if err != nil {
+		res.Branch = BranchUnresolved
+		return res, err
+	}
+	res.Branch, res.Reservation = b, &r
+	return res, nil
+}
+
+// preserve keeps the authoritative child. If it is the row's own published
+// generation the creator died between publishing and releasing, so the
+// release is finished (pinned to the row's id): a later Reserve then answers
+// MaybeExisting from the published record without another inspection.
+func (s *Store) preserve(ctx context.Context, res RecoverResult) (RecoverResult, error) {
+	res.Branch = BranchPreserved
+	ab := res.Abandoned
+	if p := res.Published; p != nil && !p.Ended && p.ReservationID == ab.ID && p.Generation == ab.Generation {
+		err := s.write(ctx, "recover", func(q queryer) error {
+			_, err := deleteRow(ctx, q, ab.ID)
+			return err
+		})
+		if err != nil {
+			return res, err
+		}
+	}
+	return res, verdict.Errorf(verdict.CodeIdentityExistingOwner,
+		map[string]any{"reservation_id": ab.ID, "session_name": ab.AttemptName, "generation": ab.Generation},
+		"the abandoned attempt's session %s is authoritative and was preserved", ab.AttemptName)
+}
+
+func unresolved(row Reservation, auth Authority, cause error) error {
+	details := map[string]any{"reservation_id": row.ID, "phase": row.Phase.String(), "authority": auth.String()}
+	if cause != nil {
+		return verdict.Errorf(verdict.CodeIdentityOrphanUnresolved, details,
+			"cannot establish whether attempt %s still has a session: %w", row.AttemptName, cause)
+	}
+	return verdict.Errorf(verdict.CodeIdentityOrphanUnresolved, details,
+		"cannot establish whether attempt %s still has a session (inspection: %s)", row.AttemptName, auth)
+}

@@ -1,0 +1,154 @@
+package fence
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// The row helpers below run inside a transition's transaction (or on the
+// reader pool); they never start one.
+
+const resCols = `state_dir, session_id, reservation_id, spec_json, owner_pid, owner_incarnation,
+	phase, generation, attempt_name, tmux_id, pane_pid, server_pid, server_start, helper_pid,
+	abandoned, claimed_at, updated_at, lease_until`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanReservation(sc scanner) (Reservation, error) {
+	var r Reservation
+	var spec string
+	var claimed, updated, lease int64
+	err := sc.Scan(&r.Identity.StateDir, &r.Identity.SessionID, &r.ID, &spec, &r.OwnerPID,
+		&r.OwnerIncarnation, &r.Phase, &r.Generation, &r.AttemptName, &r.TmuxID, &r.PanePID,
+		&r.ServerPID, &r.ServerStart, &r.HelperPID, &r.Abandoned, &claimed, &updated, &lease)
+	if err != nil {
+		return Reservation{}, err
+	}
+	if err := json.Unmarshal([]byte(spec), &r.Spec); err != nil {
+		return Reservation{}, fmt.Errorf("fence: reservation %s: spec: %w", r.ID, err)
+	}
+	r.ClaimedAt, r.UpdatedAt, r.LeaseUntil = fromNanos(claimed), fromNanos(updated), fromNanos(lease)
+	return r, nil
+}
+
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+// rowFor returns the identity's reservation row, if any.
+func rowFor(ctx context.Context, q queryer, id Identity) (Reservation, bool, error) {
+	r, err := scanReservation(q.QueryRowContext(ctx,
+		`SELECT `+resCols+` FROM reservations WHERE state_dir = ? AND session_id = ?`, id.StateDir, id.SessionID))
+	return noRows(r, err)
+}
+
+// rowByID returns the reservation row with id resID, if it still exists.
+func rowByID(ctx context.Context, q queryer, resID string) (Reservation, bool, error) {
+	r, err := scanReservation(q.QueryRowContext(ctx,
+		`SELECT `+resCols+` FROM reservations WHERE reservation_id = ?`, resID))
+	return noRows(r, err)
+}
+
+func noRows[T any](v T, err error) (T, bool, error) {
+	if errors.Is(err, sql.ErrNoRows) {
+		var zero T
+		return zero, false, nil
+	}
+	return v, err == nil, err
+}
+
+const pubCols = `state_dir, session_id, generation, reservation_id, session_name, tmux_id,
+	server_pid, server_start, state_file, label, published_at, ended, ended_at`
+
+func scanPublished(sc scanner) (Published, error) {
+	var p Published
+	var at, endedAt int64
+	err := sc.Scan(&p.Identity.StateDir, &p.Identity.SessionID, &p.Generation, &p.ReservationID,
+		&p.SessionName, &p.TmuxID, &p.ServerPID, &p.ServerStart, &p.StateFile, &p.Label, &at,
+		&p.Ended, &endedAt)
+	p.PublishedAt, p.EndedAt = fromNanos(at), fromNanos(endedAt)
+	return p, err
+}
+
+func publishedFor(ctx context.Context, q queryer, id Identity) (Published, bool, error) {
+	p, err := scanPublished(q.QueryRowContext(ctx,
+		`SELECT `+pubCols+` FROM identities WHERE state_dir = ? AND session_id = ?`, id.StateDir, id.SessionID))
+	return noRows(p, err)
+}
+
+// nextGeneration hands out the identity's next generation: one more than the
+// highest ever reserved or published, recorded at once so it is never reused.
+func nextGeneration(ctx context.Context, q queryer, id Identity) (uint64, error) {
+	var last uint64
+	err := q.QueryRowContext(ctx, `SELECT MAX(
+			COALESCE((SELECT last FROM generations WHERE state_dir = ?1 AND session_id = ?2), 0),
+			COALESCE((SELECT generation FROM identities WHERE state_dir = ?1 AND session_id = ?2), 0))`,
+		id.StateDir, id.SessionID).Scan(&last)
+	if err != nil {
+		return 0, err
+	}
+	_, err = q.ExecContext(ctx, `INSERT INTO generations (state_dir, session_id, last) VALUES (?, ?, ?)
+		ON CONFLICT (state_dir, session_id) DO UPDATE SET last = excluded.last`,
+		id.StateDir, id.SessionID, last+1)
+	return last + 1, err
+}
+
+// newReservationID returns 32 lowercase hex characters from crypto/rand.
+func newReservationID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// insertRow writes a fresh reservation row owned by (pid, inc) at phase reserved.
+func (s *Store) insertRow(ctx context.Context, q queryer, id Identity, spec Spec, pid int, inc string) (Reservation, error) {
+	gen, err := nextGeneration(ctx, q, id)
+	if err != nil {
+		return Reservation{}, err
+	}
+	resID, err := newReservationID()
+	if err != nil {
+		return Reservation{}, err
+	}
+	specJSON, err := json.Marshal(spec)
+	if err != nil {
+		return Reservation{}, err
+	}
+	now := s.now()
+	r := Reservation{ID: resID, Identity: id, Spec: spec, OwnerPID: pid, OwnerIncarnation: inc,
+		Phase: PhaseReserved, Generation: gen, ClaimedAt: now, UpdatedAt: now, LeaseUntil: now.Add(s.opt.Lease)}
+	_, err = q.ExecContext(ctx, `INSERT INTO reservations (state_dir, session_id, reservation_id, state_file,
+		spec_json, owner_pid, owner_incarnation, phase, generation, claimed_at, updated_at, lease_until)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		id.StateDir, id.SessionID, resID, spec.StateFile, string(specJSON), pid, inc, int(PhaseReserved),
+		gen, nanos(now), nanos(now), nanos(r.LeaseUntil))
+	return r, err
+}
+
+// deleteRow removes the row pinned to resID and reports whether it existed.
+func deleteRow(ctx context.Context, q queryer, resID string) (bool, error) {
+	res, err := q.ExecContext(ctx, `DELETE FROM reservations WHERE reservation_id = ?`, resID)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}

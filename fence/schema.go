@@ -1,0 +1,130 @@
+package fence
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+)
+
+// migrations are the forward schema steps; PRAGMA user_version counts how
+// many have been applied. Append only: a shipped step never changes, because
+// databases in the field have already run it.
+var migrations = []string{
+	// 1: the initial schema. Times are unix nanoseconds (UTC); 0 means unset.
+	`
+CREATE TABLE reservations (
+	state_dir          TEXT    NOT NULL,
+	session_id         TEXT    NOT NULL,
+	reservation_id     TEXT    NOT NULL UNIQUE,
+	state_file         TEXT    NOT NULL,
+	spec_json          TEXT    NOT NULL,
+	owner_pid          INTEGER NOT NULL,
+	owner_incarnation  TEXT    NOT NULL,
+	phase              INTEGER NOT NULL CHECK (phase BETWEEN 1 AND 5),
+	generation         INTEGER NOT NULL CHECK (generation > 0),
+	attempt_name       TEXT    NOT NULL DEFAULT '',
+	tmux_id            TEXT    NOT NULL DEFAULT '',
+	pane_pid           INTEGER NOT NULL DEFAULT 0,
+	server_pid         INTEGER NOT NULL DEFAULT 0,
+	server_start       INTEGER NOT NULL DEFAULT 0,
+	helper_pid         INTEGER NOT NULL DEFAULT 0,
+	abandoned          INTEGER NOT NULL DEFAULT 0,
+	claimed_at         INTEGER NOT NULL,
+	updated_at         INTEGER NOT NULL,
+	lease_until        INTEGER NOT NULL,
+	PRIMARY KEY (state_dir, session_id)
+);
+-- The highest generation ever reserved or published per identity, so a
+-- generation is never handed out twice even when a reservation is released
+-- before it publishes.
+CREATE TABLE generations (
+	state_dir   TEXT    NOT NULL,
+	session_id  TEXT    NOT NULL,
+	last        INTEGER NOT NULL,
+	PRIMARY KEY (state_dir, session_id)
+);
+CREATE TABLE identities (
+	state_dir       TEXT    NOT NULL,
+	session_id      TEXT    NOT NULL,
+	generation      INTEGER NOT NULL CHECK (generation > 0),
+	reservation_id  TEXT    NOT NULL,
+	session_name    TEXT    NOT NULL,
+	tmux_id         TEXT    NOT NULL,
+	server_pid      INTEGER NOT NULL,
+	server_start    INTEGER NOT NULL,
+	state_file      TEXT    NOT NULL,
+	label           TEXT    NOT NULL,
+	published_at    INTEGER NOT NULL,
+	ended           INTEGER NOT NULL DEFAULT 0,
+	ended_at        INTEGER NOT NULL DEFAULT 0,
+	PRIMARY KEY (state_dir, session_id)
+);
+CREATE INDEX identities_reservation ON identities (reservation_id);
+CREATE TABLE postmortems (
+	reservation_id     TEXT    PRIMARY KEY,
+	state_dir          TEXT    NOT NULL,
+	session_id         TEXT    NOT NULL,
+	generation         INTEGER NOT NULL,
+	helper_pid         INTEGER NOT NULL,
+	helper_incarnation TEXT    NOT NULL,
+	agent_pid          INTEGER NOT NULL DEFAULT 0,
+	exit_status        INTEGER,
+	signal             TEXT    NOT NULL DEFAULT '',
+	utime_ns           INTEGER NOT NULL DEFAULT 0,
+	stime_ns           INTEGER NOT NULL DEFAULT 0,
+	maxrss_kb          INTEGER NOT NULL DEFAULT 0,
+	started_at         INTEGER NOT NULL,
+	ended_at           INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX postmortems_identity ON postmortems (state_dir, session_id, generation);
+CREATE TABLE verdicts (
+	sequence  INTEGER PRIMARY KEY,
+	record    TEXT    NOT NULL
+);
+`,
+}
+
+// SchemaVersion is the user_version this binary writes and understands.
+var SchemaVersion = len(migrations)
+
+// migrate applies the missing steps, each in its own IMMEDIATE transaction.
+// The version is read inside the transaction, so two processes opening a new
+// file at once apply every step exactly once.
+func migrate(ctx context.Context, db *sql.DB, path string) error {
+	for {
+		done, err := migrateStep(ctx, db, path)
+		if err != nil || done {
+			return err
+		}
+	}
+}
+
+func migrateStep(ctx context.Context, db *sql.DB, path string) (done bool, err error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return false, err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	var v int
+	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+		return false, err
+	}
+	switch {
+	case v > len(migrations):
+		return false, fmt.Errorf("fence: %s has schema version %d, newer than this binary's %d", path, v, len(migrations))
+	case v == len(migrations):
+		return true, tx.Commit()
+	}
+	if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
+		return false, fmt.Errorf("fence: migration %d: %w", v+1, err)
+	}
+	// PRAGMA takes no bound parameters; v+1 is our own integer.
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", v+1)); err != nil {
+		return false, err
+	}
+	return false, tx.Commit()
+}

@@ -1,0 +1,393 @@
+// Package fence is the SQLite journal that makes create-once an invariant
+// (DESIGN §5): one reservation row per identity, the published generation of
+// each identity, the pane helpers' postmortems and the sequenced verdict log.
+//
+// Every transition is one short BEGIN IMMEDIATE transaction on the daemon's
+// single writer connection; none is ever held across a tmux command or a
+// spawn. Mutual exclusion outlives the transaction as row state, and a row is
+// only ever displaced when its owner is proven dead (lease expiry never
+// authorizes takeover). SQLITE_BUSY beyond the busy timeout is
+// identity_fence_contended — never "absent", never a write.
+//
+// Nothing in this package opens the database files outside SQLite: closing any
+// descriptor of a file drops the process's POSIX locks on it. Open also turns
+// on modernc.org/sqlite's OFD locking (process-wide) before the first
+// connection, so even a stray close elsewhere cannot strip the fence's locks.
+package fence
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"modernc.org/sqlite"
+
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// Options tune a Store; the zero value is the production configuration.
+type Options struct {
+	// BusyTimeout bounds how long a transition waits for another writer
+	// (default 250 ms). Beyond it the answer is identity_fence_contended.
+	BusyTimeout time.Duration
+	// Lease is the diagnostic lease written with each row (default 1 minute).
+	// It is informational only: expiry never authorizes takeover.
+	Lease time.Duration
+	// Liveness replaces the real owner liveness check (tests).
+	Liveness func(pid int, incarnation string) Live
+	// Self replaces this process's (pid, incarnation) as a row owner (tests
+	// play several owners in one process). An error refuses Reserve with
+	// identity_incarnation_unavailable.
+	Self func() (pid int, incarnation string, err error)
+	// Now replaces the clock (tests).
+	Now func() time.Time
+}
+
+// Store is an open fence database. It is safe for concurrent use; writes are
+// funnelled through one connection.
+type Store struct {
+	path string
+	w    *sql.DB // writer: one connection, BEGIN IMMEDIATE
+	r    *sql.DB // readers (WAL: never blocked by the writer)
+	opt  Options
+
+	selfMu  sync.Mutex
+	selfPID int
+	selfInc string
+}
+
+// ErrFenceLost is the cause of every fence_lost error: the reservation row is
+// no longer ours, and the caller must perform no tmux mutation.
+var ErrFenceLost = errors.New("fence lost: the reservation row is no longer ours")
+
+// inflight holds the reservation ids this process is acting on right now. It
+// is process-wide because ownership is per process: a row owned by our pid and
+// incarnation is in flight (it blocks) or our own abandoned attempt
+// (resolvable). Abandon and Release take an id out.
+var inflight = struct {
+	sync.Mutex
+	m map[string]*Store
+}{m: map[string]*Store{}}
+
+func (s *Store) track(id string) {
+	inflight.Lock()
+	inflight.m[id] = s
+	inflight.Unlock()
+}
+
+func untrack(id string) {
+	inflight.Lock()
+	delete(inflight.m, id)
+	inflight.Unlock()
+}
+
+func inFlight(id string) bool {
+	inflight.Lock()
+	defer inflight.Unlock()
+	_, ok := inflight.m[id]
+	return ok
+}
+
+// Open opens (creating when missing) the fence database at path. It refuses a
+// directory or file that is a symlink, owned by another user, or writable by
+// group or others; a file that is not a readable fence database is an error,
+// never recreated.
+//
+// Permissions: a new directory is made 0700. A new database file is created by
+// SQLite (never by us: no descriptor on it outside SQLite), then chmod-ed to
+// 0600 by path before any journal file exists, so SQLite gives the -wal and
+// -shm files the same 0600. In the instant between creation and chmod the
+// 0700 directory is what keeps others out.
+func Open(path string, opt Options) (*Store, error) {
+	if err := checkPath("path", path); err != nil {
+		return nil, err
+	}
+	path = filepath.Clean(path)
+	opt = withDefaults(opt)
+	if err := prepareFiles(path); err != nil {
+		return nil, err
+	}
+	enableOFD()
+	s := &Store{path: path, opt: opt}
+	var err error
+	if s.w, err = sql.Open("sqlite", dsn(path, opt, true)); err != nil {
+		return nil, unavailable(path, "open", err)
+	}
+	s.w.SetMaxOpenConns(1)
+	s.w.SetConnMaxIdleTime(0)
+	if s.r, err = sql.Open("sqlite", dsn(path, opt, false)); err != nil {
+		s.w.Close()
+		return nil, unavailable(path, "open", err)
+	}
+	s.r.SetMaxOpenConns(4)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.w.PingContext(ctx); err != nil {
+		s.Close()
+		return nil, unavailable(path, "open (not a readable fence database; refusing to recreate it)", err)
+	}
+	if err := migrate(ctx, s.w, path); err != nil {
+		s.Close()
+		return nil, unavailable(path, "migrate", err)
+	}
+	return s, nil
+}
+
+func withDefaults(opt Options) Options {
+	if opt.BusyTimeout <= 0 {
+		opt.BusyTimeout = 250 * time.Millisecond
+	}
+	if opt.Lease <= 0 {
+		opt.Lease = time.Minute
+	}
+	if opt.Liveness == nil {
+		opt.Liveness = Liveness
+	}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	return opt
+}
+
+var ofdOnce sync.Once
+
+// enableOFD switches modernc.org/sqlite to OFD locks before our first
+// connection. Where the kernel lacks them the library keeps POSIX locks; where
+// another package opened SQLite first the mode is fixed: both are reported by
+// OFDLocking (see Store.OFD) rather than failing Open.
+func enableOFD() {
+	ofdOnce.Do(func() { _, _ = sqlite.OFDLocking(true) })
+}
+
+// OFD reports whether OFD locking is in effect for this process's database files.
+func (s *Store) OFD() bool { return sqlite.OFDLockingEnabled() }
+
+// dsn builds the connection string: every option is in the DSN so each new
+// pool connection is configured the same way.
+func dsn(path string, opt Options, writer bool) string {
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout("+strconv.FormatInt(opt.BusyTimeout.Milliseconds(), 10)+")")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Add("_pragma", "foreign_keys(1)")
+	if writer {
+		q.Set("_txlock", "immediate")
+	} else {
+		q.Add("_pragma", "query_only(1)")
+	}
+	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
+}
+
+// Path returns the database file's path.
+func (s *Store) Path() string { return s.path }
+
+// Close closes the database. Reservations still in flight through this Store
+// are forgotten (they become this process's abandoned attempts).
+func (s *Store) Close() error {
+	inflight.Lock()
+	for id, owner := range inflight.m {
+		if owner == s {
+			delete(inflight.m, id)
+		}
+	}
+	inflight.Unlock()
+	var errs []error
+	if s.r != nil {
+		errs = append(errs, s.r.Close())
+	}
+	if s.w != nil {
+		errs = append(errs, s.w.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// prepareFiles creates the directory 0700 when missing, checks the directory
+// and any existing database files, and creates a new database file 0600.
+func prepareFiles(path string) error {
+	dir := filepath.Dir(path)
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return unavailable(dir, "create directory", err)
+		}
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return unavailable(dir, "chmod directory", err)
+		}
+	}
+	if err := checkPrivate(dir, true); err != nil {
+		return err
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm", path + "-journal"} {
+		if err := checkPrivate(p, false); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return createFile(path)
+}
+
+// createFile lets SQLite create the empty database file, then makes it 0600
+// before WAL mode creates the -wal and -shm files (SQLite copies the main
+// file's mode to them).
+func createFile(path string) error {
+	q := url.Values{}
+	q.Set("mode", "rwc")
+	db, err := sql.Open("sqlite", "file:"+(&url.URL{Path: path}).EscapedPath()+"?"+q.Encode())
+	if err != nil {
+		return unavailable(path, "create", err)
+	}
+	enableOFD()
+	err = db.Ping()
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return unavailable(path, "create", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		return unavailable(path, "chmod", err)
+	}
+	return checkPrivate(path, false)
+}
+
+// checkPrivate refuses a path that is a symlink, of the wrong kind, owned by
+// another user, or writable by group or others. A missing path returns an
+// error wrapping fs.ErrNotExist.
+func checkPrivate(path string, dir bool) error {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return unavailable(path, "stat", err)
+	}
+	kind := "file"
+	if dir {
+		kind = "directory"
+	}
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return refuse(path, "the fence %s %s is a symlink", kind, path)
+	case dir && !fi.IsDir(), !dir && !fi.Mode().IsRegular():
+		return refuse(path, "the fence path %s is not a %s", path, kind)
+	case fi.Mode().Perm()&0o022 != 0:
+		return refuse(path, "the fence %s %s is writable by group or others (mode %04o)", kind, path, fi.Mode().Perm())
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Getuid() {
+		return refuse(path, "the fence %s %s is owned by uid %d, not by us (uid %d)", kind, path, st.Uid, os.Getuid())
+	}
+	return nil
+}
+
+func refuse(path, format string, args ...any) error {
+	return verdict.Errorf(verdict.CodeFenceUnavailable, map[string]any{"path": path}, format, args...)
+}
+
+func unavailable(path, op string, err error) error {
+	return verdict.Errorf(verdict.CodeFenceUnavailable, map[string]any{"path": path}, "fence %s %s: %w", op, path, err)
+}
+
+// self returns this process's owner identity, cached once known.
+func (s *Store) self() (int, string, error) {
+	if s.opt.Self != nil {
+		pid, inc, err := s.opt.Self()
+		if err == nil && inc == "" {
+			err = errors.New("empty incarnation")
+		}
+		return pid, inc, s.incarnationErr(err)
+	}
+	s.selfMu.Lock()
+	defer s.selfMu.Unlock()
+	if s.selfInc == "" {
+		pid := os.Getpid()
+		inc, err := Incarnation(pid)
+		if err != nil {
+			return 0, "", s.incarnationErr(err)
+		}
+		s.selfPID, s.selfInc = pid, inc
+	}
+	return s.selfPID, s.selfInc, nil
+}
+
+func (s *Store) incarnationErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return verdict.Errorf(verdict.CodeIdentityIncarnationUnavailable, nil,
+		"cannot establish this process's incarnation: %w", err)
+}
+
+func (s *Store) now() time.Time { return s.opt.Now().UTC() }
+
+// queryer is what a transition runs its statements on (the writer's *sql.Conn).
+type queryer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// write runs fn as one BEGIN IMMEDIATE transaction on the writer connection.
+// BEGIN, COMMIT and ROLLBACK are issued by hand so a failed COMMIT is always
+// rolled back before the connection goes back to the pool.
+func (s *Store) write(ctx context.Context, op string, fn func(q queryer) error) error {
+	conn, err := s.w.Conn(ctx)
+	if err != nil {
+		return s.dbErr(op, err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return s.dbErr(op, err)
+	}
+	err = fn(conn)
+	if err == nil {
+		_, err = conn.ExecContext(ctx, "COMMIT")
+	}
+	if err != nil {
+		// A detached context: a caller that hangs up must not leave the
+		// transaction open on the daemon's only writer connection.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, rerr := conn.ExecContext(rctx, "ROLLBACK"); rerr != nil {
+			// Discard the connection: its transaction state is unknown.
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+		return s.dbErr(op, err)
+	}
+	return nil
+}
+
+// dbErr maps a database error to a coded one. Refusals raised by fn pass through.
+func (s *Store) dbErr(op string, err error) error {
+	var ve *verdict.Error
+	if errors.As(err, &ve) {
+		return err
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqliteBusy, sqliteLocked:
+			return verdict.Errorf(verdict.CodeIdentityFenceContended, map[string]any{"path": s.path, "op": op},
+				"fence %s: database stayed busy beyond %v: %w", op, s.opt.BusyTimeout, err)
+		}
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return verdict.Errorf(verdict.CodeTimeout, map[string]any{"op": op}, "fence %s: %w", op, err)
+	}
+	return verdict.Errorf(verdict.CodeFenceUnavailable, map[string]any{"path": s.path, "op": op}, "fence %s: %w", op, err)
+}
+
+// SQLite primary result codes (sqlite3.h).
+const (
+	sqliteBusy   = 5
+	sqliteLocked = 6
+)

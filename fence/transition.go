@@ -1,0 +1,228 @@
+package fence
+
+import (
+	"context"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// Advance records that the saga reached phase to, with its evidence, on the
+// row r names, and updates r. It returns fence_lost (errors.Is ErrFenceLost)
+// when the row is gone, owned by someone else, or abandoned: the caller then
+// performs no tmux mutation. A backwards or unknown phase, PhasePublished
+// (use Publish), or missing evidence (attempt name at helper_invoked, tmux id
+// at spawned) is invalid_request, and nothing is written.
+func (s *Store) Advance(ctx context.Context, r *Reservation, to Phase, p Patch) error {
+	if r == nil {
+		return invalid("reservation", "nil reservation")
+	}
+	if err := checkReservationID(r.ID); err != nil {
+		return err
+	}
+	switch {
+	case !to.Valid():
+		return invalid("phase", "unknown phase %d", int(to))
+	case to == PhasePublished:
+		return invalid("phase", "phase published is recorded by Publish")
+	case to < r.Phase:
+		return invalid("phase", "phase %s is before the reservation's %s", to, r.Phase)
+	}
+	if err := checkPatch(r.ID, to, p); err != nil {
+		return err
+	}
+	pid, inc, err := s.self()
+	if err != nil {
+		return err
+	}
+	var cur Reservation
+	err = s.write(ctx, "advance", func(q queryer) error {
+		var err error
+		if cur, err = s.ownRow(ctx, q, r.ID, pid, inc); err != nil {
+			return err
+		}
+		if to < cur.Phase {
+			return invalid("phase", "phase %s is before the recorded %s", to, cur.Phase)
+		}
+		applyPatch(&cur, to, p, s.now(), s.opt.Lease)
+		_, err = q.ExecContext(ctx, `UPDATE reservations SET phase = ?, attempt_name = ?, tmux_id = ?,
+			pane_pid = ?, server_pid = ?, server_start = ?, updated_at = ?, lease_until = ?
+			WHERE reservation_id = ?`,
+			int(cur.Phase), cur.AttemptName, cur.TmuxID, cur.PanePID, cur.ServerPID, cur.ServerStart,
+			nanos(cur.UpdatedAt), nanos(cur.LeaseUntil), cur.ID)
+		return err
+	})
+	if err == nil {
+		*r = cur
+	}
+	return err
+}
+
+func applyPatch(r *Reservation, to Phase, p Patch, now time.Time, lease time.Duration) {
+	r.Phase, r.UpdatedAt, r.LeaseUntil = to, now, now.Add(lease)
+	if p.AttemptName != "" {
+		r.AttemptName = p.AttemptName
+	}
+	if p.TmuxID != "" {
+		r.TmuxID = p.TmuxID
+	}
+	if p.PanePID != 0 {
+		r.PanePID = p.PanePID
+	}
+	if p.ServerPID != 0 {
+		r.ServerPID = p.ServerPID
+	}
+	if p.ServerStart != 0 {
+		r.ServerStart = p.ServerStart
+	}
+}
+
+// ownRow reads the row pinned to resID and checks it is still ours: same
+// owner, not abandoned, in flight in this process. Anything else is fence_lost.
+func (s *Store) ownRow(ctx context.Context, q queryer, resID string, pid int, inc string) (Reservation, error) {
+	row, ok, err := rowByID(ctx, q, resID)
+	switch {
+	case err != nil:
+		return Reservation{}, err
+	case !ok:
+		return Reservation{}, lost(resID, "no longer exists")
+	case row.OwnerPID != pid || row.OwnerIncarnation != inc:
+		return Reservation{}, lost(resID, "is owned by another process")
+	case row.Abandoned || !inFlight(resID):
+		return Reservation{}, lost(resID, "was abandoned")
+	}
+	return row, nil
+}
+
+// Abandon keeps the row as evidence for recovery and stops treating it as in
+// flight: it becomes this process's own abandoned attempt, which a later
+// Reserve resolves (DESIGN §6: when cleanup is uncertain the row is kept).
+// Abandoning a row that is gone is not an error.
+func (s *Store) Abandon(ctx context.Context, resID string) error {
+	if err := checkReservationID(resID); err != nil {
+		return err
+	}
+	defer untrack(resID) // even if the write fails: in memory the attempt is abandoned
+	return s.write(ctx, "abandon", func(q queryer) error {
+		now := s.now()
+		_, err := q.ExecContext(ctx, `UPDATE reservations SET abandoned = 1, updated_at = ? WHERE reservation_id = ?`,
+			nanos(now), resID)
+		return err
+	})
+}
+
+// Release deletes the row pinned to resID. It is idempotent and never deletes
+// a successor's row (reservation ids are never reused).
+func (s *Store) Release(ctx context.Context, resID string) error {
+	if err := checkReservationID(resID); err != nil {
+		return err
+	}
+	defer untrack(resID)
+	return s.write(ctx, "release", func(q queryer) error {
+		_, err := deleteRow(ctx, q, resID)
+		return err
+	})
+}
+
+// Publish publishes r's generation for its identity, in its own write, so
+// "published" is known even if the creator dies right after; the row moves to
+// phase published in the same transaction, and rec (the published verdict) is
+// appended to the verdict log with its sequence. The row must be ours and at
+// phase tagged. The caller Releases the row next.
+func (s *Store) Publish(ctx context.Context, r *Reservation, rec verdict.Record) (Published, verdict.Record, error) {
+	if r == nil {
+		return Published{}, verdict.Record{}, invalid("reservation", "nil reservation")
+	}
+	if err := checkReservationID(r.ID); err != nil {
+		return Published{}, verdict.Record{}, err
+	}
+	pid, inc, err := s.self()
+	if err != nil {
+		return Published{}, verdict.Record{}, err
+	}
+	var pub Published
+	err = s.write(ctx, "publish", func(q queryer) error {
+		cur, err := s.ownRow(ctx, q, r.ID, pid, inc)
+		if err != nil {
+			return err
+		}
+		if cur.Phase != PhaseTagged {
+			return invalid("phase", "publish needs phase tagged; reservation %s is at %s", cur.ID, cur.Phase)
+		}
+		if pub, err = s.publishRow(ctx, q, cur); err != nil {
+			return err
+		}
+		rec, err = appendVerdict(ctx, q, rec, s.now())
+		return err
+	})
+	if err != nil {
+		return Published{}, verdict.Record{}, err
+	}
+	r.Phase, r.UpdatedAt = PhasePublished, pub.PublishedAt
+	return pub, rec, nil
+}
+
+func (s *Store) publishRow(ctx context.Context, q queryer, cur Reservation) (Published, error) {
+	old, ok, err := publishedFor(ctx, q, cur.Identity)
+	if err != nil {
+		return Published{}, err
+	}
+	if ok && old.Generation >= cur.Generation {
+		return Published{}, verdict.Errorf(verdict.CodeInternal, map[string]any{"generation": cur.Generation},
+			"generation %d is not above the published %d", cur.Generation, old.Generation)
+	}
+	now := s.now()
+	pub := Published{Identity: cur.Identity, Generation: cur.Generation, ReservationID: cur.ID,
+		SessionName: cur.AttemptName, TmuxID: cur.TmuxID, ServerPID: cur.ServerPID, ServerStart: cur.ServerStart,
+		StateFile: cur.Spec.StateFile, Label: cur.Spec.Label, PublishedAt: now}
+	_, err = q.ExecContext(ctx, `INSERT INTO identities (state_dir, session_id, generation, reservation_id,
+		session_name, tmux_id, server_pid, server_start, state_file, label, published_at, ended, ended_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0)
+		ON CONFLICT (state_dir, session_id) DO UPDATE SET generation = excluded.generation,
+		reservation_id = excluded.reservation_id, session_name = excluded.session_name,
+		tmux_id = excluded.tmux_id, server_pid = excluded.server_pid, server_start = excluded.server_start,
+		state_file = excluded.state_file, label = excluded.label, published_at = excluded.published_at,
+		ended = 0, ended_at = 0`,
+		pub.Identity.StateDir, pub.Identity.SessionID, pub.Generation, pub.ReservationID, pub.SessionName,
+		pub.TmuxID, pub.ServerPID, pub.ServerStart, pub.StateFile, pub.Label, nanos(now))
+	if err != nil {
+		return Published{}, err
+	}
+	_, err = q.ExecContext(ctx, `UPDATE reservations SET phase = ?, updated_at = ? WHERE reservation_id = ?`,
+		int(PhasePublished), nanos(now), cur.ID)
+	return pub, err
+}
+
+// MarkEnded marks the identity's published generation gen ended, as a
+// compare-and-set on the generation: it returns false (and writes nothing)
+// when the published generation is another one or already ended. On success
+// rec (the ended verdict) is appended in the same transaction.
+func (s *Store) MarkEnded(ctx context.Context, id Identity, gen uint64, rec verdict.Record) (bool, verdict.Record, error) {
+	id, err := CanonicalIdentity(id)
+	if err != nil {
+		return false, verdict.Record{}, err
+	}
+	if gen == 0 {
+		return false, verdict.Record{}, invalid("generation", "generation 0 is never published")
+	}
+	var done bool
+	err = s.write(ctx, "mark_ended", func(q queryer) error {
+		now := s.now()
+		res, err := q.ExecContext(ctx, `UPDATE identities SET ended = 1, ended_at = ?
+			WHERE state_dir = ? AND session_id = ? AND generation = ? AND ended = 0`,
+			nanos(now), id.StateDir, id.SessionID, gen)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			return err
+		}
+		done = true
+		rec, err = appendVerdict(ctx, q, rec, now)
+		return err
+	})
+	if err != nil || !done {
+		return false, verdict.Record{}, err
+	}
+	return true, rec, nil
+}

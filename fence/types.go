@@ -1,0 +1,307 @@
+package fence
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Identity is the key of an agent session: a canonical absolute state
+// directory and a session id. Two spellings of one directory (a symlinked
+// alias) are the same identity once canonicalised (see CanonicalIdentity).
+type Identity struct {
+	StateDir  string `json:"state_dir"`
+	SessionID string `json:"session_id"`
+}
+
+// Digest returns the lowercase hex sha256 of state_dir + "\x00" + session_id:
+// the safe token tmux tags carry instead of raw paths (DESIGN §4). Call it on
+// a canonical identity, or two aliases digest differently.
+func (id Identity) Digest() string {
+	h := sha256.Sum256([]byte(id.StateDir + "\x00" + id.SessionID))
+	return hex.EncodeToString(h[:])
+}
+
+// Phase is the create saga's progress, recorded in the fence before the next
+// step starts (DESIGN §6). Its values are stored in the database: never renumber.
+type Phase int
+
+// The phases, in order. A phase only moves forward.
+const (
+	PhaseReserved      Phase = 1
+	PhaseHelperInvoked Phase = 2
+	PhaseSpawned       Phase = 3
+	PhaseTagged        Phase = 4
+	PhasePublished     Phase = 5
+)
+
+var phaseNames = map[Phase]string{
+	PhaseReserved:      "reserved",
+	PhaseHelperInvoked: "helper_invoked",
+	PhaseSpawned:       "spawned",
+	PhaseTagged:        "tagged",
+	PhasePublished:     "published",
+}
+
+// String returns the phase's wire name (e.g. "helper_invoked").
+func (p Phase) String() string {
+	if n, ok := phaseNames[p]; ok {
+		return n
+	}
+	return fmt.Sprintf("phase(%d)", int(p))
+}
+
+// Valid reports whether p is one of the five phases.
+func (p Phase) Valid() bool { _, ok := phaseNames[p]; return ok }
+
+// ParsePhase returns the phase named name.
+func ParsePhase(name string) (Phase, bool) {
+	for p, n := range phaseNames {
+		if n == name {
+			return p, true
+		}
+	}
+	return 0, false
+}
+
+// MarshalJSON encodes the phase as its name: the number is a storage detail.
+func (p Phase) MarshalJSON() ([]byte, error) {
+	if !p.Valid() {
+		return nil, fmt.Errorf("fence: invalid phase %d", int(p))
+	}
+	return json.Marshal(p.String())
+}
+
+// UnmarshalJSON decodes a phase name.
+func (p *Phase) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, ok := ParsePhase(s)
+	if !ok {
+		return fmt.Errorf("fence: unknown phase %q", s)
+	}
+	*p = v
+	return nil
+}
+
+// Spec is what a create asks for, kept in the reservation row (raw paths, argv
+// and labels live in the fence, never in tmux tags).
+type Spec struct {
+	StateFile string   `json:"state_file"`
+	Argv      []string `json:"argv"`
+	Env       []string `json:"env,omitempty"` // KEY=VALUE
+	Cwd       string   `json:"cwd,omitempty"`
+	Label     string   `json:"label"`
+}
+
+// Reservation is one identity's reservation row (DESIGN §5).
+type Reservation struct {
+	ID               string    `json:"reservation_id"`
+	Identity         Identity  `json:"-"`
+	Spec             Spec      `json:"-"`
+	OwnerPID         int       `json:"owner_pid"`
+	OwnerIncarnation string    `json:"owner_incarnation"`
+	Phase            Phase     `json:"phase"`
+	Generation       uint64    `json:"generation"`
+	AttemptName      string    `json:"attempt_name"`
+	TmuxID           string    `json:"tmux_id"`
+	PanePID          int       `json:"pane_pid"`
+	ServerPID        int       `json:"server_pid"`
+	ServerStart      int64     `json:"server_start"`
+	HelperPID        int       `json:"helper_pid"`
+	Abandoned        bool      `json:"abandoned"`
+	ClaimedAt        time.Time `json:"claimed_at"`
+	UpdatedAt        time.Time `json:"updated_at"`
+	LeaseUntil       time.Time `json:"lease_until"` // diagnostic only: never authorizes takeover
+}
+
+// reservationJSON flattens the identity and the state file into the row object
+// of CONTRACT.md's `fence --json` ({"state_dir", "session_id", "reservation_id", …}).
+type reservationJSON struct {
+	StateDir  string `json:"state_dir"`
+	SessionID string `json:"session_id"`
+	StateFile string `json:"state_file"`
+	Label     string `json:"label"`
+	reservationAlias
+}
+
+type reservationAlias Reservation
+
+// MarshalJSON encodes the row in the `fence --json` shape.
+func (r Reservation) MarshalJSON() ([]byte, error) {
+	return json.Marshal(reservationJSON{
+		StateDir: r.Identity.StateDir, SessionID: r.Identity.SessionID,
+		StateFile: r.Spec.StateFile, Label: r.Spec.Label,
+		reservationAlias: reservationAlias(r),
+	})
+}
+
+// UnmarshalJSON decodes the `fence --json` row shape (argv and env are not part of it).
+func (r *Reservation) UnmarshalJSON(b []byte) error {
+	var j reservationJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*r = Reservation(j.reservationAlias)
+	r.Identity = Identity{StateDir: j.StateDir, SessionID: j.SessionID}
+	r.Spec.StateFile, r.Spec.Label = j.StateFile, j.Label
+	return nil
+}
+
+// Published is an identity's published generation (DESIGN §5): the record
+// that stands between a new create and a second live session.
+type Published struct {
+	Identity      Identity  `json:"-"`
+	Generation    uint64    `json:"generation"`
+	ReservationID string    `json:"reservation_id"`
+	SessionName   string    `json:"session_name"`
+	TmuxID        string    `json:"tmux_id"`
+	ServerPID     int       `json:"server_pid"`
+	ServerStart   int64     `json:"server_start"`
+	StateFile     string    `json:"state_file"`
+	Label         string    `json:"label"`
+	PublishedAt   time.Time `json:"published_at"`
+	Ended         bool      `json:"ended"`
+	EndedAt       time.Time `json:"ended_at"`
+}
+
+type publishedAlias Published
+
+type publishedJSON struct {
+	StateDir  string `json:"state_dir"`
+	SessionID string `json:"session_id"`
+	publishedAlias
+}
+
+// MarshalJSON encodes the identity object of `fence --json`.
+func (p Published) MarshalJSON() ([]byte, error) {
+	return json.Marshal(publishedJSON{p.Identity.StateDir, p.Identity.SessionID, publishedAlias(p)})
+}
+
+// UnmarshalJSON decodes the identity object of `fence --json`.
+func (p *Published) UnmarshalJSON(b []byte) error {
+	var j publishedJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*p = Published(j.publishedAlias)
+	p.Identity = Identity{StateDir: j.StateDir, SessionID: j.SessionID}
+	return nil
+}
+
+// Patch is the evidence an Advance records with its phase. Zero fields leave
+// the stored value unchanged.
+type Patch struct {
+	AttemptName string // helper_invoked: the attempt's unique session name (contains the reservation id)
+	TmuxID      string // spawned: "$N"
+	PanePID     int
+	ServerPID   int
+	ServerStart int64
+}
+
+// ReserveOutcome says what Reserve found.
+type ReserveOutcome int
+
+const (
+	// Reserved: the row is ours (fresh, or a dead owner's row that never
+	// invoked the helper, reclaimed in place).
+	Reserved ReserveOutcome = iota + 1
+	// MaybeExisting: no row, but a published generation that is not marked
+	// ended. The caller consults the live census: a live session answers
+	// existing; a gone one is MarkEnded(generation) and Reserve is called again.
+	MaybeExisting
+	// NeedsRecovery: the row's owner is proven dead (or it is our own abandoned
+	// attempt) and it reached helper_invoked: a child may exist, so the caller
+	// runs RecoverAbandoned(ReserveResult.Abandoned).
+	NeedsRecovery
+)
+
+// String names the outcome.
+func (o ReserveOutcome) String() string {
+	switch o {
+	case Reserved:
+		return "reserved"
+	case MaybeExisting:
+		return "maybe_existing"
+	case NeedsRecovery:
+		return "needs_recovery"
+	}
+	return fmt.Sprintf("outcome(%d)", int(o))
+}
+
+// ReserveResult is Reserve's answer; which field is set depends on Outcome.
+type ReserveResult struct {
+	Outcome     ReserveOutcome
+	Reservation Reservation // Reserved
+	Published   Published   // MaybeExisting
+	Abandoned   Reservation // NeedsRecovery
+}
+
+// Authority mirrors census.Authority: what a live inspection found for an
+// abandoned attempt. The zero value is AuthorityUnknown: fail closed.
+type Authority int
+
+// The inspection answers (DESIGN §4).
+const (
+	AuthorityUnknown Authority = iota
+	Authoritative
+	Orphan
+	Absent
+)
+
+// String returns the snake_case name.
+func (a Authority) String() string {
+	switch a {
+	case Authoritative:
+		return "authoritative"
+	case Orphan:
+		return "orphan"
+	case Absent:
+		return "absent"
+	}
+	return "unknown"
+}
+
+// Live is an owner's tri-state liveness. The zero value is LiveUnknown: only a
+// proven-dead owner is ever displaced.
+type Live int
+
+// The liveness answers.
+const (
+	LiveUnknown Live = iota
+	Alive
+	Dead
+)
+
+// String returns the snake_case name.
+func (l Live) String() string {
+	switch l {
+	case Alive:
+		return "alive"
+	case Dead:
+		return "dead"
+	}
+	return "unknown"
+}
+
+// Postmortem is what the pane helper records about its agent, so an exit is
+// known even while the daemon is down.
+type Postmortem struct {
+	ReservationID     string        `json:"reservation_id"`
+	Identity          Identity      `json:"identity"`
+	Generation        uint64        `json:"generation"`
+	HelperPID         int           `json:"helper_pid"`
+	HelperIncarnation string        `json:"helper_incarnation"`
+	AgentPID          int           `json:"agent_pid"`
+	ExitStatus        *int          `json:"exit_status"` // nil: unknown or killed by a signal
+	Signal            string        `json:"signal"`      // e.g. "SIGKILL", "" when none
+	UserTime          time.Duration `json:"utime_ns"`
+	SystemTime        time.Duration `json:"stime_ns"`
+	MaxRSS            int64         `json:"maxrss_kb"`
+	StartedAt         time.Time     `json:"started_at"`
+	EndedAt           time.Time     `json:"ended_at"` // zero while the agent runs
+}

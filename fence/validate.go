@@ -1,0 +1,251 @@
+package fence
+
+import (
+	"errors"
+	"io/fs"
+	"path/filepath"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// Input limits of CONTRACT.md. The api package validates requests; the fence
+// checks again (defence in depth) so no caller can write a row the contract
+// forbids.
+const (
+	maxPathLen    = 1024
+	maxSessionID  = 128
+	maxArgv       = 256
+	maxArg        = 16 << 10
+	maxArgvTotal  = 64 << 10
+	maxEnv        = 256
+	maxEnvValue   = 16 << 10
+	maxLabel      = 256
+	maxTokenLen   = 256 // attempt names, tmux ids, incarnations, signal names
+	reservationID = 32  // hex characters
+)
+
+func invalid(field, format string, args ...any) *verdict.Error {
+	return verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": field}, format, args...)
+}
+
+// checkPath applies the path rules: non-empty, absolute, at most 1024 bytes,
+// no NUL, CR or LF.
+func checkPath(field, p string) error {
+	switch {
+	case p == "":
+		return invalid(field, "%s is empty", field)
+	case len(p) > maxPathLen:
+		return invalid(field, "%s is %d bytes, over the limit of %d", field, len(p), maxPathLen)
+	case strings.ContainsAny(p, "\x00\r\n"):
+		return invalid(field, "%s contains NUL, CR or LF", field)
+	case !filepath.IsAbs(p):
+		return invalid(field, "%s %q is not absolute", field, p)
+	}
+	return nil
+}
+
+// canonicalPath returns the realpath of p where it exists. When p does not
+// exist, its longest existing ancestor is resolved and the rest appended, so a
+// state file under a symlinked alias of its directory canonicalises like the
+// same file under the real directory.
+func canonicalPath(field, p string) (string, error) {
+	if err := checkPath(field, p); err != nil {
+		return "", err
+	}
+	clean := filepath.Clean(p)
+	rest := ""
+	dir := clean
+	for {
+		real, err := filepath.EvalSymlinks(dir)
+		if err == nil {
+			out := filepath.Join(real, rest)
+			if err := checkPath(field, out); err != nil {
+				return "", err
+			}
+			return out, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) || dir == "/" {
+			// Unreadable ancestry: the cleaned path is the best key we have.
+			return clean, nil
+		}
+		rest = filepath.Join(filepath.Base(dir), rest)
+		dir = filepath.Dir(dir)
+	}
+}
+
+// CanonicalIdentity validates id and returns its canonical form (realpath of
+// state_dir where it exists). Every fence method canonicalises on its own;
+// callers use this to compute the same Digest the fence keys on.
+func CanonicalIdentity(id Identity) (Identity, error) {
+	if err := checkSessionID(id.SessionID); err != nil {
+		return Identity{}, err
+	}
+	dir, err := canonicalPath("state_dir", id.StateDir)
+	if err != nil {
+		return Identity{}, err
+	}
+	return Identity{StateDir: dir, SessionID: id.SessionID}, nil
+}
+
+func checkSessionID(s string) error {
+	if s == "" || len(s) > maxSessionID {
+		return invalid("session_id", "session_id must be 1-%d bytes, got %d", maxSessionID, len(s))
+	}
+	if s[0] == '.' || s[0] == '-' {
+		return invalid("session_id", "session_id must not start with %q", s[0])
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+		if !ok {
+			return invalid("session_id", "session_id contains byte 0x%02x outside [A-Za-z0-9._-]", c)
+		}
+	}
+	return nil
+}
+
+// canonicalSpec validates spec and canonicalises its paths.
+func canonicalSpec(spec Spec) (Spec, error) {
+	out := spec
+	var err error
+	if out.StateFile, err = canonicalPath("state_file", spec.StateFile); err != nil {
+		return Spec{}, err
+	}
+	if spec.Cwd != "" {
+		if out.Cwd, err = canonicalPath("cwd", spec.Cwd); err != nil {
+			return Spec{}, err
+		}
+	}
+	if err := checkArgv(spec.Argv); err != nil {
+		return Spec{}, err
+	}
+	if err := checkEnv(spec.Env); err != nil {
+		return Spec{}, err
+	}
+	if err := checkLabel(spec.Label); err != nil {
+		return Spec{}, err
+	}
+	out.Argv = append([]string(nil), spec.Argv...)
+	out.Env = append([]string(nil), spec.Env...)
+	return out, nil
+}
+
+func checkArgv(argv []string) error {
+	if len(argv) == 0 || len(argv) > maxArgv {
+		return invalid("argv", "argv must have 1-%d elements, got %d", maxArgv, len(argv))
+	}
+	total := 0
+	for i, a := range argv {
+		if len(a) > maxArg {
+			return invalid("argv", "argv[%d] is %d bytes, over the limit of %d", i, len(a), maxArg)
+		}
+		if strings.IndexByte(a, 0) >= 0 {
+			return invalid("argv", "argv[%d] contains NUL", i)
+		}
+		total += len(a)
+	}
+	if total > maxArgvTotal {
+		return invalid("argv", "argv is %d bytes in total, over the limit of %d", total, maxArgvTotal)
+	}
+	return nil
+}
+
+func checkEnv(env []string) error {
+	if len(env) > maxEnv {
+		return invalid("env", "env has %d entries, over the limit of %d", len(env), maxEnv)
+	}
+	for i, kv := range env {
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok || !envName(name) {
+			return invalid("env", "env[%d] is not NAME=VALUE with NAME in [A-Za-z_][A-Za-z0-9_]*", i)
+		}
+		if len(value) > maxEnvValue || strings.IndexByte(value, 0) >= 0 {
+			return invalid("env", "env[%d] value is over %d bytes or contains NUL", i, maxEnvValue)
+		}
+	}
+	return nil
+}
+
+func envName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		alpha := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_'
+		if !alpha && (i == 0 || c < '0' || c > '9') {
+			return false
+		}
+	}
+	return true
+}
+
+func checkLabel(s string) error {
+	if len(s) > maxLabel || !utf8.ValidString(s) {
+		return invalid("label", "label must be at most %d bytes of UTF-8", maxLabel)
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return invalid("label", "label contains a control character")
+		}
+	}
+	return nil
+}
+
+// checkToken accepts a short printable value without spaces or control bytes:
+// attempt names, tmux ids, incarnations and signal names are all of that kind.
+func checkToken(field, s string, required bool) error {
+	if s == "" {
+		if required {
+			return invalid(field, "%s is empty", field)
+		}
+		return nil
+	}
+	if len(s) > maxTokenLen {
+		return invalid(field, "%s is %d bytes, over the limit of %d", field, len(s), maxTokenLen)
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] == 0x7f {
+			return invalid(field, "%s contains a space or control byte", field)
+		}
+	}
+	return nil
+}
+
+func checkReservationID(id string) error {
+	if len(id) != reservationID {
+		return invalid("reservation_id", "reservation id must be %d hex characters", reservationID)
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return invalid("reservation_id", "reservation id must be lowercase hex")
+		}
+	}
+	return nil
+}
+
+// checkPatch validates the evidence of an Advance to phase to for reservation resID.
+func checkPatch(resID string, to Phase, p Patch) error {
+	if err := checkToken("attempt_name", p.AttemptName, to == PhaseHelperInvoked); err != nil {
+		return err
+	}
+	if p.AttemptName != "" && !strings.Contains(p.AttemptName, resID) {
+		// The name must be unique per reservation so no later attempt can wear
+		// an orphan's name (DESIGN §6).
+		return invalid("attempt_name", "attempt name %q does not contain the reservation id", p.AttemptName)
+	}
+	if err := checkToken("tmux_id", p.TmuxID, to == PhaseSpawned); err != nil {
+		return err
+	}
+	if p.TmuxID != "" && (p.TmuxID[0] != '$' || len(p.TmuxID) < 2 || strings.Trim(p.TmuxID[1:], "0123456789") != "") {
+		return invalid("tmux_id", "tmux session id %q is not $N", p.TmuxID)
+	}
+	if p.PanePID < 0 || p.ServerPID < 0 || p.ServerStart < 0 {
+		return invalid("patch", "negative pid or start time")
+	}
+	return nil
+}
