@@ -118,7 +118,7 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 		return nil, err
 	}
 	c := &Conn{cfg: cfg, p: p, notes: newQueue[Notification](), wire: newWireLog(cfg.WireLog),
-		log: cfg.Log.With().Str("component", "tmuxctl").Str("socket", cfg.Socket).Logger(),
+		log:        cfg.Log.With().Str("component", "tmuxctl").Str("socket", cfg.Socket).Logger(),
 		wakeWriter: make(chan struct{}, 1), startErr: make(chan error, 1),
 		done: make(chan struct{}), writerDone: make(chan struct{})}
 	c.info.ClientPID = p.pid()

@@ -117,3 +117,68 @@ func drain(c *Conn) {
 }
 
 func bg() context.Context { return context.Background() }
+
+// children lists the pids of this process's live child processes.
+func children(t testing.TB) []int {
+	t.Helper()
+	tasks, err := filepath.Glob("/proc/self/task/*/children")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, f := range tasks {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		n, in := 0, false
+		for _, c := range append(b, ' ') {
+			if c >= '0' && c <= '9' {
+				n, in = n*10+int(c-'0'), true
+			} else if in {
+				pids = append(pids, n)
+				n, in = 0, false
+			}
+		}
+	}
+	return pids
+}
+
+// noChildrenLeft fails when a child process of ours is still alive.
+func noChildrenLeft(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		kids := children(t)
+		if len(kids) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("child processes left behind: %v", kids)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// tmuxRun runs a separate (forked) tmux client on sock, as another user of
+// the server would.
+func tmuxRun(t testing.TB, sock string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("tmux", append([]string{"-S", sock}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("tmux %v: %v: %s", args, err, out)
+	}
+	return string(out)
+}
+
+// waitFor polls cond with a generous deadline (no timed assertions).
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

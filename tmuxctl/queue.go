@@ -16,11 +16,19 @@ type queue[T any] struct {
 }
 
 func newQueue[T any]() *queue[T] {
-	q := &queue[T]{wake: make(chan struct{}, 1), stop: make(chan struct{}),
-		out: make(chan T), done: make(chan struct{})}
-	go q.run()
+	q := newIdleQueue[T]()
+	q.start()
 	return q
 }
+
+// newIdleQueue returns a queue whose pump is not running yet: items are
+// kept until start.
+func newIdleQueue[T any]() *queue[T] {
+	return &queue[T]{wake: make(chan struct{}, 1), stop: make(chan struct{}),
+		out: make(chan T), done: make(chan struct{})}
+}
+
+func (q *queue[T]) start() { go q.run() }
 
 // push appends an item; it never blocks. Items pushed after finish are dropped.
 func (q *queue[T]) push(v T) {

@@ -1,0 +1,233 @@
+package tmuxctl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// EventKind is the kind of a Client event.
+type EventKind int
+
+// Client event kinds.
+const (
+	Connected    EventKind = iota + 1 // a connection is up; Info is its server
+	Disconnected                      // the connection ended; Err says why
+	Notify                            // a notification; Note
+)
+
+// String names the kind.
+func (k EventKind) String() string {
+	switch k {
+	case Connected:
+		return "connected"
+	case Disconnected:
+		return "disconnected"
+	case Notify:
+		return "notify"
+	}
+	return fmt.Sprintf("EventKind(%d)", int(k))
+}
+
+// Event is one element of the Client's ordered event stream: Connected,
+// then the connection's notifications in wire order, then Disconnected;
+// and again for every reconnect.
+type Event struct {
+	Kind EventKind
+	Info ServerInfo // Connected, Disconnected: the server of that connection
+	Note Notification
+	Err  error // Disconnected: why (an *ExitError, ErrClosed)
+}
+
+// Client keeps one control connection alive, reconnecting with backoff when
+// the server or the client goes away (a new server life is started by the
+// reconnect's new-session -A when the old server is gone).
+type Client struct {
+	cfg    Config
+	cfgErr error
+	log    zerolog.Logger
+	events *queue[Event]
+
+	mu      sync.Mutex
+	conn    *Conn
+	info    ServerInfo
+	up      chan struct{} // closed while connected
+	running bool
+	stopped bool
+
+	reconnects atomic.Int64
+}
+
+// NewClient returns a Client for cfg; Run connects it.
+func NewClient(cfg Config) *Client {
+	full, err := cfg.withDefaults()
+	return &Client{cfg: full, cfgErr: err, events: newIdleQueue[Event](), up: make(chan struct{}),
+		log: full.Log.With().Str("component", "tmuxctl.client").Str("socket", full.Socket).Logger()}
+}
+
+// Events is the ordered event stream, for one consumer. It is fed from an
+// unbounded queue (the connection never waits for the consumer) and closed
+// after Run returns and the queue is drained.
+func (c *Client) Events() <-chan Event { return c.events.out }
+
+// Reconnects counts successful connections after the first.
+func (c *Client) Reconnects() int64 { return c.reconnects.Load() }
+
+// Info returns the current server's identity and whether a connection is up.
+func (c *Client) Info() (ServerInfo, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.info, c.conn != nil
+}
+
+// WaitConnected waits until a connection is up and returns its server.
+func (c *Client) WaitConnected(ctx context.Context) (ServerInfo, error) {
+	for {
+		c.mu.Lock()
+		conn, info, up, stopped := c.conn, c.info, c.up, c.stopped
+		c.mu.Unlock()
+		if conn != nil {
+			return info, nil
+		}
+		if stopped {
+			return ServerInfo{}, ErrClosed
+		}
+		select {
+		case <-up:
+		case <-ctx.Done():
+			return ServerInfo{}, fmt.Errorf("tmuxctl: waiting for connection: %w", ctx.Err())
+		}
+	}
+}
+
+// Command sends a command on the current connection; ErrNotConnected (not
+// sent) when there is none. See Conn.Command for the other errors.
+func (c *Client) Command(ctx context.Context, args ...string) (Reply, error) {
+	c.mu.Lock()
+	conn := c.conn
+	c.mu.Unlock()
+	if conn == nil {
+		return Reply{}, ErrNotConnected
+	}
+	return conn.Command(ctx, args...)
+}
+
+// CommandIn sends a command only if the current connection reaches server
+// life `life`; otherwise it returns ErrLifeChanged without sending. A
+// destructive command decided in one life (kill `$5`) must never reach a
+// fresh session that got `$5` in the next life.
+func (c *Client) CommandIn(ctx context.Context, life ServerLife, args ...string) (Reply, error) {
+	c.mu.Lock()
+	conn, info := c.conn, c.info
+	c.mu.Unlock()
+	if conn == nil {
+		return Reply{}, ErrNotConnected
+	}
+	if info.ServerLife != life {
+		return Reply{}, fmt.Errorf("%w: decided in pid %d start %d, now pid %d start %d",
+			ErrLifeChanged, life.PID, life.StartTime, info.PID, info.StartTime)
+	}
+	return conn.Command(ctx, args...)
+}
+
+// Run connects and reconnects until ctx is done, then closes the connection
+// cleanly (stdin EOF, %exit) and returns nil. The event stream is closed
+// after Run returns.
+func (c *Client) Run(ctx context.Context) error {
+	if c.cfgErr != nil {
+		return c.cfgErr
+	}
+	c.mu.Lock()
+	if c.running || c.stopped {
+		c.mu.Unlock()
+		return errors.New("tmuxctl: Client.Run called twice")
+	}
+	c.running = true
+	c.mu.Unlock()
+	c.events.start()
+	defer func() {
+		c.mu.Lock()
+		c.stopped = true
+		close(c.up)
+		c.mu.Unlock()
+		c.events.finish()
+	}()
+	backoff, first := c.cfg.ReconnectMin, true
+	for ctx.Err() == nil {
+		conn, err := Dial(ctx, c.cfg)
+		if err != nil {
+			c.log.Warn().Err(err).Dur("retry_in", backoff).Msg("tmux connect failed")
+			backoff = c.sleep(ctx, backoff)
+			continue
+		}
+		if !first {
+			c.reconnects.Add(1)
+		}
+		first = false
+		began := time.Now()
+		c.serve(ctx, conn)
+		if time.Since(began) > 10*c.cfg.ReconnectMax {
+			backoff = c.cfg.ReconnectMin
+		}
+		if ctx.Err() == nil {
+			backoff = c.sleep(ctx, backoff)
+		}
+	}
+	return nil
+}
+
+// serve publishes conn, forwards its notifications until it ends or ctx is
+// done, then unpublishes and closes it.
+func (c *Client) serve(ctx context.Context, conn *Conn) {
+	info := conn.Info()
+	c.mu.Lock()
+	c.conn, c.info = conn, info
+	close(c.up)
+	c.mu.Unlock()
+	c.log.Info().Int("server_pid", info.PID).Int64("start_time", info.StartTime).
+		Str("version", info.Version).Msg("tmux connected")
+	c.events.push(Event{Kind: Connected, Info: info})
+	notes := conn.Notifications()
+forward:
+	for {
+		select {
+		case n, ok := <-notes:
+			if !ok {
+				break forward
+			}
+			c.events.push(Event{Kind: Notify, Note: n})
+		case <-ctx.Done():
+			break forward
+		}
+	}
+	c.mu.Lock()
+	c.conn = nil
+	c.up = make(chan struct{})
+	c.mu.Unlock()
+	_ = conn.Close()
+	err := conn.Err()
+	c.log.Info().AnErr("reason", err).Msg("tmux disconnected")
+	c.events.push(Event{Kind: Disconnected, Info: info, Err: err})
+}
+
+// sleep waits for the backoff (with ±20% jitter) or ctx, and returns the
+// next backoff.
+func (c *Client) sleep(ctx context.Context, d time.Duration) time.Duration {
+	j := time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+	t := time.NewTimer(j)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	if d *= 2; d > c.cfg.ReconnectMax {
+		d = c.cfg.ReconnectMax
+	}
+	return d
+}
