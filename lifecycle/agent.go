@@ -14,6 +14,7 @@ import (
 // agentExit is what the pane helper learned about its agent: the facts a postmortem
 // records.
 type agentExit struct {
+	PID     int    // the agent's pid, 0 when it never started
 	Status  *int   // exit status; nil when killed by a signal
 	Signal  string // e.g. "SIGKILL"; "" when it exited
 	Code    int    // the helper's own exit code: status, 128+signal, or 127
@@ -56,6 +57,7 @@ func runAgent(argv, env []string, cwd string) agentExit {
 		ex.Status, ex.Code = &st, st
 		return ex
 	}
+	ex.PID = cmd.Process.Pid
 	done := make(chan struct{})
 	go func() {
 		for {

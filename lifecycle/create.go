@@ -136,7 +136,14 @@ func (m *Manager) admit(ctx context.Context, req CreateRequest, start time.Time)
 				return fence.Reservation{}, out, err
 			}
 		case fence.NeedsRecovery:
-			if err := m.recoverRow(ctx, rr.Abandoned); err != nil {
+			r, err := m.recoverRow(ctx, rr.Abandoned, req.Spec)
+			switch {
+			case r != nil:
+				m.fault.hit(FaultReserved)
+				return *r, nil, nil
+			case errors.Is(err, errRecovered), verdict.CodeOf(err) == verdict.CodeFenceLost:
+				// preserved and released, or someone else recovered it: look again
+			default:
 				return m.refuse(ctx, req, err, start)
 			}
 		default:
@@ -187,7 +194,8 @@ func (m *Manager) maybeExisting(ctx context.Context, req CreateRequest, pub fenc
 		m.emit(ctx, m.existingRecord(req, pub, reason, start))
 		return &CreateResult{Status: verdict.VerdictExisting, Session: v}, false, nil
 	case census.Absent:
-		if err := m.endPublished(ctx, pub, verdict.ReasonTmuxSessionMissing, false); err != nil {
+		cause := endCause{reason: verdict.ReasonTmuxSessionMissing, waitForPM: true}
+		if _, err := m.endPublished(ctx, pub, cause); err != nil {
 			_, out, rerr := m.refuse(ctx, req, err, start)
 			return out, false, rerr
 		}
@@ -208,7 +216,7 @@ func (m *Manager) inspectPublished(ctx context.Context, pub fence.Published) (ce
 		IdentityDigest: pub.Identity.Digest(),
 		AttemptName:    pub.SessionName,
 		TmuxID:         pub.TmuxID,
-		Life:           m.lifeOf(pub.ServerPID, pub.ServerStart),
+		Life:           m.evidenceLife(pub.ServerPID, pub.ServerStart),
 		Generation:     pub.Generation,
 	})
 }
@@ -219,6 +227,18 @@ func (m *Manager) lifeOf(pid int, start int64) tmuxctl.ServerLife {
 		return tmuxctl.ServerLife{}
 	}
 	return tmuxctl.ServerLife{Socket: m.socket(), PID: pid, StartTime: start}
+}
+
+// evidenceLife is the life to inspect a recorded tmux id in: the recorded life when
+// it is the census's current one; otherwise zero, so the census judges by name and
+// identity only — ids belong to one server life, and a session of a server that is
+// no longer on the socket cannot be in the census.
+func (m *Manager) evidenceLife(pid int, start int64) tmuxctl.ServerLife {
+	life := m.lifeOf(pid, start)
+	if info, ok := m.census.Info(); ok && info.ServerLife == life {
+		return life
+	}
+	return tmuxctl.ServerLife{}
 }
 
 func (m *Manager) socket() string {

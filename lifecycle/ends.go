@@ -1,0 +1,190 @@
+package lifecycle
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/census"
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// endCause says how a published generation's end was observed; it selects the
+// ended verdict's exit kind and reason.
+type endCause struct {
+	reason     string // verdict.Reason…
+	cleanup    bool   // we removed it: exit kind cleanup
+	restart    bool   // found at start: a postmortem means process_postmortem
+	waitForPM  bool   // give the helper a moment to record its postmortem
+	actionKill bool   // a kill request, not end detection
+}
+
+// Run consumes the census change feed until ctx is done and writes one ended
+// verdict for every published generation whose session disappears. Ends are
+// handled concurrently (each may wait briefly for a postmortem), and Run returns
+// only once every handler has returned.
+func (m *Manager) Run(ctx context.Context) error {
+	sub := m.census.Subscribe(1024)
+	defer sub.Close()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ch, ok := <-sub.C():
+			if !ok {
+				return nil
+			}
+			switch ch.Kind {
+			case census.Removed:
+				if ch.Session.Managed {
+					wg.Add(1)
+					go func() { defer wg.Done(); m.onRemoved(ctx, ch) }()
+				}
+			case census.Resync:
+				m.reconcile(ctx)
+			}
+		}
+	}
+}
+
+// onRemoved ends the published generation a removed session carried, if it is the
+// one the fence names (same tmux id in the same server life, not yet ended).
+func (m *Manager) onRemoved(ctx context.Context, ch census.Change) {
+	s := ch.Session
+	gen, err := strconv.ParseUint(s.Tags[census.TagGeneration], 10, 64)
+	if err != nil {
+		return
+	}
+	pub, ok := m.publishedByDigest(ctx, s.Identity())
+	if !ok || pub.Ended || pub.Generation != gen || pub.TmuxID != s.ID ||
+		pub.ServerPID != ch.Life.PID || pub.ServerStart != ch.Life.StartTime {
+		return
+	}
+	cause := endCause{reason: verdict.ReasonTmuxSessionMissing, waitForPM: true}
+	if ch.Reason == census.ReasonServerExited || ch.Reason == census.ReasonLifeChanged {
+		cause.reason = verdict.ReasonServerExited
+	}
+	if k, ok := m.killingReason(s.ID); ok {
+		if k.byKill {
+			return // Kill writes this end itself, with the verdict it returns
+		}
+		cause = endCause{reason: k.reason, cleanup: true}
+	}
+	if _, err := m.endPublished(ctx, pub, cause); err != nil {
+		m.log.Warn().Err(err).Str("tmux_id", s.ID).Msg("ended verdict not written")
+	}
+}
+
+// publishedByDigest finds the published record of an identity digest.
+func (m *Manager) publishedByDigest(ctx context.Context, digest string) (fence.Published, bool) {
+	if digest == "" {
+		return fence.Published{}, false
+	}
+	pubs, err := m.fence.Identities(ctx)
+	if err != nil {
+		m.log.Warn().Err(err).Msg("fence identities unreadable")
+		return fence.Published{}, false
+	}
+	for _, p := range pubs {
+		if p.Identity.Digest() == digest {
+			return p, true
+		}
+	}
+	return fence.Published{}, false
+}
+
+// reconcile re-checks every published, not-ended generation against live tmux
+// (Inspect re-reads it: the cache alone may not have seen a session published a
+// moment ago) after the feed lost changes.
+func (m *Manager) reconcile(ctx context.Context) {
+	pubs, err := m.fence.Identities(ctx)
+	if err != nil {
+		m.log.Warn().Err(err).Msg("reconcile: fence identities unreadable")
+		return
+	}
+	for _, p := range pubs {
+		if p.Ended {
+			continue
+		}
+		auth, _, err := m.inspectPublished(ctx, p)
+		if err != nil || auth != census.Absent {
+			continue
+		}
+		cause := endCause{reason: verdict.ReasonTmuxSessionMissing, waitForPM: true}
+		if _, err := m.endPublished(ctx, p, cause); err != nil {
+			m.log.Warn().Err(err).Msg("reconcile: ended verdict not written")
+		}
+	}
+}
+
+// endPublished marks a published generation ended with its one ended verdict. The
+// mark is a compare-and-set on the generation, so racing observers (end detection,
+// a create that found it gone, recovery) write one verdict between them; ok reports
+// whether this call wrote it.
+func (m *Manager) endPublished(ctx context.Context, pub fence.Published, cause endCause) (verdict.Record, error) {
+	pm, havePM := m.postmortem(ctx, pub, cause.waitForPM && !cause.cleanup)
+	rec := endedRecord(pub, cause, pm, havePM)
+	ok, filed, err := m.fence.MarkEnded(context.WithoutCancel(ctx), pub.Identity, pub.Generation, rec)
+	if err != nil {
+		return verdict.Record{}, err
+	}
+	if ok {
+		m.verdicts.Filed(filed)
+		m.met.ended(filed.ExitKind)
+	}
+	return filed, nil
+}
+
+// postmortem reads the helper's record of its agent's end. A helper writes it just
+// before it exits, which may be a moment after tmux saw the pane go, so wait
+// briefly for one when asked.
+func (m *Manager) postmortem(ctx context.Context, pub fence.Published, wait bool) (fence.Postmortem, bool) {
+	deadline := time.Now().Add(postmortemGrace)
+	for {
+		pm, ok, err := m.fence.Postmortem(ctx, pub.Identity, pub.Generation)
+		if err == nil && ok && !pm.EndedAt.IsZero() {
+			return pm, true
+		}
+		if !wait || time.Now().After(deadline) || !sleepCtx(ctx, pollInterval) {
+			return fence.Postmortem{}, false
+		}
+	}
+}
+
+func endedRecord(pub fence.Published, cause endCause, pm fence.Postmortem, havePM bool) verdict.Record {
+	rec := verdict.Record{
+		Action: verdict.ActionEnd, Outcome: verdict.OutcomeSuccess, Reason: cause.reason,
+		Verdict:  verdict.VerdictEnded,
+		Identity: identityRef(pub.Identity),
+		Session:  &verdict.SessionRef{Name: pub.SessionName, ID: pub.TmuxID, Generation: pub.Generation},
+		Evidence: map[string]any{"reservation_id": pub.ReservationID},
+	}
+	if cause.actionKill {
+		rec.Action = verdict.ActionKill
+	}
+	switch {
+	case cause.cleanup:
+		rec.ExitKind = verdict.ExitKindCleanup
+	case havePM:
+		rec.ExitKind = verdict.ExitKindExit
+		if cause.restart {
+			rec.ExitKind = verdict.ExitKindProcessPostmortem
+		}
+		rec.Exit = &verdict.Exit{Status: pm.ExitStatus, Signal: pm.Signal}
+		rec.Evidence["agent_pid"] = pm.AgentPID
+		rec.Evidence["started_at"] = pm.StartedAt.UTC().Format(time.RFC3339Nano)
+		rec.Evidence["ended_at"] = pm.EndedAt.UTC().Format(time.RFC3339Nano)
+		rec.Evidence["utime_ns"] = int64(pm.UserTime)
+		rec.Evidence["stime_ns"] = int64(pm.SystemTime)
+		rec.Evidence["maxrss_kb"] = pm.MaxRSS
+	default:
+		rec.ExitKind = verdict.ExitKindOwnerLost
+		rec.Outcome = verdict.OutcomeUnknown
+		rec.Exit = &verdict.Exit{}
+	}
+	return rec
+}

@@ -1,0 +1,184 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/fence"
+)
+
+// Exit codes of the pane helper when it runs no agent.
+const (
+	helperUsage    = 2  // bad arguments
+	helperNoFence  = 70 // the fence could not be opened or read
+	helperGaveUp   = 75 // its reservation was released or taken over: an orphan never runs an agent
+	helperNotFound = 127
+)
+
+// Poll cadence of the helper's wait for publication: quick at first (publication
+// normally follows within milliseconds), then slow, so a helper left in an orphan
+// session costs almost nothing until recovery removes it.
+const (
+	helperFastPoll   = 20 * time.Millisecond
+	helperFastPeriod = 3 * time.Second
+	helperSlowPoll   = 200 * time.Millisecond
+)
+
+// helperArgs are the helper's command-line arguments: the reservation evidence,
+// nothing user-controlled.
+type helperArgs struct {
+	home       string
+	resID      string
+	generation uint64
+}
+
+// RunHelper is `skc-supervisor helper --home H --reservation R --generation G`, the
+// pane's process. It records its pid and incarnation, waits until the fence shows
+// its generation published, then runs the agent (argv, env and cwd read from the
+// fence) as its child, forwards signals, and records a postmortem before it exits
+// with the agent's status (128+n for signal n; 127 when the agent cannot be found).
+func RunHelper(args []string) int {
+	a, err := parseHelperArgs(args)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "skc-supervisor helper:", err)
+		return helperUsage
+	}
+	st, err := fence.Open(filepath.Join(a.home, "fence.sqlite"), fence.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "skc-supervisor helper:", err)
+		return helperNoFence
+	}
+	defer st.Close()
+	return runHelper(context.Background(), st, a)
+}
+
+func parseHelperArgs(args []string) (helperArgs, error) {
+	fs := flag.NewFlagSet("helper", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var a helperArgs
+	var gen string
+	fs.StringVar(&a.home, "home", "", "SKC_HOME")
+	fs.StringVar(&a.resID, "reservation", "", "reservation id")
+	fs.StringVar(&gen, "generation", "", "generation")
+	if err := fs.Parse(args); err != nil {
+		return a, err
+	}
+	g, err := strconv.ParseUint(gen, 10, 64)
+	if err != nil || a.home == "" || a.resID == "" || g == 0 {
+		return a, errors.New("usage: helper --home DIR --reservation ID --generation N")
+	}
+	a.generation = g
+	return a, nil
+}
+
+func runHelper(ctx context.Context, st *fence.Store, a helperArgs) int {
+	row, ok, err := reservationByID(ctx, st, a.resID)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "skc-supervisor helper:", err)
+		return helperNoFence
+	}
+	if !ok || row.Generation != a.generation {
+		fmt.Fprintln(os.Stderr, "skc-supervisor helper: reservation not found; not starting the agent")
+		return helperGaveUp
+	}
+	pid := os.Getpid()
+	inc, err := fence.Incarnation(pid)
+	if err == nil {
+		err = st.RecordHelperStart(ctx, a.resID, pid, inc)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "skc-supervisor helper: record start:", err)
+		return helperGaveUp
+	}
+	if !waitPublished(ctx, st, row) {
+		fmt.Fprintln(os.Stderr, "skc-supervisor helper: not published for this reservation; not starting the agent")
+		return helperGaveUp
+	}
+	env := append(os.Environ(), row.Spec.Env...)
+	ex := runAgent(row.Spec.Argv, env, row.Spec.Cwd)
+	if ex.Err != nil {
+		fmt.Fprintln(os.Stderr, "skc-supervisor helper: start agent:", ex.Err)
+	}
+	recordPostmortem(st, row, pid, inc, ex)
+	return ex.Code
+}
+
+// reservationByID reads one reservation row (argv, env and cwd live only there).
+func reservationByID(ctx context.Context, st *fence.Store, resID string) (fence.Reservation, bool, error) {
+	rows, err := st.Reservations(ctx)
+	if err != nil {
+		return fence.Reservation{}, false, err
+	}
+	for _, r := range rows {
+		if r.ID == resID {
+			return r, true, nil
+		}
+	}
+	return fence.Reservation{}, false, nil
+}
+
+// waitPublished re-reads the fence until the identity's published generation is
+// this reservation's (true), or the reservation is gone without publishing — it
+// was released or reclaimed by someone else (false). A wake-up proves nothing, so
+// the fence is the only evidence read.
+func waitPublished(ctx context.Context, st *fence.Store, row fence.Reservation) bool {
+	start := time.Now()
+	for i := 0; ; i++ {
+		pub, ok, err := st.PublishedFor(ctx, row.Identity)
+		if err == nil && ok && pub.ReservationID == row.ID {
+			return pub.Generation == row.Generation && !pub.Ended
+		}
+		if i%5 == 4 {
+			// Only the row's disappearance (released or reclaimed without
+			// publishing this reservation) ends the wait; check it now and then.
+			_, still, err := reservationByID(ctx, st, row.ID)
+			if err == nil && !still {
+				pub, ok, err := st.PublishedFor(ctx, row.Identity)
+				return err == nil && ok && pub.ReservationID == row.ID &&
+					pub.Generation == row.Generation && !pub.Ended
+			}
+		}
+		d := helperSlowPoll
+		if time.Since(start) < helperFastPeriod {
+			d = helperFastPoll
+		}
+		if !sleepCtx(ctx, d) {
+			return false
+		}
+	}
+}
+
+// recordPostmortem writes the agent's end to the fence, retrying briefly: it is the
+// only record of an exit that happens while the daemon is down.
+func recordPostmortem(st *fence.Store, row fence.Reservation, pid int, inc string, ex agentExit) {
+	pm := fence.Postmortem{
+		ReservationID: row.ID, Identity: row.Identity, Generation: row.Generation,
+		HelperPID: pid, HelperIncarnation: inc, AgentPID: ex.PID,
+		ExitStatus: ex.Status, Signal: ex.Signal,
+		StartedAt: ex.Started, EndedAt: ex.Ended,
+	}
+	if ex.Rusage != nil {
+		pm.UserTime = time.Duration(ex.Rusage.Utime.Nano())
+		pm.SystemTime = time.Duration(ex.Rusage.Stime.Nano())
+		pm.MaxRSS = ex.Rusage.Maxrss
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		err := st.RecordPostmortem(ctx, pm)
+		if err == nil {
+			return
+		}
+		if !sleepCtx(ctx, 50*time.Millisecond) {
+			fmt.Fprintln(os.Stderr, "skc-supervisor helper: postmortem not recorded:", err)
+			return
+		}
+	}
+}

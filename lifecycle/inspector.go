@@ -1,0 +1,81 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+
+	"github.com/skc-supervisor/skc-supervisor/census"
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// inspector is the fence.Inspector recovery runs with: live authority from the
+// census (which re-reads tmux before answering) and orphan removal through the
+// control connection, confirmed by a fresh live read.
+type inspector struct{ m *Manager }
+
+var _ fence.Inspector = inspector{}
+
+// Inspect asks the census what exists for an abandoned attempt: its session by id
+// (in the life it was spawned in) or by its unique attempt name, judged against the
+// identity's published generation.
+func (in inspector) Inspect(ctx context.Context, ab fence.Reservation, pub *fence.Published) (fence.Authority, error) {
+	ev := in.evidence(ab, pub)
+	auth, _, err := in.m.census.Inspect(ctx, ev)
+	if err != nil {
+		return fence.AuthorityUnknown, err
+	}
+	return toFenceAuthority(auth), nil
+}
+
+func (in inspector) evidence(ab fence.Reservation, pub *fence.Published) census.Evidence {
+	ev := census.Evidence{
+		IdentityDigest: ab.Identity.Digest(),
+		AttemptName:    ab.AttemptName,
+		TmuxID:         ab.TmuxID,
+		Life:           in.m.evidenceLife(ab.ServerPID, ab.ServerStart),
+	}
+	if pub != nil && !pub.Ended {
+		ev.Generation = pub.Generation
+	}
+	return ev
+}
+
+// KillConfirm kills the abandoned attempt's live session by id and confirms it gone.
+// The session is located afresh (Inspect re-reads tmux), so a session recorded only
+// by name (the owner died before `spawned`) is found too; the kill carries the life
+// it was found in, and a life that changed during the inspection fails closed.
+func (in inspector) KillConfirm(ctx context.Context, ab fence.Reservation) error {
+	m := in.m
+	before, ok1 := m.census.Info()
+	auth, s, err := m.census.Inspect(ctx, in.evidence(ab, nil))
+	if err != nil {
+		return err
+	}
+	after, ok2 := m.census.Info()
+	if !ok1 || !ok2 || before.ServerLife != after.ServerLife {
+		return errors.New("tmux server life changed during inspection")
+	}
+	switch {
+	case auth == census.Absent:
+		return nil
+	case auth != census.Orphan || s == nil:
+		return verdict.Errorf(verdict.CodeIdentityOrphanUnresolved, nil, "attempt session is %v, not an orphan", auth)
+	}
+	life := after.ServerLife
+	m.markKilling(s.ID, killReason{reason: verdict.ReasonOrphanCleanup})
+	defer m.unmarkKilling(s.ID)
+	return m.killConfirm(ctx, life, s.ID)
+}
+
+func toFenceAuthority(a census.Authority) fence.Authority {
+	switch a {
+	case census.Authoritative:
+		return fence.Authoritative
+	case census.Orphan:
+		return fence.Orphan
+	case census.Absent:
+		return fence.Absent
+	}
+	return fence.AuthorityUnknown
+}

@@ -1,0 +1,92 @@
+package lifecycle
+
+import (
+	"context"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/census"
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// Ref names a session: by its exact tmux name, or by identity. Exactly one is set.
+type Ref struct {
+	Name     string
+	Identity *fence.Identity
+}
+
+// KillResult is a completed kill: the session is gone and its ended verdict written.
+type KillResult struct {
+	Status  string         `json:"status"` // "killed"
+	Verdict verdict.Record `json:"verdict"`
+}
+
+// Kill ends a supervised session by id (in the server life it was published in),
+// waits until the census has seen it go, and writes its one ended verdict (exit kind
+// cleanup, reason killed_by_request). An unknown session is not_found.
+func (m *Manager) Kill(ctx context.Context, ref Ref) (KillResult, error) {
+	pub, sess, err := m.resolve(ctx, ref)
+	if err != nil {
+		return KillResult{}, err
+	}
+	life := m.lifeOf(pub.ServerPID, pub.ServerStart)
+	m.markKilling(sess.ID, killReason{reason: verdict.ReasonKilledByRequest, byKill: true})
+	defer m.unmarkKilling(sess.ID)
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
+	defer cancel()
+	if err := m.killConfirm(kctx, life, sess.ID); err != nil {
+		return KillResult{}, verdict.Errorf(verdict.CodeTmuxUnavailable, nil, "kill %s: %w", sess.ID, err)
+	}
+	m.waitCensusGone(kctx, sess.ID)
+	cause := endCause{reason: verdict.ReasonKilledByRequest, cleanup: true, actionKill: true}
+	rec, err := m.endPublished(kctx, pub, cause)
+	if err != nil {
+		return KillResult{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "mark ended: %w", err)
+	}
+	return KillResult{Status: "killed", Verdict: rec}, nil
+}
+
+// resolve finds the published, not-ended generation a Ref names and its live
+// session.
+func (m *Manager) resolve(ctx context.Context, ref Ref) (fence.Published, census.Session, error) {
+	notFound := func() error {
+		return verdict.Errorf(verdict.CodeNotFound, map[string]any{"name": ref.Name}, "no such session")
+	}
+	if !m.census.Synced() {
+		return fence.Published{}, census.Session{}, unavailable(errNotSynced)
+	}
+	var pub fence.Published
+	var ok bool
+	if ref.Identity != nil {
+		p, found, err := m.fence.PublishedFor(ctx, *ref.Identity)
+		if err != nil {
+			return pub, census.Session{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
+		}
+		pub, ok = p, found
+	} else if s, found := m.census.ByName(ref.Name); found && s.Name == ref.Name {
+		pub, ok = m.publishedByDigest(ctx, s.Identity())
+		ok = ok && pub.TmuxID == s.ID
+	}
+	if !ok || pub.Ended {
+		return pub, census.Session{}, notFound()
+	}
+	s, found := m.census.ByID(pub.TmuxID)
+	if !found || s.Identity() != pub.Identity.Digest() {
+		return pub, census.Session{}, notFound()
+	}
+	return pub, s, nil
+}
+
+// waitCensusGone waits (bounded) until the census no longer lists id, so a List
+// right after Kill does not show the killed session.
+func (m *Manager) waitCensusGone(ctx context.Context, id string) {
+	deadline := time.Now().Add(killConfirmWait)
+	for {
+		if _, ok := m.census.ByID(id); !ok {
+			return
+		}
+		if time.Now().After(deadline) || !sleepCtx(ctx, 10*time.Millisecond) {
+			return
+		}
+	}
+}

@@ -1,0 +1,69 @@
+package lifecycle
+
+import (
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/metrics"
+)
+
+// lcMetrics are the lifecycle's counters and histogram. A nil *lcMetrics (no
+// registry configured) records nothing.
+type lcMetrics struct {
+	creates    *metrics.CounterVec
+	refusals   *metrics.CounterVec
+	failures   *metrics.CounterVec
+	recoveries *metrics.CounterVec
+	ends       *metrics.CounterVec
+	latency    *metrics.HistogramVec
+}
+
+var createBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+
+func newMetrics(r *metrics.Registry) *lcMetrics {
+	if r == nil {
+		return nil
+	}
+	return &lcMetrics{
+		creates:    r.Counter("skc_creates_total", "Create requests by outcome.", "outcome"),
+		refusals:   r.Counter("skc_create_refusals_total", "Refused creates by code.", "code"),
+		failures:   r.Counter("skc_create_failures_total", "Failed creates by code.", "code"),
+		recoveries: r.Counter("skc_recoveries_total", "Abandoned reservations resolved, by branch.", "branch"),
+		ends:       r.Counter("skc_sessions_ended_total", "Ended sessions by exit kind.", "exit_kind"),
+		latency: r.Histogram("skc_create_duration_seconds", "Create latency by outcome.",
+			createBuckets, "outcome"),
+	}
+}
+
+func (m *lcMetrics) create(outcome string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.creates.With(outcome).Inc()
+	m.latency.With(outcome).Observe(d.Seconds())
+}
+
+func (m *lcMetrics) created() {}
+
+func (m *lcMetrics) refused(code string) {
+	if m != nil {
+		m.refusals.With(code).Inc()
+	}
+}
+
+func (m *lcMetrics) failed(code string) {
+	if m != nil {
+		m.failures.With(code).Inc()
+	}
+}
+
+func (m *lcMetrics) recovered(branch string) {
+	if m != nil {
+		m.recoveries.With(branch).Inc()
+	}
+}
+
+func (m *lcMetrics) ended(kind string) {
+	if m != nil {
+		m.ends.With(kind).Inc()
+	}
+}

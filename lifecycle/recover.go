@@ -1,0 +1,154 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+
+	"github.com/skc-supervisor/skc-supervisor/census"
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// errRecovered tells admit that a recovery preserved the identity's published
+// child and finished its release: Reserve again to answer existing.
+var errRecovered = errors.New("recovered: reserve again")
+
+// recoverRow resolves a dead owner's row for a create (DESIGN §6): authority first,
+// an orphan killed and confirmed gone before the row is reclaimed with this create's
+// spec. It writes the one recovery verdict and returns the new reservation (ours,
+// in flight) when the row was reclaimed.
+func (m *Manager) recoverRow(ctx context.Context, ab fence.Reservation, spec fence.Spec) (*fence.Reservation, error) {
+	ab.Spec = spec
+	res, err := m.fence.RecoverAbandoned(ctx, ab, inspector{m})
+	if res.Abandoned.ID == "" && err != nil {
+		// Nothing was decided (the row changed under us, or the owner is
+		// alive after all): no verdict, the caller's Reserve will see why.
+		return nil, err
+	}
+	m.emit(ctx, recoveryRecord(res, err))
+	m.met.recovered(res.Branch.String())
+	switch {
+	case err == nil && res.Reservation != nil:
+		return res.Reservation, nil
+	case res.Branch == fence.BranchPreserved && res.Published != nil &&
+		res.Published.ReservationID == res.Abandoned.ID:
+		return nil, errRecovered
+	case err == nil:
+		return nil, errors.New("fence: recovery returned no reservation")
+	}
+	return nil, err
+}
+
+func recoveryRecord(res fence.RecoverResult, err error) verdict.Record {
+	ab := res.Abandoned
+	rec := verdict.Record{
+		Action: verdict.ActionRecover, Outcome: verdict.OutcomeSuccess,
+		Verdict:     res.Branch.String(),
+		Identity:    identityRef(ab.Identity),
+		Reservation: &verdict.ReservationRef{ID: ab.ID, Phase: ab.Phase.String()},
+		Evidence: map[string]any{
+			"owner_pid": ab.OwnerPID, "inspected": res.Inspected, "authority": res.Authority.String(),
+		},
+	}
+	if ab.AttemptName != "" {
+		rec.Session = &verdict.SessionRef{Name: ab.AttemptName, ID: ab.TmuxID, Generation: ab.Generation}
+	}
+	switch res.Branch {
+	case fence.BranchReclaimed:
+		rec.Reason = verdict.ReasonChildAbsent
+		if !res.Inspected {
+			rec.Reason = verdict.ReasonNoChild
+		}
+	case fence.BranchOrphanCleaned:
+		rec.Reason = verdict.ReasonOrphanCleanup
+	case fence.BranchPreserved:
+		rec.Reason = verdict.ReasonChildAuthoritative
+	default:
+		rec.Outcome, rec.Reason = verdict.OutcomeUnknown, verdict.ReasonInspectionUnknown
+		rec.Code = verdict.CodeOf(err)
+	}
+	if res.Reservation != nil {
+		rec.Evidence["new_reservation_id"] = res.Reservation.ID
+	}
+	if err != nil {
+		rec.Evidence["error"] = err.Error()
+	}
+	return rec
+}
+
+// Recover runs at daemon start, once the census has synced: it resolves every
+// reservation row left by a dead owner (releasing what it reclaims: no create is
+// waiting for it), adopts the published identities whose sessions are live and
+// authoritative, and writes the end verdicts of those that ended while no daemon
+// watched (process_postmortem when the helper recorded one, owner_lost otherwise).
+func (m *Manager) Recover(ctx context.Context) error {
+	if err := m.census.WaitSynced(ctx); err != nil {
+		return err
+	}
+	rows, err := m.fence.Reservations(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, row := range rows {
+		if err := m.recoverAtStart(ctx, row); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	pubs, err := m.fence.Identities(ctx)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for _, p := range pubs {
+		if !p.Ended {
+			if err := m.adoptOrEnd(ctx, p); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (m *Manager) recoverAtStart(ctx context.Context, row fence.Reservation) error {
+	if fence.Liveness(row.OwnerPID, row.OwnerIncarnation) == fence.Alive {
+		return nil // a live owner's create is its own business
+	}
+	res, err := m.fence.RecoverAbandoned(ctx, row, inspector{m})
+	if res.Abandoned.ID == "" && err != nil {
+		if verdict.CodeOf(err) == verdict.CodeIdentityReservedLive || verdict.CodeOf(err) == verdict.CodeFenceLost {
+			return nil
+		}
+		return err
+	}
+	m.emit(ctx, recoveryRecord(res, err))
+	m.met.recovered(res.Branch.String())
+	if res.Reservation != nil {
+		return m.fence.Release(ctx, res.Reservation.ID)
+	}
+	return nil
+}
+
+// adoptOrEnd looks at one published, not-ended generation at start.
+func (m *Manager) adoptOrEnd(ctx context.Context, p fence.Published) error {
+	auth, _, err := m.inspectPublished(ctx, p)
+	if err != nil && auth != census.Unknown {
+		return err
+	}
+	switch auth {
+	case census.Authoritative:
+		m.emit(ctx, verdict.Record{
+			Action: verdict.ActionAdopt, Outcome: verdict.OutcomeSuccess,
+			Reason: verdict.ReasonDaemonRestart, Verdict: verdict.VerdictAdopted,
+			Identity: identityRef(p.Identity),
+			Session:  &verdict.SessionRef{Name: p.SessionName, ID: p.TmuxID, Generation: p.Generation},
+			Evidence: map[string]any{"reservation_id": p.ReservationID},
+		})
+		return nil
+	case census.Absent:
+		_, err := m.endPublished(ctx, p, endCause{reason: verdict.ReasonTmuxSessionMissing, restart: true})
+		return err
+	}
+	m.log.Warn().Err(err).Str("identity", p.Identity.Digest()).Str("authority", auth.String()).
+		Msg("published session neither live nor gone; left for end detection")
+	return nil
+}

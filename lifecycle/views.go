@@ -1,0 +1,161 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/census"
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// View is CONTRACT.md's Session object; its JSON tags are the contract's names.
+type View struct {
+	Name          string    `json:"name"`
+	ID            string    `json:"id"`
+	Managed       bool      `json:"managed"`
+	StateDir      string    `json:"state_dir"`
+	SessionID     string    `json:"session_id"`
+	StateFile     string    `json:"state_file"`
+	Generation    uint64    `json:"generation"`
+	Authoritative bool      `json:"authoritative"`
+	Label         string    `json:"label"`
+	PanePID       int       `json:"pane_pid"`
+	PaneDead      bool      `json:"pane_dead"`
+	Attached      int       `json:"attached"`
+	CreatedAt     time.Time `json:"created_at"`
+}
+
+// ListResult is `ls --json`.
+type ListResult struct {
+	Census   CensusInfo `json:"census"`
+	Sessions []View     `json:"sessions"`
+}
+
+// CensusInfo describes the supervised server as the census sees it.
+type CensusInfo struct {
+	Synced          bool      `json:"synced"`
+	ServerPID       int       `json:"server_pid"`
+	ServerStartedAt time.Time `json:"server_started_at"`
+	TmuxVersion     string    `json:"tmux_version"`
+}
+
+// ShowResult is `show --json`: the session, its reservation row (if any) and the
+// identity's verdicts, oldest first.
+type ShowResult struct {
+	Session     View               `json:"session"`
+	Reservation *fence.Reservation `json:"reservation"`
+	Verdicts    []verdict.Record   `json:"verdicts"`
+}
+
+var errNotSynced = errors.New("census not synced")
+
+// showVerdictScan bounds how many journal records Show reads to find an
+// identity's verdicts.
+const showVerdictScan = 100000
+
+// List returns every session on the supervised server (the control session
+// excepted), managed ones joined with their published identity.
+func (m *Manager) List(ctx context.Context) (ListResult, error) {
+	snap := m.census.Snapshot()
+	out := ListResult{Census: CensusInfo{
+		Synced: snap.Synced, ServerPID: snap.Info.PID, TmuxVersion: snap.Info.Version,
+	}, Sessions: []View{}}
+	if snap.Info.StartTime != 0 {
+		out.Census.ServerStartedAt = time.Unix(snap.Info.StartTime, 0).UTC()
+	}
+	pubs, err := m.fence.Identities(ctx)
+	if err != nil {
+		return out, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
+	}
+	byDigest := make(map[string]*fence.Published, len(pubs))
+	for i := range pubs {
+		byDigest[pubs[i].Identity.Digest()] = &pubs[i]
+	}
+	for i := range snap.Sessions {
+		s := &snap.Sessions[i]
+		out.Sessions = append(out.Sessions, m.viewOf(s, byDigest[s.Identity()]))
+	}
+	return out, nil
+}
+
+// Show returns one session with its reservation row and verdicts.
+func (m *Manager) Show(ctx context.Context, ref Ref) (ShowResult, error) {
+	pub, sess, err := m.resolve(ctx, ref)
+	if err != nil {
+		return ShowResult{}, err
+	}
+	out := ShowResult{Session: m.viewOf(&sess, &pub), Verdicts: []verdict.Record{}}
+	rows, err := m.fence.Reservations(ctx)
+	if err != nil {
+		return out, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
+	}
+	for i := range rows {
+		if rows[i].Identity == pub.Identity {
+			out.Reservation = &rows[i]
+		}
+	}
+	out.Verdicts, err = m.verdictsOf(ctx, pub.Identity)
+	return out, err
+}
+
+// verdictsOf filters the journal for one identity's verdicts.
+func (m *Manager) verdictsOf(ctx context.Context, id fence.Identity) ([]verdict.Record, error) {
+	out := []verdict.Record{}
+	var after int64
+	for scanned := 0; scanned < showVerdictScan; {
+		recs, err := m.fence.VerdictsSince(ctx, after, 1000)
+		if err != nil {
+			return out, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
+		}
+		if len(recs) == 0 {
+			break
+		}
+		for _, r := range recs {
+			if r.Identity != nil && r.Identity.StateDir == id.StateDir && r.Identity.SessionID == id.SessionID {
+				out = append(out, r)
+			}
+			after = r.Sequence
+		}
+		scanned += len(recs)
+	}
+	return out, nil
+}
+
+// viewOf joins a census session with its published identity (nil when none). It is
+// authoritative when the session carries exactly the published generation's tags.
+func (m *Manager) viewOf(s *census.Session, pub *fence.Published) View {
+	v := View{Name: s.Name, ID: s.ID, Managed: s.Managed, PanePID: s.PanePID,
+		PaneDead: s.PaneDead, Attached: s.Attached, CreatedAt: s.Created.UTC()}
+	if pub == nil || !s.Managed {
+		return v
+	}
+	v.StateDir, v.SessionID = pub.Identity.StateDir, pub.Identity.SessionID
+	v.StateFile, v.Label = pub.StateFile, pub.Label
+	v.Generation = generationTag(s)
+	v.Authoritative = !pub.Ended && pub.TmuxID == s.ID && pub.Generation == v.Generation
+	return v
+}
+
+// attemptView is the View of a session this Manager just published: the census
+// may not have listed it yet.
+func (m *Manager) attemptView(a *attempt, pub fence.Published) View {
+	return View{
+		Name: a.name, ID: a.tmuxID, Managed: true,
+		StateDir: a.req.Identity.StateDir, SessionID: a.req.Identity.SessionID,
+		StateFile: pub.StateFile, Generation: a.res.Generation, Authoritative: true,
+		Label: pub.Label, PanePID: a.panePID, CreatedAt: a.created.UTC(),
+	}
+}
+
+func generationTag(s *census.Session) uint64 {
+	var g uint64
+	for _, c := range []byte(s.Tags[census.TagGeneration]) {
+		if c < '0' || c > '9' {
+			return 0
+		}
+		g = g*10 + uint64(c-'0')
+	}
+	return g
+}
