@@ -231,3 +231,16 @@ func (c *Client) sleep(ctx context.Context, d time.Duration) time.Duration {
 	}
 	return d
 }
+
+// pendingCount is the number of commands awaiting a reply (tests).
+func (c *Client) pendingCount() int {
+	c.mu.Lock()
+	conn := c.conn
+	c.mu.Unlock()
+	if conn == nil {
+		return 0
+	}
+	conn.mu.Lock()
+	defer conn.mu.Unlock()
+	return len(conn.fifo) - conn.fifoHead
+}
