@@ -19,7 +19,6 @@ const (
 	helperUsage    = 2  // bad arguments
 	helperNoFence  = 70 // the fence could not be opened or read
 	helperGaveUp   = 75 // its reservation was released or taken over: an orphan never runs an agent
-	helperNotFound = 127
 )
 
 // Poll cadence of the helper's wait for publication: quick at first (publication
@@ -79,7 +78,7 @@ func parseHelperArgs(args []string) (helperArgs, error) {
 }
 
 func runHelper(ctx context.Context, st *fence.Store, a helperArgs) int {
-	row, ok, err := reservationByID(ctx, st, a.resID)
+	row, ok, err := st.Reservation(ctx, a.resID)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "skc-supervisor helper:", err)
 		return helperNoFence
@@ -110,40 +109,20 @@ func runHelper(ctx context.Context, st *fence.Store, a helperArgs) int {
 	return ex.Code
 }
 
-// reservationByID reads one reservation row (argv, env and cwd live only there).
-func reservationByID(ctx context.Context, st *fence.Store, resID string) (fence.Reservation, bool, error) {
-	rows, err := st.Reservations(ctx)
-	if err != nil {
-		return fence.Reservation{}, false, err
-	}
-	for _, r := range rows {
-		if r.ID == resID {
-			return r, true, nil
-		}
-	}
-	return fence.Reservation{}, false, nil
-}
-
-// waitPublished re-reads the fence until the identity's published generation is
-// this reservation's (true), or the reservation is gone without publishing — it
-// was released or reclaimed by someone else (false). A wake-up proves nothing, so
-// the fence is the only evidence read.
+// waitPublished re-reads the fence until this reservation's generation is the
+// identity's published one (true), or the reservation is gone without publishing —
+// released or reclaimed by someone else (false). A wake-up proves nothing, so the
+// fence is the only evidence read.
 func waitPublished(ctx context.Context, st *fence.Store, row fence.Reservation) bool {
 	start := time.Now()
-	for i := 0; ; i++ {
-		pub, ok, err := st.PublishedFor(ctx, row.Identity)
-		if err == nil && ok && pub.ReservationID == row.ID {
+	for {
+		if pub, ok, err := st.PublishedByReservation(ctx, row.ID); err == nil && ok {
 			return pub.Generation == row.Generation && !pub.Ended
 		}
-		if i%5 == 4 {
-			// Only the row's disappearance (released or reclaimed without
-			// publishing this reservation) ends the wait; check it now and then.
-			_, still, err := reservationByID(ctx, st, row.ID)
-			if err == nil && !still {
-				pub, ok, err := st.PublishedFor(ctx, row.Identity)
-				return err == nil && ok && pub.ReservationID == row.ID &&
-					pub.Generation == row.Generation && !pub.Ended
-			}
+		if _, still, err := st.Reservation(ctx, row.ID); err == nil && !still {
+			// Released between the two reads after publishing, or gone for good.
+			pub, ok, err := st.PublishedByReservation(ctx, row.ID)
+			return err == nil && ok && pub.Generation == row.Generation && !pub.Ended
 		}
 		d := helperSlowPoll
 		if time.Since(start) < helperFastPeriod {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
@@ -37,6 +38,9 @@ func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retEr
 		return res, err
 	}
 	m.fault.hit(FaultSpawned)
+	if err := m.waitHelper(ctx, a); err != nil {
+		return res, err
+	}
 	if err := m.tag(ctx, a); err != nil {
 		return res, err
 	}
@@ -99,6 +103,31 @@ func (m *Manager) spawnError(a *attempt, err error) error {
 	}
 	a.uncertain = true
 	return verdict.Errorf(verdict.CodeTmuxUnavailable, nil, "new-session outcome unknown: %w", err)
+}
+
+// waitHelper waits until the pane helper has recorded its start. The helper reads
+// argv, env and cwd from the reservation row, which Release deletes right after
+// publication, so the row must outlive the helper's read; a helper that never
+// starts (bad binary, unreadable fence) fails the create instead of publishing a
+// session that can never run its agent.
+func (m *Manager) waitHelper(ctx context.Context, a *attempt) error {
+	deadline := time.Now().Add(helperReadyWait)
+	for {
+		row, ok, err := m.fence.Reservation(ctx, a.res.ID)
+		switch {
+		case err != nil:
+			return verdict.Errorf(verdict.CodeFenceUnavailable, nil, "read reservation: %w", err)
+		case !ok:
+			a.fenceLost = true
+			return verdict.Errorf(verdict.CodeFenceLost, nil, "reservation %s is gone", a.res.ID)
+		case row.HelperPID != 0:
+			return nil
+		}
+		if time.Now().After(deadline) || !sleepCtx(ctx, 5*time.Millisecond) {
+			return verdict.Errorf(verdict.CodeSpawnFailed, map[string]any{"pane_pid": a.panePID},
+				"the pane helper did not start within %v", helperReadyWait)
+		}
+	}
 }
 
 // tag sets the @skc-* tags by id, one set-option per command line (each costs
