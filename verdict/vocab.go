@@ -112,8 +112,6 @@ const (
 	ReasonKilledByRequest = "killed_by_request"
 	// ReasonOrphanCleanup: an orphan attempt was killed during recovery.
 	ReasonOrphanCleanup = "orphan_cleanup"
-	// ReasonCompensated: a failed create's attempt was removed by its compensation.
-	ReasonCompensated = "compensated"
 )
 
 // Verdicts lists every skc.verdict value, for documentation and tests.
@@ -138,7 +136,7 @@ var Reasons = []string{
 	ReasonCreated, ReasonSessionLive, ReasonInflightPublished, ReasonOwnerDead,
 	ReasonNoChild, ReasonChildAbsent, ReasonChildAuthoritative, ReasonInspectionUnknown,
 	ReasonDaemonRestart, ReasonAgentExited, ReasonTmuxSessionMissing, ReasonServerExited,
-	ReasonKilledByRequest, ReasonOrphanCleanup, ReasonCompensated,
+	ReasonKilledByRequest, ReasonOrphanCleanup,
 }
 
 // AllReasons returns every event.reason value: Reasons followed by the reason of
