@@ -1,0 +1,232 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/skc-supervisor/skc-supervisor/census"
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/metrics"
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// TestMain lets the test binary play every other program the lifecycle runs:
+// the pane helper (`helper …`, exactly as the daemon's pane command), fake agents
+// (`agent …`), and a whole daemon that crashes at a fault point (`faultchild`).
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "helper":
+			os.Exit(RunHelper(os.Args[2:]))
+		case "agent":
+			os.Exit(fakeAgent(os.Args[2:]))
+		case "faultchild":
+			os.Exit(faultChild(os.Args[2:]))
+		}
+	}
+	os.Exit(m.Run())
+}
+
+// fakeAgent modes: "exit N" exits with N; "sleep" waits for a signal and dies of
+// it (default action); "pwdenv FILE" writes its cwd and env to FILE then sleeps.
+func fakeAgent(args []string) int {
+	switch args[0] {
+	case "exit":
+		n, _ := strconv.Atoi(args[1])
+		return n
+	case "sleep":
+		for {
+			time.Sleep(time.Hour)
+		}
+	case "pwdenv":
+		wd, _ := os.Getwd()
+		body := wd + "\n" + strings.Join(os.Environ(), "\n") + "\n"
+		_ = os.WriteFile(args[1]+".tmp", []byte(body), 0o600)
+		_ = os.Rename(args[1]+".tmp", args[1])
+		for {
+			time.Sleep(time.Hour)
+		}
+	}
+	return 99
+}
+
+// env is one supervised world: a private tmux server, a fence, a verdict writer,
+// a census and a Manager, all real.
+type env struct {
+	t      *testing.T
+	home   string
+	socket string
+	store  *fence.Store
+	w      *verdict.Writer
+	client *tmuxctl.Client
+	census *census.Census
+	m      *Manager
+	reg    *metrics.Registry
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	closed bool
+}
+
+func newHome(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "skc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = exec.Command("tmux", "-S", filepath.Join(dir, "tmux.sock"), "kill-server").Run()
+		_ = os.RemoveAll(dir)
+	})
+	return dir
+}
+
+// startEnv starts the components on home (a fresh one when ""), and runs the
+// Manager's end detection loop unless noRun.
+func startEnv(t *testing.T, home string, fault string, noRun bool) *env {
+	t.Helper()
+	if home == "" {
+		home = newHome(t)
+	}
+	e := &env{t: t, home: home, socket: filepath.Join(home, "tmux.sock")}
+	ctx, cancel := context.WithCancel(context.Background())
+	e.cancel = cancel
+	if err := e.open(ctx, fault); err != nil {
+		e.close()
+		t.Fatal(err)
+	}
+	if !noRun {
+		e.wg.Add(1)
+		go func() { defer e.wg.Done(); _ = e.m.Run(ctx) }()
+	}
+	t.Cleanup(e.close)
+	return e
+}
+
+func (e *env) open(ctx context.Context, fault string) error {
+	var err error
+	if e.store, err = fence.Open(filepath.Join(e.home, "fence.sqlite"), fence.Options{}); err != nil {
+		return err
+	}
+	if e.w, err = verdict.NewWriter(e.store, filepath.Join(e.home, "verdicts.jsonl"), zerolog.Nop()); err != nil {
+		return err
+	}
+	e.client = tmuxctl.NewClient(tmuxctl.Config{Socket: e.socket, ConfigFile: "/dev/null"})
+	e.wg.Add(1)
+	go func() { defer e.wg.Done(); _ = e.client.Run(ctx) }()
+	e.census = census.New(e.client, nil)
+	e.wg.Add(1)
+	go func() { defer e.wg.Done(); _ = e.census.Run(ctx) }()
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := e.census.WaitSynced(wctx); err != nil {
+		return fmt.Errorf("census never synced: %w", err)
+	}
+	e.reg = metrics.NewRegistry()
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	e.m, err = New(Config{Home: e.home, Tmux: e.client, Census: e.census, Fence: e.store,
+		Verdicts: e.w, HelperPath: exe, Metrics: e.reg, Fault: fault})
+	return err
+}
+
+func (e *env) close() {
+	if e.closed {
+		return
+	}
+	e.closed = true
+	if e.m != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = e.m.Shutdown(ctx)
+		cancel()
+	}
+	e.cancel()
+	e.wg.Wait()
+	if e.w != nil {
+		_ = e.w.Close()
+	}
+	if e.store != nil {
+		_ = e.store.Close()
+	}
+}
+
+// identity returns a fresh identity under the env's home (state dirs must exist
+// for canonicalisation to be stable).
+func (e *env) identity(name string) (fence.Identity, fence.Spec) {
+	dir := filepath.Join(e.home, "state-"+name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		e.t.Fatal(err)
+	}
+	exe, _ := os.Executable()
+	id := fence.Identity{StateDir: dir, SessionID: name}
+	return id, fence.Spec{StateFile: filepath.Join(dir, name+".jsonl"), Argv: []string{exe, "agent", "sleep"}, Cwd: dir}
+}
+
+// sessions lists the live sessions carrying identity digest d, read from tmux
+// itself (a fork, not the census: the test checks the census's world too).
+func (e *env) sessions(d string) []string {
+	out, err := exec.Command("tmux", "-S", e.socket, "list-sessions", "-F",
+		"#{session_id} #{session_name} #{@skc-identity}").Output()
+	if err != nil {
+		return nil
+	}
+	var ids []string
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(l)
+		if len(f) == 3 && f[2] == d {
+			ids = append(ids, f[0])
+		} else if len(f) >= 2 && strings.HasPrefix(f[1], "skc-"+d[:12]) {
+			ids = append(ids, f[0]) // an attempt not yet (or never) tagged
+		}
+	}
+	return ids
+}
+
+// verdicts returns the journal's records for id.
+func (e *env) verdicts(id fence.Identity) []verdict.Record {
+	e.t.Helper()
+	recs, err := e.m.verdictsOf(context.Background(), id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return recs
+}
+
+func count(recs []verdict.Record, v string) int {
+	n := 0
+	for _, r := range recs {
+		if r.Verdict == v {
+			n++
+		}
+	}
+	return n
+}
+
+// waitFor polls cond until it holds or a generous deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func pidAlive(pid int) bool {
+	return pid > 0 && syscall.Kill(pid, 0) == nil
+}
