@@ -49,7 +49,7 @@ type RecoverResult struct {
 	// Inspected reports whether a live inspection ran (false when the row had
 	// not reached helper_invoked, so no child could exist).
 	Inspected bool
-	Authority Authority  // the inspection's answer
+	Authority Authority   // the inspection's answer
 	Abandoned Reservation // the abandoned row as re-read before acting
 	Published *Published  // the identity's published record given to Inspect
 	// Reservation is our new row (in flight) for orphan_cleaned and reclaimed.

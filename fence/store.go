@@ -349,6 +349,9 @@ func (s *Store) write(ctx context.Context, op string, fn func(q queryer) error) 
 		return s.dbErr(op, err)
 	}
 	err = fn(conn)
+	if err == nil && testHookBeforeCommit != nil {
+		testHookBeforeCommit(op)
+	}
 	if err == nil {
 		_, err = conn.ExecContext(ctx, "COMMIT")
 	}
@@ -365,6 +368,10 @@ func (s *Store) write(ctx context.Context, op string, fn func(q queryer) error) 
 	}
 	return nil
 }
+
+// testHookBeforeCommit, when set (tests only), runs inside every transition
+// after its statements and before COMMIT: the crash tests SIGKILL a process there.
+var testHookBeforeCommit func(op string)
 
 // dbErr maps a database error to a coded one. Refusals raised by fn pass through.
 func (s *Store) dbErr(op string, err error) error {
