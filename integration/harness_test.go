@@ -289,10 +289,20 @@ func (h *Home) CLI(t testing.TB, args ...string) Result {
 // CLIWith runs the binary with opts.
 func (h *Home) CLIWith(t testing.TB, opts CLIOpts, args ...string) Result {
 	t.Helper()
-	bin := needBinary(t)
+	needBinary(t)
+	r, err := h.runCLI(t, opts, args...)
+	if err != nil {
+		t.Fatalf("%s\n%v", r, err)
+	}
+	return r
+}
+
+// runCLI runs the binary and never calls FailNow, so that goroutines may use it.
+func (h *Home) runCLI(t testing.TB, opts CLIOpts, args ...string) (Result, error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), cliDeadline)
 	defer cancel()
-	argv := append(append(append([]string{}, opts.Wrap...), bin), args...)
+	argv := append(append(append([]string{}, opts.Wrap...), binPath), args...)
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = h.Env(opts.Env...)
 	cmd.Dir = opts.Dir
@@ -301,20 +311,20 @@ func (h *Home) CLIWith(t testing.TB, opts CLIOpts, args ...string) Result {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	r := Result{Args: args, Stdout: stdout.String(), Stderr: stderr.String()}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee) && ee.ExitCode() >= 0:
-		r.Code = ee.ExitCode()
-	case ctx.Err() != nil:
-		t.Fatalf("%s\ndid not finish within %v", r, cliDeadline)
-	default:
-		t.Fatalf("%s\nrunning: %v", r, err)
-	}
 	if strings.Contains(r.Stderr, "WARNING: DATA RACE") {
 		t.Errorf("data race in the CLI:\n%s", r)
 	}
-	return r
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return r, fmt.Errorf("did not finish within %v", cliDeadline)
+	case errors.As(err, &ee) && ee.ExitCode() >= 0:
+		r.Code = ee.ExitCode()
+	default:
+		return r, fmt.Errorf("running: %v", err)
+	}
+	return r, nil
 }
 
 // HTTP returns a client whose every request goes to the home's API socket; the

@@ -27,12 +27,19 @@ func TestConcurrentCreate(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			results[i] = d.CLI(t, spec.Args()...)
+			r, err := d.runCLI(t, CLIOpts{}, spec.Args()...)
+			if err != nil {
+				t.Errorf("%s\n%v", r, err)
+			}
+			results[i] = r
 		}()
 	}
 	close(start)
 	wg.Wait()
 	d.NoteSession(t)
+	if t.Failed() {
+		t.FailNow()
+	}
 
 	counts := map[string]int{}
 	var published Session
