@@ -1,0 +1,156 @@
+package fence
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// waitFor polls cond until it holds or a generous deadline passes (no timed
+// assertions: the deadline only bounds a hung test).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestLivenessSelf(t *testing.T) {
+	inc, err := Incarnation(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := Liveness(os.Getpid(), inc); got != Alive {
+		t.Fatalf("self is %s", got)
+	}
+	in, ok := parseIncarnation(inc)
+	if !ok || in.boot == "" || in.start == 0 {
+		t.Fatalf("incarnation %q", inc)
+	}
+}
+
+func TestLivenessLiveThenReapedChild(t *testing.T) {
+	c := startChild(t, "sleep")
+	pid := c.cmd.Process.Pid
+	inc, err := Incarnation(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := Liveness(pid, inc); got != Alive {
+		t.Fatalf("live child is %s", got)
+	}
+	c.kill(t) // SIGKILL and reap: the pid is gone (ESRCH)
+	if got := Liveness(pid, inc); got != Dead {
+		t.Fatalf("reaped child is %s", got)
+	}
+}
+
+func TestLivenessZombie(t *testing.T) {
+	cmd := helperCmd(t, "sleep")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Wait() }()
+	pid := cmd.Process.Pid
+	inc, err := Incarnation(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Close() // the child exits; we do not wait yet, so it stays a zombie
+	waitFor(t, "the child to become a zombie", func() bool {
+		st, err := readStat(pid)
+		return err == nil && st.state == 'Z'
+	})
+	if got := Liveness(pid, inc); got != Dead {
+		t.Fatalf("zombie is %s", got)
+	}
+	if _, err := Incarnation(pid); err == nil {
+		t.Fatal("a zombie has an incarnation")
+	}
+}
+
+func TestLivenessForgedIncarnation(t *testing.T) {
+	pid := os.Getpid()
+	inc, err := Incarnation(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, _ := parseIncarnation(inc)
+	reused := in
+	reused.start++ // same pid, another life: a reused pid
+	otherBoot := in
+	otherBoot.boot = "00000000-0000-0000-0000-000000000000"
+	otherNS := in
+	otherNS.pidns = "1"
+	otherPidfs := in
+	otherPidfs.pidfs = "1"
+	for _, tc := range []struct {
+		name string
+		inc  string
+		want Live
+	}{
+		{"reused pid", reused.String(), Dead},
+		{"another boot", otherBoot.String(), Dead},
+		{"another pid namespace", otherNS.String(), LiveUnknown},
+		{"garbage", "nonsense", LiveUnknown},
+		{"empty", "", LiveUnknown},
+	} {
+		if got := Liveness(pid, tc.inc); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
+	}
+	if in.pidfs != "" {
+		if got := Liveness(pid, otherPidfs.String()); got != Dead {
+			t.Errorf("another pidfs inode: %s, want dead", got)
+		}
+	}
+	if got := Liveness(0, inc); got != LiveUnknown {
+		t.Errorf("pid 0: %s", got)
+	}
+}
+
+func TestReadStatParsesCommWithParens(t *testing.T) {
+	// The command name may contain ") " — fields are counted after the last ')'.
+	b := "123 (a) b) c) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 424242 20 21"
+	f := strings.Fields(b[strings.LastIndexByte(b, ')')+1:])
+	if f[0] != "S" || f[19] != "424242" {
+		t.Fatalf("fields %v", f)
+	}
+	st, err := readStat(os.Getpid())
+	if err != nil || st.state == 0 || st.start == 0 {
+		t.Fatalf("%+v %v", st, err)
+	}
+}
+
+func TestReserveWithRealLiveness(t *testing.T) {
+	// A real owner process holds the row; while it lives we are refused, once
+	// it is killed and reaped its reserved-phase row is reclaimed in place.
+	w := newWorld(t)
+	c := startChild(t, "worker", "FENCE_DB="+w.path)
+	c.send(t, fmt.Sprintf("reserve %s x %d", w.dir, time.Now().UnixNano()))
+	if got := c.recv(t); !strings.HasPrefix(got, "ok reserved ") {
+		t.Fatalf("child: %s", got)
+	}
+	s, err := Open(w.path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_, err = s.Reserve(ctx, w.id("x"), w.spec("x"))
+	wantCode(t, err, "identity_reserved_live")
+	c.kill(t)
+	r := mustReserve(t, s, w.id("x"), w.spec("x"))
+	if r.OwnerPID != os.Getpid() || r.Generation != 2 {
+		t.Fatalf("%+v", r)
+	}
+}
