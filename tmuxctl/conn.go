@@ -89,20 +89,21 @@ type Conn struct {
 	wire  *wireLog
 	log   zerolog.Logger
 
-	mu         sync.Mutex
-	fifo       []*pending
-	fifoHead   int
-	wbuf       []byte
-	wakeWriter chan struct{}
-	stdinDone  bool  // Close asked to close stdin after the queued lines
-	ended      error // why no more commands can be sent; nil while live
-	started    bool
-	startErr   chan error // first flags-0 block closed (nil) or failed
+	mu          sync.Mutex
+	fifo        []*pending
+	fifoHead    int
+	wbuf        []byte // command lines queued, not yet written
+	spare       []byte
+	writing     bool  // a caller is flushing wbuf to stdin
+	stdinDone   bool  // Close asked to close stdin after the queued lines
+	stdinClosed bool  // stdin has been closed (or is being closed)
+	ended       error // why no more commands can be sent; nil while live
+	started     bool
+	startErr    chan error // first flags-0 block closed (nil) or failed
 
-	done       chan struct{} // reader finished, every pending command failed
-	writerDone chan struct{}
-	closeOnce  sync.Once
-	closeErr   error
+	done      chan struct{} // reader finished, every pending command failed
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // Dial starts the control client, waits for its argv command to complete
@@ -118,12 +119,10 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 		return nil, err
 	}
 	c := &Conn{cfg: cfg, p: p, notes: newQueue[Notification](), wire: newWireLog(cfg.WireLog),
-		log:        cfg.Log.With().Str("component", "tmuxctl").Str("socket", cfg.Socket).Logger(),
-		wakeWriter: make(chan struct{}, 1), startErr: make(chan error, 1),
-		done: make(chan struct{}), writerDone: make(chan struct{})}
+		log:      cfg.Log.With().Str("component", "tmuxctl").Str("socket", cfg.Socket).Logger(),
+		startErr: make(chan error, 1), done: make(chan struct{})}
 	c.info.ClientPID = p.pid()
 	go c.readLoop()
-	go c.writeLoop()
 	go c.reapWatch()
 	if err := c.handshake(ctx); err != nil {
 		_ = c.Close()
@@ -225,22 +224,28 @@ func (c *Conn) Command(ctx context.Context, args ...string) (Reply, error) {
 }
 
 // enqueue records p in the FIFO and queues its line, atomically, so the
-// FIFO order is the wire order.
+// FIFO order is the wire order; then it writes the queue unless another
+// caller is already doing so (that caller writes our line too). Writing from
+// the caller saves a goroutine hand-off per command.
 func (c *Conn) enqueue(p *pending) error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.ended != nil || c.stdinDone {
-		if c.stdinDone && c.ended == nil {
-			return fmt.Errorf("%w: %w", ErrNotConnected, ErrClosed)
+		err := c.ended
+		if err == nil {
+			err = ErrClosed
 		}
-		return fmt.Errorf("%w: %w", ErrNotConnected, c.ended)
+		c.mu.Unlock()
+		return fmt.Errorf("%w: %w", ErrNotConnected, err)
 	}
 	c.fifo = append(c.fifo, p)
 	c.wbuf = append(append(c.wbuf, p.line...), '\n')
-	select {
-	case c.wakeWriter <- struct{}{}:
-	default:
+	if c.writing {
+		c.mu.Unlock()
+		return nil
 	}
+	c.writing = true
+	c.mu.Unlock()
+	c.flush()
 	return nil
 }
 

@@ -88,34 +88,42 @@ func (c *Conn) onOtherBlock(r Record) {
 		Int("lines", len(r.Reply.Lines)).Msg("block not caused by us (hook)")
 }
 
-// writeLoop writes queued command lines in order, batching what queued up
-// while it wrote. After Close it closes stdin once the queue is empty.
-func (c *Conn) writeLoop() {
-	defer close(c.writerDone)
-	defer c.p.stdin.Close()
-	var buf []byte
+// flush writes queued lines until the queue is empty; only the caller that
+// set c.writing runs it. Each write has Config.CommandTimeout to complete: a
+// client that does not read its stdin for that long is wedged, and a partial
+// line cannot be taken back, so the client is killed and every pending
+// command fails. When the queue is empty and Close asked for it, stdin is
+// closed (tmux answers with %exit).
+func (c *Conn) flush() {
 	for {
 		c.mu.Lock()
-		buf, c.wbuf = c.wbuf, buf[:0]
-		closeStdin := c.stdinDone
-		c.mu.Unlock()
-		if len(buf) > 0 {
-			if c.wire != nil {
-				c.wire.lines('>', buf)
+		if len(c.wbuf) == 0 {
+			c.writing = false
+			closeNow := c.stdinDone && !c.stdinClosed
+			c.stdinClosed = c.stdinClosed || closeNow
+			c.mu.Unlock()
+			if closeNow {
+				_ = c.p.stdin.Close()
 			}
-			if _, err := c.p.stdin.Write(buf); err != nil {
-				// The client is gone; the reader sees EOF and fails the FIFO.
-				c.log.Debug().Err(err).Msg("write to control client failed")
-				return
-			}
-			continue
-		}
-		if closeStdin {
 			return
 		}
-		select {
-		case <-c.wakeWriter:
-		case <-c.done:
+		// Two buffers swap roles; spare is nil while its array is in use,
+		// so appends by enqueue never touch the bytes being written.
+		buf := c.wbuf
+		c.wbuf, c.spare = c.spare[:0], nil
+		c.mu.Unlock()
+		if c.wire != nil {
+			c.wire.lines('>', buf)
+		}
+		_ = c.p.stdin.SetWriteDeadline(time.Now().Add(c.cfg.CommandTimeout))
+		_, err := c.p.stdin.Write(buf)
+		c.mu.Lock()
+		c.spare = buf[:0]
+		c.mu.Unlock()
+		if err != nil {
+			// c.writing stays set: nobody writes to this stdin again.
+			c.log.Warn().Err(err).Msg("write to control client failed; killing it")
+			c.p.kill()
 			return
 		}
 	}
@@ -144,10 +152,11 @@ func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
 		c.stdinDone = true
+		closeNow := !c.writing && !c.stdinClosed
+		c.stdinClosed = c.stdinClosed || closeNow
 		c.mu.Unlock()
-		select {
-		case c.wakeWriter <- struct{}{}:
-		default:
+		if closeNow {
+			_ = c.p.stdin.Close()
 		}
 		t := time.NewTimer(c.cfg.CloseTimeout)
 		defer t.Stop()
@@ -160,7 +169,7 @@ func (c *Conn) Close() error {
 			<-c.p.exited
 		}
 		<-c.done
-		<-c.writerDone
+		_ = c.p.stdin.Close() // idempotent; covers a flush that failed
 		c.notes.abort()
 	})
 	return c.closeErr
