@@ -1,0 +1,281 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+func rawRequest(t *testing.T, socket, method, path, body string, hdr map[string]string) (int, []byte) {
+	t.Helper()
+	c, err := net.Dial("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req, _ := http.NewRequest(method, "http://skc"+path, strings.NewReader(body))
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	req.Close = true
+	if err := req.Write(c); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+func decodeErr(t *testing.T, b []byte) (string, *verdict.Error) {
+	t.Helper()
+	var eb struct {
+		Status string         `json:"status"`
+		Error  *verdict.Error `json:"error"`
+	}
+	if err := json.Unmarshal(b, &eb); err != nil || eb.Error == nil {
+		t.Fatalf("not the error shape: %s", b)
+	}
+	if !bytes.Contains(b, []byte(`"details":{`)) {
+		t.Fatalf("details must be an object: %s", b)
+	}
+	return eb.Status, eb.Error
+}
+
+func wantErr(t *testing.T, status int, b []byte, wantStatus int, word, code, field string) {
+	t.Helper()
+	if status != wantStatus {
+		t.Fatalf("status %d, want %d: %s", status, wantStatus, b)
+	}
+	w, e := decodeErr(t, b)
+	if w != word || e.Code != code {
+		t.Fatalf("got %s/%s, want %s/%s: %s", w, e.Code, word, code, b)
+	}
+	if field != "" && e.Details["field"] != field {
+		t.Fatalf("details.field %v, want %s: %s", e.Details["field"], field, b)
+	}
+}
+
+func createBody(t *testing.T, dir string, extra string) string {
+	return fmt.Sprintf(`{"state_dir":%q,"session_id":"abc","argv":["sh","-c","echo '#{pane_id}' \"$HOME\"; #(id)"]%s}`, dir, extra)
+}
+
+func TestCreateStatusesAndCanonicalSpec(t *testing.T) {
+	h := start(t, os.Getuid())
+	dir := sockDir(t)
+	st, b := h.raw(t, "POST", "/v1/sessions", createBody(t, dir+"/./x/..", `,"env":{"B":"2","A":"1"},"label":"é l","wait_ms":250`), nil)
+	if st != http.StatusCreated {
+		t.Fatalf("status %d: %s", st, b)
+	}
+	var res CreateResponse
+	if err := json.Unmarshal(b, &res); err != nil || res.Status != "published" || res.Session.Name != "skc-abc" {
+		t.Fatalf("%v %s", err, b)
+	}
+	spec := h.fake.specs[0]
+	real, _ := filepath.EvalSymlinks(dir)
+	if spec.StateDir != real || spec.StateFile != filepath.Join(real, "abc.jsonl") || spec.Wait != 250*time.Millisecond ||
+		strings.Join(spec.Env, ",") != "A=1,B=2" || spec.Label != "é l" {
+		t.Fatalf("spec %+v", spec)
+	}
+	if spec.Argv[2] != `echo '#{pane_id}' "$HOME"; #(id)` {
+		t.Fatalf("argv must be byte-for-byte: %q", spec.Argv[2])
+	}
+	h.fake.existing["abc"] = true
+	st, b = h.raw(t, "POST", "/v1/sessions", createBody(t, dir, ""), nil)
+	if st != http.StatusOK || !strings.Contains(string(b), `"status":"existing"`) {
+		t.Fatalf("status %d: %s", st, b)
+	}
+	if h.fake.specs[1].Wait != DefaultWait {
+		t.Fatalf("default wait %v", h.fake.specs[1].Wait)
+	}
+}
+
+func TestCreateRefusedAndFailed(t *testing.T) {
+	h := start(t, os.Getuid())
+	dir := sockDir(t)
+	cases := []struct {
+		code   string
+		status int
+		word   string
+	}{
+		{verdict.CodeIdentityReservedLive, 409, "refused"},
+		{verdict.CodeIdentityFenceContended, 409, "refused"},
+		{verdict.CodeTmuxUnavailable, 503, "error"},
+		{verdict.CodeFenceUnavailable, 503, "error"},
+		{verdict.CodeSpawnFailed, 500, "error"},
+	}
+	for _, c := range cases {
+		h.fake.err = verdict.Errorf(c.code, map[string]any{"owner_pid": 42}, "because")
+		st, b := h.raw(t, "POST", "/v1/sessions", createBody(t, dir, ""), nil)
+		wantErr(t, st, b, c.status, c.word, c.code, "")
+		_, e := decodeErr(t, b)
+		if e.Details["owner_pid"] != float64(42) || e.Message != "because" {
+			t.Fatalf("details/message lost: %s", b)
+		}
+	}
+	h.fake.err = fmt.Errorf("plain")
+	st, b := h.raw(t, "GET", "/v1/sessions", "", nil)
+	wantErr(t, st, b, 500, "error", verdict.CodeInternal, "")
+}
+
+func TestStrictDecoding(t *testing.T) {
+	h := start(t, os.Getuid())
+	dir := sockDir(t)
+	cases := []struct{ name, body, field string }{
+		{"unknown field", createBody(t, dir, `,"bogus":1`), "bogus"},
+		{"case-folded key", `{"STATE_DIR":"/x","session_id":"a","argv":["x"]}`, "STATE_DIR"},
+		{"duplicate key", createBody(t, dir, `,"label":"a","label":"b"`), "label"},
+		{"wrong type argv", `{"state_dir":"/x","session_id":"a","argv":"sh"}`, "argv"},
+		{"wrong type env", `{"state_dir":"/x","session_id":"a","argv":["x"],"env":{"A":1}}`, "env"},
+		{"wrong type wait", `{"state_dir":"/x","session_id":"a","argv":["x"],"wait_ms":1.5}`, "wait_ms"},
+		{"truncated", `{"state_dir":"/x","session_id":"a","argv":["x"`, "body"},
+		{"empty", ``, "body"},
+		{"array", `[]`, "body"},
+		{"trailing", createBody(t, dir, "") + `{}`, "body"},
+		{"not utf-8", "{\"state_dir\":\"/x\",\"session_id\":\"a\",\"argv\":[\"\xff\"]}", "body"},
+		{"relative path", `{"state_dir":"rel","session_id":"a","argv":["x"]}`, "state_dir"},
+		{"bad id", `{"state_dir":"/x","session_id":"-a","argv":["x"]}`, "session_id"},
+		{"no argv", `{"state_dir":"/x","session_id":"a"}`, "argv"},
+		{"env name", `{"state_dir":"/x","session_id":"a","argv":["x"],"env":{"1A":"v"}}`, "env"},
+		{"label control", `{"state_dir":"/x","session_id":"a","argv":["x"],"label":"a\u001bb"}`, "label"},
+		{"newline in path", `{"state_dir":"/x\ny","session_id":"a","argv":["x"]}`, "state_dir"},
+		{"NUL in argv", `{"state_dir":"/x","session_id":"a","argv":["a\u0000b"]}`, "argv"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st, b := h.raw(t, "POST", "/v1/sessions", c.body, nil)
+			wantErr(t, st, b, 400, "invalid", verdict.CodeInvalidRequest, c.field)
+		})
+	}
+	if len(h.fake.specs) != 0 {
+		t.Fatalf("an invalid request reached the service: %+v", h.fake.specs)
+	}
+}
+
+func TestBodyTooLarge(t *testing.T) {
+	h := start(t, os.Getuid())
+	big := `{"state_dir":"/x","session_id":"a","argv":["` + strings.Repeat("a", MaxBody) + `"]}`
+	st, b := h.raw(t, "POST", "/v1/sessions", big, nil)
+	wantErr(t, st, b, 413, "invalid", verdict.CodeBodyTooLarge, "")
+}
+
+func TestPeerCredentialsRefused(t *testing.T) {
+	h := start(t, os.Getuid()+1) // the daemon pretends to run as another uid
+	for _, p := range []string{"/v1/ping", "/v1/sessions", "/metrics"} {
+		st, b := h.raw(t, "GET", p, "", nil)
+		wantErr(t, st, b, 403, "error", verdict.CodePermissionDenied, "")
+	}
+	_, err := h.client.List(context.Background())
+	if verdict.CodeOf(err) != verdict.CodePermissionDenied || verdict.Classify(verdict.CodeOf(err)).Exit != 77 {
+		t.Fatalf("client: %v", err)
+	}
+	if len(h.fake.refs) != 0 {
+		t.Fatal("a refused peer reached the service")
+	}
+}
+
+func TestHandlerWithoutPeerCredsRefused(t *testing.T) {
+	srv, _ := New(Config{Service: newFake(), AllowUID: os.Getuid()})
+	rec := newRecorder()
+	req, _ := http.NewRequest("GET", "/v1/ping", nil)
+	srv.Handler().ServeHTTP(rec, req)
+	if rec.status != 403 {
+		t.Fatalf("no creds must be refused, got %d", rec.status)
+	}
+	rec = newRecorder()
+	srv.Handler().ServeHTTP(rec, req.WithContext(WithPeer(context.Background(), PeerCred{UID: uint32(os.Getuid())})))
+	if rec.status != 200 {
+		t.Fatalf("got %d", rec.status)
+	}
+}
+
+func TestOriginRefused(t *testing.T) {
+	h := start(t, os.Getuid())
+	st, b := h.raw(t, "GET", "/v1/ping", "", map[string]string{"Origin": "http://evil.example"})
+	wantErr(t, st, b, 403, "error", verdict.CodePermissionDenied, "")
+	st, b = h.raw(t, "GET", "/v1/ping", "", map[string]string{"Origin": ""})
+	wantErr(t, st, b, 403, "error", verdict.CodePermissionDenied, "")
+}
+
+func TestReadEndpoints(t *testing.T) {
+	h := start(t, os.Getuid())
+	cases := []struct {
+		method, path string
+		status       int
+		want         []string
+	}{
+		{"GET", "/v1/ping", 200, []string{`{"ok":true}`}},
+		{"GET", "/v1/info", 200, []string{`"version":"test"`, `"pid":`, `"started_at":"2026-11-30T01:02:03.456Z"`, `"home":"/h"`}},
+		{"GET", "/v1/sessions", 200, []string{`"census":{"synced":true,"server_pid":1234,"server_started_at":`, `"tmux_version":"3.3a"`, `"sessions":[{"name":"skc-a","id":"$3","managed":true`}},
+		{"GET", "/v1/sessions/skc-a", 200, []string{`"session":{"name":"skc-a"`, `"reservation":null`, `"verdicts":[]`}},
+		{"GET", "/v1/identity?state_dir=/s&session_id=a", 200, []string{`"session":{`}},
+		{"DELETE", "/v1/sessions/skc-a", 200, []string{`"status":"killed"`, `"verdict":{"@timestamp":`}},
+		{"DELETE", "/v1/identity?state_dir=/s&session_id=a", 200, []string{`"status":"killed"`}},
+		{"GET", "/v1/fence", 200, []string{`"reservations":[]`, `"identities":[{"state_dir":"/s"`}},
+		{"GET", "/metrics", 200, []string{"skc_up 1"}},
+	}
+	for _, c := range cases {
+		st, b := h.raw(t, c.method, c.path, "", nil)
+		if st != c.status {
+			t.Fatalf("%s %s: %d %s", c.method, c.path, st, b)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(string(b), w) {
+				t.Fatalf("%s %s: %q not in %s", c.method, c.path, w, b)
+			}
+		}
+	}
+	last := h.fake.refs[len(h.fake.refs)-1]
+	if last.StateDir != "/s" || last.SessionID != "a" || last.Name != "" {
+		t.Fatalf("identity ref %+v", last)
+	}
+}
+
+func TestNotFoundAndBadRefs(t *testing.T) {
+	h := start(t, os.Getuid())
+	st, b := h.raw(t, "GET", "/v1/sessions/missing", "", nil)
+	wantErr(t, st, b, 404, "error", verdict.CodeNotFound, "")
+	st, b = h.raw(t, "DELETE", "/v1/sessions/missing", "", nil)
+	wantErr(t, st, b, 404, "error", verdict.CodeNotFound, "")
+	st, b = h.raw(t, "GET", "/v1/nope", "", nil)
+	wantErr(t, st, b, 404, "error", verdict.CodeNotFound, "")
+	st, b = h.raw(t, "GET", "/v1/identity?state_dir=rel&session_id=a", "", nil)
+	wantErr(t, st, b, 400, "invalid", verdict.CodeInvalidRequest, "state_dir")
+	st, b = h.raw(t, "GET", "/v1/identity?state_dir=/s", "", nil)
+	wantErr(t, st, b, 400, "invalid", verdict.CodeInvalidRequest, "session_id")
+	st, b = h.raw(t, "GET", "/v1/verdicts?since=-1", "", nil)
+	wantErr(t, st, b, 400, "invalid", verdict.CodeInvalidRequest, "since")
+	// A name with a slash and a tmux format travels escaped and arrives intact.
+	if _, err := h.client.Show(context.Background(), Ref{Name: "a/b #{x}"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.fake.refs[len(h.fake.refs)-1].Name; got != "a/b #{x}" {
+		t.Fatalf("name %q", got)
+	}
+}
+
+type recorder struct {
+	hdr    http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func newRecorder() *recorder                    { return &recorder{hdr: http.Header{}} }
+func (r *recorder) Header() http.Header         { return r.hdr }
+func (r *recorder) Write(b []byte) (int, error) { return r.body.Write(b) }
+func (r *recorder) WriteHeader(s int)           { r.status = s }

@@ -1,0 +1,240 @@
+package api
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+func ms(v int64) *int64 { return &v }
+
+func good() CreateRequest {
+	return CreateRequest{StateDir: "/nonexistent-skc/s", SessionID: "abc", Argv: []string{"sh"}}
+}
+
+func TestValidateLimits(t *testing.T) {
+	cases := []struct {
+		name  string
+		mod   func(r *CreateRequest)
+		field string // "" means valid
+	}{
+		{"ok", func(r *CreateRequest) {}, ""},
+		{"id 128", func(r *CreateRequest) { r.SessionID = strings.Repeat("a", 128) }, ""},
+		{"id 129", func(r *CreateRequest) { r.SessionID = strings.Repeat("a", 129) }, "session_id"},
+		{"id empty", func(r *CreateRequest) { r.SessionID = "" }, "session_id"},
+		{"id dot", func(r *CreateRequest) { r.SessionID = ".a" }, "session_id"},
+		{"id dash", func(r *CreateRequest) { r.SessionID = "-a" }, "session_id"},
+		{"id inner ok", func(r *CreateRequest) { r.SessionID = "a.b_c-D9" }, ""},
+		{"id slash", func(r *CreateRequest) { r.SessionID = "a/b" }, "session_id"},
+		{"id space", func(r *CreateRequest) { r.SessionID = "a b" }, "session_id"},
+		{"id format", func(r *CreateRequest) { r.SessionID = "#{x}" }, "session_id"},
+		{"state_dir missing", func(r *CreateRequest) { r.StateDir = "" }, "state_dir"},
+		{"state_dir relative", func(r *CreateRequest) { r.StateDir = "a/b" }, "state_dir"},
+		{"state_dir 1024", func(r *CreateRequest) { r.StateDir = "/" + strings.Repeat("a", 1023); r.StateFile = "/f" }, ""},
+		{"state_dir 1025", func(r *CreateRequest) { r.StateDir = "/" + strings.Repeat("a", 1024) }, "state_dir"},
+		{"state_dir CR", func(r *CreateRequest) { r.StateDir = "/a\rb" }, "state_dir"},
+		{"state_dir NUL", func(r *CreateRequest) { r.StateDir = "/a\x00b" }, "state_dir"},
+		{"state_dir non-utf8", func(r *CreateRequest) { r.StateDir = "/a\xffb" }, "state_dir"},
+		{"state_file default too long", func(r *CreateRequest) {
+			r.StateDir = "/" + strings.Repeat("a", 1020)
+		}, "state_file"},
+		{"state_file relative", func(r *CreateRequest) { r.StateFile = "x.jsonl" }, "state_file"},
+		{"cwd relative", func(r *CreateRequest) { r.Cwd = "." }, "cwd"},
+		{"cwd LF", func(r *CreateRequest) { r.Cwd = "/a\n" }, "cwd"},
+		{"argv empty", func(r *CreateRequest) { r.Argv = nil }, "argv"},
+		{"argv 256", func(r *CreateRequest) { r.Argv = make([]string, 256); r.Argv[0] = "x" }, ""},
+		{"argv 257", func(r *CreateRequest) { r.Argv = make([]string, 257); r.Argv[0] = "x" }, "argv"},
+		{"argv0 empty", func(r *CreateRequest) { r.Argv = []string{""} }, "argv"},
+		{"arg 16KiB", func(r *CreateRequest) { r.Argv = []string{strings.Repeat("a", 16<<10)} }, ""},
+		{"arg 16KiB+1", func(r *CreateRequest) { r.Argv = []string{strings.Repeat("a", 16<<10+1)} }, "argv"},
+		{"argv 64KiB", func(r *CreateRequest) { r.Argv = repeatArgs(4, 16<<10) }, ""},
+		{"argv 64KiB+1", func(r *CreateRequest) { r.Argv = append(repeatArgs(4, 16<<10), "b") }, "argv"},
+		{"argv NUL", func(r *CreateRequest) { r.Argv = []string{"a", "b\x00"} }, "argv"},
+		{"argv hostile ok", func(r *CreateRequest) { r.Argv = []string{"sh", "-c", "#{pane_pid} #(id) ';' \"\n"} }, ""},
+		{"env 256", func(r *CreateRequest) { r.Env = envN(256) }, ""},
+		{"env 257", func(r *CreateRequest) { r.Env = envN(257) }, "env"},
+		{"env name digit", func(r *CreateRequest) { r.Env = map[string]string{"1A": ""} }, "env"},
+		{"env name dash", func(r *CreateRequest) { r.Env = map[string]string{"A-B": ""} }, "env"},
+		{"env name empty", func(r *CreateRequest) { r.Env = map[string]string{"": "x"} }, "env"},
+		{"env name eq", func(r *CreateRequest) { r.Env = map[string]string{"A=B": "x"} }, "env"},
+		{"env ok", func(r *CreateRequest) { r.Env = map[string]string{"_a9": "x=y\n#{z}"} }, ""},
+		{"env value NUL", func(r *CreateRequest) { r.Env = map[string]string{"A": "\x00"} }, "env"},
+		{"env value 16KiB+1", func(r *CreateRequest) { r.Env = map[string]string{"A": strings.Repeat("v", 16<<10+1)} }, "env"},
+		{"label 256", func(r *CreateRequest) { r.Label = strings.Repeat("é", 128) }, ""},
+		{"label 257", func(r *CreateRequest) { r.Label = strings.Repeat("a", 257) }, "label"},
+		{"label tab", func(r *CreateRequest) { r.Label = "a\tb" }, "label"},
+		{"label DEL", func(r *CreateRequest) { r.Label = "a\x7fb" }, "label"},
+		{"label C1", func(r *CreateRequest) { r.Label = "a\u0085b" }, "label"},
+		{"label bad utf8", func(r *CreateRequest) { r.Label = "a\xc3" }, "label"},
+		{"wait negative", func(r *CreateRequest) { r.WaitMS = ms(-1) }, "wait_ms"},
+		{"wait zero", func(r *CreateRequest) { r.WaitMS = ms(0) }, ""},
+		{"wait huge", func(r *CreateRequest) { r.WaitMS = ms(MaxWait.Milliseconds() + 1) }, "wait_ms"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := good()
+			c.mod(&r)
+			_, err := Validate(r)
+			if c.field == "" {
+				if err != nil {
+					t.Fatalf("want valid, got %v", err)
+				}
+				return
+			}
+			e := verdict.AsError(err)
+			if e == nil || e.Code != verdict.CodeInvalidRequest || e.Details["field"] != c.field {
+				t.Fatalf("want invalid_request on %s, got %v", c.field, err)
+			}
+		})
+	}
+}
+
+func repeatArgs(n, size int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = strings.Repeat("a", size)
+	}
+	return out
+}
+
+func envN(n int) map[string]string {
+	m := map[string]string{}
+	for i := 0; i < n; i++ {
+		m["V"+strings.Repeat("x", i)] = "1"
+	}
+	return m
+}
+
+func TestCanonical(t *testing.T) {
+	d := sockDir(t)
+	real, _ := filepath.EvalSymlinks(d)
+	os.Mkdir(filepath.Join(d, "real"), 0o700)
+	os.Symlink(filepath.Join(d, "real"), filepath.Join(d, "link"))
+	cases := map[string]string{
+		d + "/link":               real + "/real",
+		d + "/link/new/dir":       real + "/real/new/dir",
+		d + "/./link/../link/x/":  real + "/real/x",
+		"/nonexistent-skc/a/../b": "/nonexistent-skc/b",
+		"/":                       "/",
+	}
+	for in, want := range cases {
+		if got := Canonical(in); got != want {
+			t.Errorf("Canonical(%q) = %q, want %q", in, got, want)
+		}
+	}
+	s, err := Validate(CreateRequest{StateDir: d + "/link/sub", SessionID: "a", Argv: []string{"x"}})
+	if err != nil || s.StateDir != real+"/real/sub" || s.StateFile != real+"/real/sub/a.jsonl" {
+		t.Fatalf("%+v %v", s, err)
+	}
+}
+
+func TestValidateRef(t *testing.T) {
+	if _, err := ValidateRef(Ref{Name: "x", SessionID: "a"}); verdict.CodeOf(err) != verdict.CodeInvalidRequest {
+		t.Fatal(err)
+	}
+	if _, err := ValidateRef(Ref{Name: "a\nb"}); verdict.CodeOf(err) != verdict.CodeInvalidRequest {
+		t.Fatal(err)
+	}
+	r, err := ValidateRef(Ref{StateDir: "/nonexistent-skc/./s/", SessionID: "a"})
+	if err != nil || r.StateDir != "/nonexistent-skc/s" {
+		t.Fatalf("%+v %v", r, err)
+	}
+}
+
+// checkSpec asserts every CONTRACT.md limit on an accepted spec, independently
+// of the code that enforced them.
+func checkSpec(t *testing.T, s CreateSpec) {
+	t.Helper()
+	if s.SessionID == "" || len(s.SessionID) > MaxSessionID || strings.IndexAny(s.SessionID[:1], ".-") == 0 ||
+		strings.Trim(s.SessionID, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != "" {
+		t.Fatalf("bad session_id %q accepted", s.SessionID)
+	}
+	for _, p := range []string{s.StateDir, s.StateFile, s.Cwd} {
+		if p == "" && p != s.Cwd || p != "" && (!filepath.IsAbs(p) || len(p) > MaxPath || strings.ContainsAny(p, "\x00\r\n") || !utf8.ValidString(p)) {
+			t.Fatalf("bad path %q accepted", p)
+		}
+	}
+	total := 0
+	if len(s.Argv) < 1 || len(s.Argv) > MaxArgv || s.Argv[0] == "" {
+		t.Fatalf("bad argv count %d", len(s.Argv))
+	}
+	for _, a := range s.Argv {
+		total += len(a)
+		if len(a) > MaxArg || strings.ContainsRune(a, 0) || !utf8.ValidString(a) {
+			t.Fatalf("bad arg %q", a)
+		}
+	}
+	if total > MaxArgvTotal || len(s.Env) > MaxEnv || len(s.Label) > MaxLabel || !utf8.ValidString(s.Label) {
+		t.Fatalf("limits broken: %+v", s)
+	}
+	for _, kv := range s.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		if !validEnvName(k) || len(v) > MaxEnvValue || strings.ContainsRune(v, 0) {
+			t.Fatalf("bad env %q", kv)
+		}
+	}
+	if s.Wait < 0 || s.Wait > MaxWait {
+		t.Fatalf("bad wait %v", s.Wait)
+	}
+}
+
+// FuzzValidate: Validate never panics, everything it accepts is within the
+// limits, and validating its own output again is a fixed point.
+func FuzzValidate(f *testing.F) {
+	f.Add("/tmp/s", "abc", "", "sh", "-c", "", "A", "1", "label", int64(5000))
+	f.Add("/tmp/../tmp/./s", "a.b-c_D", "/tmp/f.jsonl", "#{pane_id}", "#(id)", "/", "_X", "\n", "é", int64(0))
+	f.Add("rel", "-x", "x", "", "a\x00b", "a\nb", "1A", "", "\x1b", int64(-1))
+	f.Fuzz(func(t *testing.T, dir, id, file, a0, a1, cwd, k, v, label string, wait int64) {
+		req := CreateRequest{StateDir: dir, SessionID: id, StateFile: file, Argv: []string{a0, a1},
+			Cwd: cwd, Env: map[string]string{k: v}, Label: label, WaitMS: &wait}
+		s, err := Validate(req)
+		if err != nil {
+			if e := verdict.AsError(err); e.Code != verdict.CodeInvalidRequest || e.Details["field"] == nil {
+				t.Fatalf("refusal without a field: %v", err)
+			}
+			return
+		}
+		checkSpec(t, s)
+		again, err := Validate(CreateRequest{StateDir: s.StateDir, SessionID: s.SessionID, StateFile: s.StateFile,
+			Argv: s.Argv, Cwd: s.Cwd, Env: req.Env, Label: s.Label, WaitMS: &wait})
+		if err != nil || again.StateDir != s.StateDir || again.StateFile != s.StateFile || again.Cwd != s.Cwd {
+			t.Fatalf("not a fixed point: %+v vs %+v (%v)", s, again, err)
+		}
+		if a0 != s.Argv[0] || a1 != s.Argv[1] {
+			t.Fatal("argv changed")
+		}
+	})
+}
+
+// FuzzDecodeCreate: decoding arbitrary bodies never panics; an accepted body
+// either validates within the limits or is refused with a field.
+func FuzzDecodeCreate(f *testing.F) {
+	f.Add([]byte(`{"state_dir":"/tmp/s","session_id":"a","argv":["sh","-c","echo #{x}"],"env":{"A":"1"},"wait_ms":10}`))
+	f.Add([]byte(`{"state_dir":"/tmp/s","session_id":"a","argv":["x"],"argv":["y"]}`))
+	f.Add([]byte(`{"STATE_DIR":"/x"}`))
+	f.Add([]byte(`{"state_dir":"/x","session_id":"a","argv":["x"]} []`))
+	f.Add([]byte("{\"label\":\"\xff\"}"))
+	f.Add([]byte(`{"env":{"A":null},"wait_ms":null,"argv":null}`))
+	f.Add([]byte(`{"state_dir":"/x","session_id":"a","argv":["\ud800"]`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, err := DecodeCreate(body)
+		if err != nil {
+			if e := verdict.AsError(err); e.Code != verdict.CodeInvalidRequest || e.Details["field"] == nil {
+				t.Fatalf("refusal without a field: %v", err)
+			}
+			return
+		}
+		s, err := Validate(req)
+		if err != nil {
+			if verdict.AsError(err).Details["field"] == nil {
+				t.Fatalf("refusal without a field: %v", err)
+			}
+			return
+		}
+		checkSpec(t, s)
+	})
+}
