@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -268,4 +269,27 @@ func ParseLine(line []byte) (Record, error) {
 	var r Record
 	err := r.UnmarshalJSON(bytes.TrimRight(line, "\r\n"))
 	return r, err
+}
+
+// Validate checks r against the vocabulary: a known action, outcome and
+// verdict, and a known reason, code and exit kind when set. Writers log a
+// failure rather than drop the record.
+func (r Record) Validate() error {
+	var bad []string
+	check := func(field, v string, ok bool) {
+		if !ok {
+			bad = append(bad, fmt.Sprintf("%s %q", field, v))
+		}
+	}
+	check("event.action", r.Action, contains(Actions, r.Action))
+	check("event.outcome", r.Outcome, contains(Outcomes, r.Outcome))
+	check("skc.verdict", r.Verdict, contains(Verdicts, r.Verdict))
+	check("event.reason", r.Reason, r.Reason == "" || contains(AllReasons(), r.Reason))
+	check("skc.code", r.Code, r.Code == "" || Known(r.Code))
+	check("skc.exit_kind", r.ExitKind, r.ExitKind == "" || contains(ExitKinds, r.ExitKind))
+	if len(bad) == 0 {
+		return nil
+	}
+	return Errorf(CodeInvalidRequest, map[string]any{"field": "verdict"},
+		"verdict: unknown %s", strings.Join(bad, ", "))
 }

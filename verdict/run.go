@@ -103,9 +103,16 @@ func (w *Writer) journalQueued() bool {
 		r, err := w.j.AppendVerdict(ctx, jb.rec)
 		cancel()
 		if err != nil {
-			w.log.Error().Err(err).Str(FieldVerdict, jb.rec.Verdict).
-				Msg("journal verdict failed; retrying")
+			if !w.journalFailing {
+				w.log.Error().Err(err).Str(FieldVerdict, jb.rec.Verdict).
+					Msg("journal verdict failed; it stays queued and is retried")
+			}
+			w.journalFailing = true
 			return false
+		}
+		if w.journalFailing {
+			w.log.Info().Msg("journal verdict appends recovered")
+			w.journalFailing = false
 		}
 		r = normalize(r)
 		w.mu.Lock()

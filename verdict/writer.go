@@ -72,8 +72,9 @@ type Writer struct {
 	closed    bool
 	flushers  []chan struct{}
 
-	backoff     backoff // journal retry delay (run only)
-	fileFailing bool    // the last file append failed (run only)
+	backoff        backoff // journal retry delay (run only)
+	fileFailing    bool    // the last file append failed (run only)
+	journalFailing bool    // the last journal append failed (run only)
 
 	wake chan struct{}
 	quit chan struct{}
@@ -140,6 +141,10 @@ func (w *Writer) checkJournal(last int64) int64 {
 // file is caught up later.
 func (w *Writer) Emit(ctx context.Context, r Record) (Record, error) {
 	r = normalize(r)
+	if err := r.Validate(); err != nil {
+		// Written all the same: a verdict with an odd word beats a lost one.
+		w.log.Warn().Err(err).Str(FieldVerdict, r.Verdict).Msg("verdict outside the vocabulary")
+	}
 	jb := &job{rec: r, done: make(chan struct{})}
 	w.mu.Lock()
 	if w.closed {
