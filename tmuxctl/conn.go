@@ -108,11 +108,20 @@ type Conn struct {
 
 // Dial starts the control client, waits for its argv command to complete
 // (3.3a reads stdin before that, FACTS §2), reads the server identity and
-// tags the control session `@skc-control 1`. ctx bounds the whole dial.
+// tags the control session `@skc-control 1`. ctx bounds the whole dial
+// (Config.CommandTimeout when ctx has no deadline). When no server runs on
+// the socket, the client starts one: a new server life.
 func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		// A wedged server must not hang a dial forever (Client.Run's ctx has
+		// no deadline): the handshake gets one command timeout.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.CommandTimeout)
+		defer cancel()
 	}
 	p, err := startProc(&cfg)
 	if err != nil {

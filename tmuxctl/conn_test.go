@@ -291,3 +291,44 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+func TestDialErrors(t *testing.T) {
+	cfg := testConfig(t)
+	bad := cfg
+	bad.Tmux = "/nonexistent/tmux"
+	if _, err := Dial(bg(), bad); err == nil {
+		t.Fatal("Dial with a missing binary succeeded")
+	}
+	bad = cfg
+	bad.ControlSession = "h#{pid}"
+	if _, err := Dial(bg(), bad); err == nil {
+		t.Fatal("Dial with a format in the control session name succeeded")
+	}
+	if _, err := Dial(bg(), Config{}); err == nil {
+		t.Fatal("Dial without a socket succeeded")
+	}
+	noChildrenLeft(t)
+}
+
+// Hook output arrives as bare lines outside any block (FACTS §1.3): it is
+// logged and skipped, and the FIFO stays in step.
+func TestConnBareLinesFromHooks(t *testing.T) {
+	cfg := testConfig(t)
+	var wire lockedBuffer
+	cfg.WireLog = &wire
+	c := dialT(t, cfg)
+	drain(c)
+	if _, err := c.Command(bg(), "set-hook", "-g", "session-created", "display-message -p hook-print-xyz"); err != nil {
+		t.Fatal(err)
+	}
+	tmuxRun(t, cfg.Socket, "new-session", "-d", "-s", "other", "cat")
+	waitFor(t, "hook output on the wire", func() bool {
+		return strings.Contains(wire.String(), "< hook-print-xyz")
+	})
+	for i := 0; i < 20; i++ {
+		want := fmt.Sprintf("after-hook-%d", i)
+		if r, err := c.Command(bg(), "display-message", "-p", want); err != nil || r.Lines[0] != want {
+			t.Fatalf("after hook output: %+v %v", r, err)
+		}
+	}
+}

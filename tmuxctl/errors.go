@@ -1,9 +1,3 @@
-// Package tmuxctl is the tmux control-mode wire: a byte-exact parser of what
-// `tmux -C` writes, an argument encoder, one control connection (Conn) with
-// pipelined commands and a notification stream, and a reconnecting Client.
-//
-// It knows nothing about identities or sessions of the supervisor; see
-// ../../shared/tmux/FACTS.md for the tmux 3.3a behaviour it is built on.
 package tmuxctl
 
 import (
