@@ -170,16 +170,25 @@ func (r Runner) Command(b Bootstrap) []string {
 	return r.Wrap(UnitName(b.Socket), "skc-supervisor tmux server "+b.Socket, b.Argv())
 }
 
+// ControlBootstrap is the Bootstrap matching tmuxctl's control client
+// (tmuxctl/doc.go): the same session name, size and harmless pane command, so
+// the client's `new-session -A` attaches to it as if it had created it.
+func ControlBootstrap(tmux, socket, config, session string) Bootstrap {
+	return Bootstrap{Tmux: tmux, Socket: socket, Config: config, Session: session,
+		Args: []string{"-x", "80", "-y", "24", "cat"}}
+}
+
 // Start runs r.Command(b) and waits for it (the tmux client returns once the
 // server is up and the session exists). When the scoped command fails — no
 // user bus, an old systemd, a name still in use — it runs the plain command,
 // so the server starts either way; scoped says which one worked. env is the
-// environment for tmux (nil → this process's); the server copies it into
-// every pane.
+// environment for tmux (nil → this process's), without TMUX and TMUX_PANE as
+// tmuxctl does for its client; the server copies it into every pane.
 func Start(ctx context.Context, r Runner, b Bootstrap, env []string) (scoped bool, err error) {
 	if b.Socket == "" || b.Session == "" {
 		return false, errors.New("scope: bootstrap needs a socket and a session name")
 	}
+	env = serverEnv(env)
 	var scopeErr error
 	if r.Enabled() {
 		if scopeErr = run(ctx, r.Command(b), env); scopeErr == nil {
@@ -190,6 +199,22 @@ func Start(ctx context.Context, r Runner, b Bootstrap, env []string) (scoped boo
 		return false, errors.Join(scopeErr, err)
 	}
 	return false, scopeErr
+}
+
+// serverEnv drops TMUX and TMUX_PANE: a daemon started from inside tmux must
+// not hand its own server a "nested" environment.
+func serverEnv(env []string) []string {
+	if env == nil {
+		env = os.Environ()
+	}
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "TMUX=") || strings.HasPrefix(kv, "TMUX_PANE=") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
 }
 
 func run(ctx context.Context, argv []string, env []string) error {

@@ -117,9 +117,13 @@ func startReal(t *testing.T, fail bool) (scoped bool, args string, err error) {
 	bin, log := fakeSystemdRun(t, dir, fail)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	b := Bootstrap{Socket: sock, Config: "/dev/null", Session: "skc-control", Args: []string{"cat"}}
-	scoped, err = Start(ctx, Runner{SystemdRun: bin, User: true}, b, os.Environ())
+	b := ControlBootstrap("tmux", sock, "/dev/null", "skc-control")
+	env := append(os.Environ(), "TMUX=/elsewhere,1,0", "TMUX_PANE=%9")
+	scoped, err = Start(ctx, Runner{SystemdRun: bin, User: true}, b, env)
 	out, _ := os.ReadFile(log)
+	if e := exec.Command("tmux", "-S", sock, "show-environment", "-g", "TMUX").Run(); e == nil {
+		t.Fatal("TMUX leaked into the server's global environment")
+	}
 	if e := exec.Command("tmux", "-S", sock, "has-session", "-t", "=skc-control").Run(); e != nil {
 		t.Fatalf("control session missing after Start: %v", e)
 	}
