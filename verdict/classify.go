@@ -44,7 +44,7 @@ const (
 	CodeIdentityStateFileMismatch Code = "identity_state_file_mismatch"
 	// CodeFenceLost: the reservation row is no longer ours; no tmux mutation follows.
 	CodeFenceLost Code = "fence_lost"
-	// CodeSpawnFailed: tmux refused or failed new-session.
+	// CodeSpawnFailed: new-session was refused by tmux or failed.
 	CodeSpawnFailed Code = "spawn_failed"
 	// CodeTagFailed: the @skc-* tags could not be set on the new session.
 	CodeTagFailed Code = "tag_failed"
