@@ -187,4 +187,3 @@ func TestConcurrentUpdates(t *testing.T) {
 		t.Fatal("gauge")
 	}
 }
-
