@@ -90,9 +90,20 @@ var SchemaVersion = len(migrations)
 // migrate applies the missing steps, each in its own IMMEDIATE transaction.
 // The version is read inside the transaction, so two processes opening a new
 // file at once apply every step exactly once.
+// A database already at SchemaVersion is recognised with a plain read, so a
+// process opening the fence (the pane helper) never queues for the write lock
+// behind a busy daemon; a busy step is retried until ctx ends.
 func migrate(ctx context.Context, db *sql.DB, path string) error {
+	var v int
+	if err := db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err == nil && v == len(migrations) {
+		return nil
+	}
 	for {
-		done, err := migrateStep(ctx, db, path)
+		var done bool
+		err := retryBusy(ctx, func() (err error) {
+			done, err = migrateStep(ctx, db, path)
+			return err
+		})
 		if err != nil || done {
 			return err
 		}

@@ -20,6 +20,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net/url"
 	"os"
@@ -131,9 +132,12 @@ func Open(path string, opt Options) (*Store, error) {
 	s.r.SetMaxOpenConns(4)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := s.w.PingContext(ctx); err != nil {
+	if err := retryBusy(ctx, func() error { return s.w.PingContext(ctx) }); err != nil {
 		s.Close()
-		return nil, unavailable(path, "open (not a readable fence database; refusing to recreate it)", err)
+		if isCorrupt(err) {
+			return nil, unavailable(path, "open (not a fence database or corrupt; refusing to recreate it)", err)
+		}
+		return nil, unavailable(path, "open", err)
 	}
 	if err := migrate(ctx, s.w, path); err != nil {
 		s.Close()
@@ -379,13 +383,9 @@ func (s *Store) dbErr(op string, err error) error {
 	if errors.As(err, &ve) {
 		return err
 	}
-	var se *sqlite.Error
-	if errors.As(err, &se) {
-		switch se.Code() & 0xff {
-		case sqliteBusy, sqliteLocked:
-			return verdict.Errorf(verdict.CodeIdentityFenceContended, map[string]any{"path": s.path, "op": op},
-				"fence %s: database stayed busy beyond %v: %w", op, s.opt.BusyTimeout, err)
-		}
+	if isBusy(err) {
+		return verdict.Errorf(verdict.CodeIdentityFenceContended, map[string]any{"path": s.path, "op": op},
+			"fence %s: database stayed busy beyond %v: %w", op, s.opt.BusyTimeout, err)
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return verdict.Errorf(verdict.CodeTimeout, map[string]any{"op": op}, "fence %s: %w", op, err)
@@ -393,8 +393,50 @@ func (s *Store) dbErr(op string, err error) error {
 	return verdict.Errorf(verdict.CodeFenceUnavailable, map[string]any{"path": s.path, "op": op}, "fence %s: %w", op, err)
 }
 
+// isBusy reports whether err is SQLITE_BUSY or SQLITE_LOCKED (any extended code).
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.Code() & 0xff {
+	case sqliteBusy, sqliteLocked:
+		return true
+	}
+	return false
+}
+
+// isCorrupt reports whether err says the file is not a database or is damaged.
+func isCorrupt(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	c := se.Code() & 0xff
+	return c == sqliteCorrupt || c == sqliteNotADB
+}
+
+// retryBusy runs f until it is not busy or ctx ends: opening the fence is not
+// a transition, and a helper process opening it while the daemon writes must
+// not fail for that.
+func retryBusy(ctx context.Context, f func() error) error {
+	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, 250*time.Millisecond) {
+		err := f()
+		if err == nil || !isBusy(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (after %v)", err, ctx.Err())
+		case <-time.After(backoff):
+		}
+	}
+}
+
 // SQLite primary result codes (sqlite3.h).
 const (
-	sqliteBusy   = 5
-	sqliteLocked = 6
+	sqliteBusy    = 5
+	sqliteLocked  = 6
+	sqliteCorrupt = 11
+	sqliteNotADB  = 26
 )
