@@ -1,0 +1,269 @@
+package census
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
+)
+
+// A separate tmux client creates, tags, renames and kills a session; the
+// census and its change feed follow, and the control session never shows.
+func TestReflectsHumanChanges(t *testing.T) {
+	r := newRig(t, nil)
+	sub := r.c.Subscribe(64)
+	defer sub.Close()
+	if snap := r.c.Snapshot(); !snap.Synced || len(snap.Sessions) != 0 {
+		t.Fatalf("fresh server: want synced and empty (control session hidden), got %+v", snap)
+	}
+
+	r.tmux("new-session", "-d", "-s", "h1", "cat")
+	ch := next(t, sub)
+	if ch.Kind != Added || ch.Session.Name != "h1" || ch.Session.Managed || ch.Session.PanePID == 0 {
+		t.Fatalf("want Added h1 unmanaged with a pane pid, got %+v", ch)
+	}
+	id := ch.Session.ID
+
+	d := digest(1)
+	r.tmux("set-option", "-t", id, TagIdentity, d)
+	r.tmux("set-option", "-t", id, TagGeneration, "3")
+	eventually(t, "tags set by hand reach the census", func() bool {
+		s, ok := r.c.ByID(id)
+		return ok && s.Managed && s.Tags[TagIdentity] == d && s.Tags[TagGeneration] == "3"
+	})
+	if got := r.c.ByIdentity(d); len(got) != 1 || got[0].ID != id {
+		t.Fatalf("ByIdentity: %+v", got)
+	}
+
+	r.tmux("rename-session", "-t", id, "h2")
+	eventually(t, "rename", func() bool {
+		s, ok := r.c.ByName("h2")
+		_, old := r.c.ByName("h1")
+		return ok && s.ID == id && !old
+	})
+
+	r.tmux("kill-session", "-t", id)
+	eventually(t, "kill", func() bool { _, ok := r.c.ByID(id); return !ok })
+	var last Change
+	for last.Kind != Removed {
+		last = next(t, sub)
+	}
+	if last.Reason != ReasonGone || last.Session.ID != id || last.Session.Tags[TagIdentity] != d {
+		t.Fatalf("Removed must carry the last known session with its tags: %+v", last)
+	}
+	if got := r.c.ByIdentity(d); len(got) != 0 {
+		t.Fatalf("identity index kept a killed session: %+v", got)
+	}
+}
+
+// A SIGKILLed server turns the census unsynced with Removed for every
+// session (server_exited); the next server is a new life, synced afresh.
+func TestServerKilledAndNewLife(t *testing.T) {
+	r := newRig(t, nil)
+	for i := 0; i < 3; i++ {
+		r.tmux("new-session", "-d", "-s", "k"+strconv.Itoa(i), "cat")
+	}
+	r.tmux("set-option", "-t", "=k0:", TagIdentity, digest(7))
+	eventually(t, "three sessions, one tagged", func() bool {
+		return len(r.c.Snapshot().Sessions) == 3 && len(r.c.ByIdentity(digest(7))) == 1
+	})
+	old, _ := r.c.Info()
+	sub := r.c.Subscribe(64)
+	defer sub.Close()
+
+	if err := os.WriteFile(r.gate, nil, 0o600); err != nil { // hold the reconnect off
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(old.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	removed := map[string]Change{}
+	for len(removed) < 3 {
+		ch := next(t, sub)
+		if ch.Kind != Removed {
+			t.Fatalf("want only Removed after the server died, got %+v", ch)
+		}
+		removed[ch.Session.Name] = ch
+	}
+	for name, ch := range removed {
+		if ch.Reason != ReasonServerExited || ch.Life != old.ServerLife {
+			t.Fatalf("%s: want server_exited in the old life, got %+v", name, ch)
+		}
+	}
+	if removed["k0"].Session.Tags[TagIdentity] != digest(7) {
+		t.Fatalf("Removed lost the tags: %+v", removed["k0"])
+	}
+	if r.c.Synced() {
+		t.Fatal("census synced while disconnected")
+	}
+	if a, _, err := r.c.Inspect(context.Background(), Evidence{IdentityDigest: digest(7), Generation: 1}); a != Unknown || err == nil {
+		t.Fatalf("Inspect while unsynced: want Unknown with a reason, got %v %v", a, err)
+	}
+
+	os.Remove(r.gate)
+	r.waitSynced()
+	now, _ := r.c.Info()
+	if now.ServerLife == old.ServerLife || now.PID == 0 {
+		t.Fatalf("want a new server life, got %+v (old %+v)", now, old)
+	}
+	if snap := r.c.Snapshot(); len(snap.Sessions) != 0 {
+		t.Fatalf("new life: want no sessions, got %+v", snap.Sessions)
+	}
+	r.tmux("new-session", "-d", "-s", "after", "cat")
+	ch := next(t, sub)
+	if ch.Kind != Added || ch.Session.Name != "after" || ch.Life != now.ServerLife {
+		t.Fatalf("want Added in the new life, got %+v", ch)
+	}
+}
+
+// Tags read by the census are the session's own: a window-level option and
+// a global `set -g` / `set -gw` one do not leak into (or hide) them.
+func TestTagsCannotBeShadowed(t *testing.T) {
+	r := newRig(t, nil)
+	own := digest(11)
+	r.tmux("new-session", "-d", "-s", "mine", "cat")
+	r.tmux("set-option", "-t", "=mine:", TagIdentity, own)
+	r.tmux("new-session", "-d", "-s", "plain", "cat")
+	r.tmux("set-option", "-g", TagIdentity, digest(99))              // inherited by sessions without their own
+	r.tmux("set-option", "-w", "-t", "=mine:", TagIdentity, digest(98)) // window level shadows the session's
+	r.tmux("set-option", "-w", "-t", "=plain:", TagGeneration, "5")
+	if err := r.c.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	check := func(stage string) {
+		t.Helper()
+		m, ok1 := r.c.ByName("mine")
+		p, ok2 := r.c.ByName("plain")
+		if !ok1 || !ok2 || m.Tags[TagIdentity] != own || !m.Managed || p.Managed || len(p.Tags) != 0 {
+			t.Fatalf("%s: shadowed tags leaked: mine=%+v plain=%+v", stage, m, p)
+		}
+		if got := r.c.ByIdentity(digest(99)); len(got) != 0 {
+			t.Fatalf("%s: global value indexed: %+v", stage, got)
+		}
+	}
+	check("window + set -g")
+	// A global-window option can shadow every session: the census then reads
+	// every session exactly, and still gets the session's own values.
+	r.tmux("set-option", "-gw", TagIdentity, "")
+	if err := r.c.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	check("set -gw empty")
+	// A hand change of the session's own value under the global shadow is seen.
+	r.tmux("set-option", "-t", "=mine:", TagGeneration, "4")
+	if err := r.c.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := r.c.ByName("mine"); m.Tags[TagGeneration] != "4" {
+		t.Fatalf("own generation under a shadow: %+v", m)
+	}
+}
+
+// Every Inspect branch, against a fresh read of live tmux.
+func TestInspect(t *testing.T) {
+	r := newRig(t, nil)
+	ctx := context.Background()
+	d := digest(21)
+	r.tmux("new-session", "-d", "-s", "agent-3", "cat")
+	r.tmux("set-option", "-t", "=agent-3:", TagIdentity, d)
+	r.tmux("set-option", "-t", "=agent-3:", TagGeneration, "3")
+	r.tmux("set-option", "-t", "=agent-3:", "remain-on-exit", "on")
+	r.tmux("new-session", "-d", "-s", "agent-3-old", "cat") // a prefix-sharing name must not match
+	id := r.tmux("display-message", "-p", "-t", "=agent-3:", "#{session_id}")
+	if err := r.c.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	life := func() tmuxctl.ServerLife { i, _ := r.c.Info(); return i.ServerLife }
+	ev := Evidence{IdentityDigest: d, AttemptName: "agent-3", TmuxID: id, Life: life(), Generation: 3}
+	expect := func(what string, ev Evidence, want Authority) *Session {
+		t.Helper()
+		a, s, err := r.c.Inspect(ctx, ev)
+		if a != want {
+			t.Fatalf("%s: got %v (%v), want %v", what, a, err, want)
+		}
+		if (a == Authoritative || a == Orphan) && s == nil {
+			t.Fatalf("%s: no session returned", what)
+		}
+		return s
+	}
+	if s := expect("published", ev, Authoritative); s.ID != id || s.PaneDead {
+		t.Fatalf("authoritative session: %+v", s)
+	}
+	// A window-level option cannot fake the identity away.
+	r.tmux("set-option", "-w", "-t", "=agent-3:", TagIdentity, digest(22))
+	expect("window-level shadow", ev, Authoritative)
+
+	// The pane dies (remain-on-exit): the session lives on, authoritative.
+	r.tmux("send-keys", "-t", "=agent-3:", "C-d")
+	eventually(t, "pane death reaches the census", func() bool {
+		s, ok := r.c.ByID(id)
+		if time.Now().Second()%5 == 0 {
+			t.Logf("census %+v; tmux %s; relists %d", s, r.tmux("list-panes", "-a", "-F", "#{session_id} #{pane_dead} #{pane_dead_status} #{pane_current_command}"), r.c.Relists())
+		}
+		return ok && s.PaneDead && s.PaneDeadStatus != nil
+	})
+	if s := expect("dead pane", ev, Authoritative); !s.PaneDead || s.PaneDeadStatus == nil || *s.PaneDeadStatus != 0 {
+		t.Fatalf("dead pane session: %+v", s)
+	}
+
+	// A tag changed by hand after the last sync: Inspect does not trust the cache.
+	r.tmux("set-option", "-t", id, TagGeneration, "4")
+	expect("generation changed by hand", ev, Orphan)
+	r.tmux("set-option", "-t", id, TagGeneration, "3")
+
+	expect("attempt name only", Evidence{AttemptName: "agent-3-old", Generation: 3}, Orphan)
+	expect("identity, no published generation", Evidence{IdentityDigest: d}, Orphan)
+	expect("absent", Evidence{IdentityDigest: digest(23), AttemptName: "agent-3-", Generation: 1}, Absent)
+	expect("other life", Evidence{IdentityDigest: d, TmuxID: id, Life: tmuxctl.ServerLife{PID: 1}, Generation: 3}, Unknown)
+	expect("name of another identity's session",
+		Evidence{IdentityDigest: digest(24), AttemptName: "agent-3", Generation: 1}, Unknown)
+	expect("no evidence", Evidence{}, Unknown)
+
+	r.tmux("set-option", "-t", "=agent-3-old:", TagIdentity, d)
+	a, _, err := r.c.Inspect(ctx, ev)
+	var ie *InspectError
+	if a != Unknown || !asInspect(err, &ie) || ie.Code() != UnknownContradiction {
+		t.Fatalf("two sessions with the identity: got %v %v", a, err)
+	}
+}
+
+func asInspect(err error, target **InspectError) bool {
+	e, ok := err.(*InspectError)
+	if ok {
+		*target = e
+	}
+	return ok
+}
+
+// A burst of 100 creates causes far fewer than 100 re-lists.
+func TestCoalescesBursts(t *testing.T) {
+	r := newRig(t, nil)
+	r.tmux("set-option", "-g", "remain-on-exit", "on")
+	before := r.c.Relists()
+	args := []string{}
+	for i := 0; i < 100; i++ {
+		if i > 0 {
+			args = append(args, ";")
+		}
+		args = append(args, "new-session", "-d", "-s", "b"+strconv.Itoa(i), "true")
+	}
+	r.tmux(args...)
+	eventually(t, "100 sessions, every pane dead with its status", func() bool {
+		snap := r.c.Snapshot()
+		for _, s := range snap.Sessions {
+			if !s.PaneDead || s.PaneDeadStatus == nil {
+				return false
+			}
+		}
+		return len(snap.Sessions) == 100
+	})
+	n := r.c.Relists() - before
+	t.Logf("re-lists for a 100-session create burst: %d", n)
+	if n >= 50 {
+		t.Fatalf("burst not coalesced: %d re-lists for 100 creates", n)
+	}
+}
