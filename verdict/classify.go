@@ -72,16 +72,25 @@ const (
 	StatusError = "error"
 )
 
-// CLI exit codes (CONTRACT.md).
+// CLI exit codes (CONTRACT.md). The high ones are sysexits.h values, so shell
+// scripts can tell "retry later" (75) from "start the daemon" (69).
 const (
-	ExitOK                = 0  // ExitOK: success.
-	ExitFailed            = 1  // ExitFailed: the operation failed.
-	ExitUsage             = 2  // ExitUsage: usage error or invalid input.
-	ExitRefused           = 3  // ExitRefused: refused by the fence.
-	ExitNotFound          = 4  // ExitNotFound: no such session.
-	ExitDaemonUnreachable = 69 // ExitDaemonUnreachable: EX_UNAVAILABLE.
-	ExitBusy              = 75 // ExitBusy: EX_TEMPFAIL, busy or contended.
-	ExitPermission        = 77 // ExitPermission: EX_NOPERM.
+	// ExitOK is success (create: published or existing).
+	ExitOK = 0
+	// ExitFailed is an operation that failed.
+	ExitFailed = 1
+	// ExitUsage is a usage error or invalid input.
+	ExitUsage = 2
+	// ExitRefused is a create refused by the fence.
+	ExitRefused = 3
+	// ExitNotFound is no such session.
+	ExitNotFound = 4
+	// ExitDaemonUnreachable is EX_UNAVAILABLE: the daemon is not running or not reachable.
+	ExitDaemonUnreachable = 69
+	// ExitBusy is EX_TEMPFAIL: another daemon holds SKC_HOME, or the fence stayed contended.
+	ExitBusy = 75
+	// ExitPermission is EX_NOPERM: peer credentials refused.
+	ExitPermission = 77
 )
 
 // Class is how one code travels: its HTTP status, CLI exit code, the verdict

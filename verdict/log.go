@@ -13,34 +13,62 @@ import (
 // Operational log field names. Every package logs with these keys, so that a
 // field means the same thing on every line (and grep works across packages).
 const (
-	FieldComponent   = "component"   // package or subsystem: "fence", "census", …
-	FieldPath        = "path"        // a file or socket path
-	FieldSequence    = "sequence"    // a verdict sequence
-	FieldVerdict     = "verdict"     // a verdict word
-	FieldCode        = "code"        // an error Code
-	FieldRecord      = "record"      // a whole verdict record (raw JSON)
-	FieldStateDir    = "state_dir"   // identity: state directory
-	FieldSessionID   = "session_id"  // identity: session id
-	FieldIdentity    = "identity"    // identity digest (64 hex)
-	FieldReservation = "reservation" // reservation id
-	FieldPhase       = "phase"       // reservation phase
-	FieldGeneration  = "generation"  // published generation
-	FieldSession     = "session"     // tmux session name
-	FieldTmuxID      = "tmux_id"     // tmux session id ("$3")
-	FieldPID         = "pid"         // a process id
-	FieldServerPID   = "server_pid"  // the tmux server's pid
-	FieldSocket      = "socket"      // a unix socket path
-	FieldCommand     = "command"     // a tmux command (already quoted)
-	FieldDuration    = "duration"    // elapsed time
-	FieldAttempt     = "attempt"     // retry attempt number
-	FieldMethod      = "method"      // HTTP method
-	FieldURL         = "url"         // HTTP path
-	FieldStatus      = "status"      // HTTP status
-	FieldPeerUID     = "peer_uid"    // peer credentials: uid
-	FieldPeerPID     = "peer_pid"    // peer credentials: pid
-	FieldVersion     = "version"     // a version string (tmux, ours)
-	FieldReason      = "reason"      // a verdict reason or a free-text why
-	FieldExitKind    = "exit_kind"   // a verdict exit kind
+	// FieldComponent is the key for the package or subsystem ("fence", "census", …).
+	FieldComponent = "component"
+	// FieldPath is the key for a file or socket path.
+	FieldPath = "path"
+	// FieldSequence is the key for a verdict sequence.
+	FieldSequence = "sequence"
+	// FieldVerdict is the key for a verdict word.
+	FieldVerdict = "verdict"
+	// FieldCode is the key for an error Code.
+	FieldCode = "code"
+	// FieldRecord is the key for a whole verdict record (raw JSON).
+	FieldRecord = "record"
+	// FieldStateDir is the key for an identity's state directory.
+	FieldStateDir = "state_dir"
+	// FieldSessionID is the key for an identity's session id.
+	FieldSessionID = "session_id"
+	// FieldIdentity is the key for an identity digest (64 hex).
+	FieldIdentity = "identity"
+	// FieldReservation is the key for a reservation id.
+	FieldReservation = "reservation"
+	// FieldPhase is the key for a reservation phase.
+	FieldPhase = "phase"
+	// FieldGeneration is the key for a published generation.
+	FieldGeneration = "generation"
+	// FieldSession is the key for a tmux session name.
+	FieldSession = "session"
+	// FieldTmuxID is the key for a tmux session id ("$3").
+	FieldTmuxID = "tmux_id"
+	// FieldPID is the key for a process id.
+	FieldPID = "pid"
+	// FieldServerPID is the key for the tmux server's pid.
+	FieldServerPID = "server_pid"
+	// FieldSocket is the key for a unix socket path.
+	FieldSocket = "socket"
+	// FieldCommand is the key for a tmux command (already quoted).
+	FieldCommand = "command"
+	// FieldDuration is the key for elapsed time.
+	FieldDuration = "duration"
+	// FieldAttempt is the key for a retry attempt number.
+	FieldAttempt = "attempt"
+	// FieldMethod is the key for an HTTP method.
+	FieldMethod = "method"
+	// FieldURL is the key for an HTTP request path.
+	FieldURL = "url"
+	// FieldStatus is the key for an HTTP status.
+	FieldStatus = "status"
+	// FieldPeerUID is the key for the peer's uid (SO_PEERCRED).
+	FieldPeerUID = "peer_uid"
+	// FieldPeerPID is the key for the peer's pid (SO_PEERCRED).
+	FieldPeerPID = "peer_pid"
+	// FieldVersion is the key for a version string (tmux, ours).
+	FieldVersion = "version"
+	// FieldReason is the key for a verdict reason or a free-text why.
+	FieldReason = "reason"
+	// FieldExitKind is the key for a verdict exit kind.
+	FieldExitKind = "exit_kind"
 )
 
 // NewOpsLogger returns the operational logger (not verdicts): JSON lines on w

@@ -39,7 +39,7 @@ func (w *Writer) run() {
 // step does one round of work and returns when the next retry is due.
 func (w *Writer) step() time.Duration {
 	delay := retryInterval
-	if !w.journalQueued() {
+	if !w.journalQueued(context.Background()) {
 		delay = w.backoff.next()
 	} else {
 		w.backoff.reset()
@@ -52,15 +52,19 @@ func (w *Writer) step() time.Duration {
 
 // final is the last round on Close, bounded by closeTimeout.
 func (w *Writer) final() {
-	deadline := time.Now().Add(closeTimeout)
-	for time.Now().Before(deadline) {
-		ok := w.journalQueued()
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	for ctx.Err() == nil {
+		ok := w.journalQueued(ctx)
 		w.advance()
 		w.catchupFile()
 		if ok && w.settledRun() {
 			break
 		}
-		time.Sleep(minBackoff)
+		select {
+		case <-ctx.Done():
+		case <-time.After(minBackoff):
+		}
 	}
 	w.mu.Lock()
 	queue, waiting := w.queue, w.waiting
@@ -87,9 +91,9 @@ func (w *Writer) settledRun() bool {
 
 // journalQueued appends queued Emit records to the journal in call order. It
 // stops at the first failure (order matters) and reports whether the queue was
-// drained. The call gets its own timeout, detached from any caller: a caller
-// that gave up after Budget must not abort a commit half-way.
-func (w *Writer) journalQueued() bool {
+// drained. The call gets its own timeout under parent, detached from any
+// caller: a caller that gave up after Budget must not abort a commit half-way.
+func (w *Writer) journalQueued(parent context.Context) bool {
 	for {
 		w.mu.Lock()
 		if len(w.queue) == 0 {
@@ -99,7 +103,7 @@ func (w *Writer) journalQueued() bool {
 		jb := w.queue[0]
 		w.mu.Unlock()
 
-		ctx, cancel := context.WithTimeout(context.Background(), journalTimeout)
+		ctx, cancel := context.WithTimeout(parent, journalTimeout)
 		r, err := w.j.AppendVerdict(ctx, jb.rec)
 		cancel()
 		if err != nil {
