@@ -24,9 +24,13 @@ type RecoverBranch int
 
 // The branches. The zero value is BranchUnresolved: fail closed.
 const (
+	// BranchUnresolved: nothing could be decided; the row is kept.
 	BranchUnresolved RecoverBranch = iota
+	// BranchPreserved: the attempt's session is authoritative and was kept.
 	BranchPreserved
+	// BranchOrphanCleaned: the orphan was killed, confirmed gone, and the row reclaimed.
 	BranchOrphanCleaned
+	// BranchReclaimed: no child could exist, or none was found; the row was reclaimed.
 	BranchReclaimed
 )
 

@@ -357,7 +357,9 @@ func (s *Store) write(ctx context.Context, op string, fn func(q queryer) error) 
 		testHookBeforeCommit(op)
 	}
 	if err == nil {
-		_, err = conn.ExecContext(ctx, "COMMIT")
+		// COMMIT is not cancelled with the caller: once the statements ran, a
+		// half-way cancellation would only make the outcome ambiguous.
+		_, err = conn.ExecContext(context.WithoutCancel(ctx), "COMMIT")
 	}
 	if err != nil {
 		// A detached context: a caller that hangs up must not leave the

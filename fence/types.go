@@ -30,11 +30,16 @@ type Phase int
 
 // The phases, in order. A phase only moves forward.
 const (
-	PhaseReserved      Phase = 1
+	// PhaseReserved: the row is claimed; owner pid and incarnation recorded.
+	PhaseReserved Phase = 1
+	// PhaseHelperInvoked: recorded before new-session is sent, with the attempt's name.
 	PhaseHelperInvoked Phase = 2
-	PhaseSpawned       Phase = 3
-	PhaseTagged        Phase = 4
-	PhasePublished     Phase = 5
+	// PhaseSpawned: new-session answered; tmux id, pane pid and server life recorded.
+	PhaseSpawned Phase = 3
+	// PhaseTagged: the @skc-* tags are set on the session.
+	PhaseTagged Phase = 4
+	// PhasePublished: the identity's generation is published (then the row is released).
+	PhasePublished Phase = 5
 )
 
 var phaseNames = map[Phase]string{
@@ -247,9 +252,13 @@ type Authority int
 
 // The inspection answers (DESIGN §4).
 const (
+	// AuthorityUnknown: not synced, tmux unreachable or contradictory evidence.
 	AuthorityUnknown Authority = iota
+	// Authoritative: a live session with the identity's tags and published generation.
 	Authoritative
+	// Orphan: a live session of the attempt that is not the published generation.
 	Orphan
+	// Absent: a synced census shows no session of the attempt.
 	Absent
 )
 
@@ -272,8 +281,11 @@ type Live int
 
 // The liveness answers.
 const (
+	// LiveUnknown: liveness cannot be established (fail closed: blocks).
 	LiveUnknown Live = iota
+	// Alive: the owner process of that incarnation is running.
 	Alive
+	// Dead: proven dead (gone, zombie, reused pid, or another boot).
 	Dead
 )
 
