@@ -1,0 +1,122 @@
+// Package backend adapts the daemon's real components — lifecycle.Manager,
+// fence.Store and verdict.Writer — to api.Service. It is a translation layer
+// only: api validated the input, lifecycle decides.
+package backend
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/skc-supervisor/skc-supervisor/api"
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/lifecycle"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// Service implements api.Service over the real components.
+type Service struct {
+	Manager  *lifecycle.Manager
+	Store    *fence.Store
+	Verdicts *verdict.Writer
+}
+
+var _ api.Service = (*Service)(nil)
+
+// Create runs the create saga for a validated spec.
+func (s *Service) Create(ctx context.Context, spec api.CreateSpec) (api.CreateResponse, error) {
+	res, err := s.Manager.Create(ctx, lifecycle.CreateRequest{
+		Identity: fence.Identity{StateDir: spec.StateDir, SessionID: spec.SessionID},
+		Spec: fence.Spec{StateFile: spec.StateFile, Argv: spec.Argv, Env: spec.Env,
+			Cwd: spec.Cwd, Label: spec.Label},
+		Wait: spec.Wait,
+	})
+	if err != nil {
+		return api.CreateResponse{}, err
+	}
+	return api.CreateResponse{Status: res.Status, Session: session(res.Session)}, nil
+}
+
+// List lists the supervised server's sessions.
+func (s *Service) List(ctx context.Context) (api.ListResponse, error) {
+	res, err := s.Manager.List(ctx)
+	if err != nil {
+		return api.ListResponse{}, err
+	}
+	out := api.ListResponse{Census: api.CensusInfo(res.Census), Sessions: make([]api.Session, 0, len(res.Sessions))}
+	for _, v := range res.Sessions {
+		out.Sessions = append(out.Sessions, session(v))
+	}
+	return out, nil
+}
+
+// Show describes one session.
+func (s *Service) Show(ctx context.Context, ref api.Ref) (api.ShowResponse, error) {
+	res, err := s.Manager.Show(ctx, lifecycleRef(ref))
+	if err != nil {
+		return api.ShowResponse{}, err
+	}
+	out := api.ShowResponse{Session: session(res.Session), Verdicts: res.Verdicts}
+	if res.Reservation != nil {
+		if out.Reservation, err = json.Marshal(res.Reservation); err != nil {
+			return api.ShowResponse{}, verdict.Errorf(verdict.CodeInternal, nil, "encode reservation: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// Kill ends one session.
+func (s *Service) Kill(ctx context.Context, ref api.Ref) (api.KillResponse, error) {
+	res, err := s.Manager.Kill(ctx, lifecycleRef(ref))
+	if err != nil {
+		return api.KillResponse{}, err
+	}
+	return api.KillResponse{Status: res.Status, Verdict: res.Verdict}, nil
+}
+
+// Fence lists the fence's reservations and published identities, each in the
+// fence's own JSON.
+func (s *Service) Fence(ctx context.Context) (api.FenceResponse, error) {
+	rs, err := s.Store.Reservations(ctx)
+	if err != nil {
+		return api.FenceResponse{}, err
+	}
+	ids, err := s.Store.Identities(ctx)
+	if err != nil {
+		return api.FenceResponse{}, err
+	}
+	out := api.FenceResponse{Reservations: make([]json.RawMessage, 0, len(rs)), Identities: make([]json.RawMessage, 0, len(ids))}
+	for _, r := range rs {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return api.FenceResponse{}, verdict.Errorf(verdict.CodeInternal, nil, "encode reservation: %w", err)
+		}
+		out.Reservations = append(out.Reservations, b)
+	}
+	for _, p := range ids {
+		b, err := json.Marshal(p)
+		if err != nil {
+			return api.FenceResponse{}, verdict.Errorf(verdict.CodeInternal, nil, "encode identity: %w", err)
+		}
+		out.Identities = append(out.Identities, b)
+	}
+	return out, nil
+}
+
+// VerdictsSince reads the journal.
+func (s *Service) VerdictsSince(ctx context.Context, after int64, limit int) ([]verdict.Record, error) {
+	return s.Store.VerdictsSince(ctx, after, limit)
+}
+
+// SubscribeVerdicts follows the verdict writer.
+func (s *Service) SubscribeVerdicts(after int64) (<-chan verdict.Record, func()) {
+	return s.Verdicts.Subscribe(after)
+}
+
+func lifecycleRef(ref api.Ref) lifecycle.Ref {
+	if ref.Name != "" {
+		return lifecycle.Ref{Name: ref.Name}
+	}
+	return lifecycle.Ref{Identity: &fence.Identity{StateDir: ref.StateDir, SessionID: ref.SessionID}}
+}
+
+func session(v lifecycle.View) api.Session { return api.Session(v) }

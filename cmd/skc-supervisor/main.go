@@ -1,0 +1,242 @@
+// Command skc-supervisor is the daemon (`serve`) and its CLI. This package is
+// wiring only: flags and output here, behaviour in the packages.
+//
+// Output contract (CONTRACT.md): with --json every outcome, errors included, is
+// exactly one JSON document on stdout; otherwise people get text on stdout and
+// messages on stderr. Exit codes come from verdict.Classify, the one table.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"sort"
+	"strconv"
+	"syscall"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/skc-supervisor/skc-supervisor/api"
+	"github.com/skc-supervisor/skc-supervisor/home"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// version is set at build time with -ldflags "-X main.version=…"; otherwise
+// the module version from the build info, else "dev".
+var version = ""
+
+// verb is one CLI verb: run gets the arguments after the verb name.
+type verb struct {
+	run    func(cli *CLI, args []string) int
+	hidden bool
+}
+
+// verbs is the CLI's dispatch table.
+var verbs = map[string]verb{
+	"serve":    {runServe, false},
+	"create":   {runCreate, false},
+	"ls":       {runList, false},
+	"show":     {runShow, false},
+	"kill":     {runKill, false},
+	"attach":   {runAttach, false},
+	"verdicts": {runVerdicts, false},
+	"fence":    {runFence, false},
+	"tmuxctl":  {runTmuxctl, false},
+	"doctor":   {runDoctor, false},
+	"version":  {runVersion, false},
+	"helper":   {runHelper, true},
+}
+
+// usages is each verb's synopsis (CONTRACT.md "Verbs").
+var usages = map[string]string{
+	"serve":    "serve [--wire-log FILE]",
+	"create":   "create --state-dir DIR --session-id ID [--state-file FILE] [--cwd DIR] [--env KEY=VALUE]... [--label TEXT] [--wait DURATION] [--json] -- COMMAND [ARG]...",
+	"ls":       "ls [--json]",
+	"show":     "show (NAME | --state-dir DIR --session-id ID) [--json]",
+	"kill":     "kill (NAME | --state-dir DIR --session-id ID) [--json]",
+	"attach":   "attach (NAME | --state-dir DIR --session-id ID)",
+	"verdicts": "verdicts [--since SEQ] [--follow]",
+	"fence":    "fence [--json]",
+	"tmuxctl":  "tmuxctl decode",
+	"doctor":   "doctor [--json]",
+	"version":  "version [--json]",
+	"helper":   "helper …",
+}
+
+// CLI carries the streams and the context of one invocation.
+type CLI struct {
+	ctx            context.Context
+	stdout, stderr io.Writer
+	getenv         home.Env
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	cli := &CLI{ctx: ctx, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
+	code := cli.Main(os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+// Main dispatches args (without the program name) and returns the exit code.
+func (cli *CLI) Main(args []string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		cli.usage()
+		if len(args) == 0 {
+			return verdict.ExitUsage
+		}
+		return verdict.ExitOK
+	}
+	v, ok := verbs[args[0]]
+	if !ok {
+		fmt.Fprintf(cli.stderr, "skc-supervisor: unknown verb %q\n", args[0])
+		cli.usage()
+		return verdict.ExitUsage
+	}
+	return v.run(cli, args[1:])
+}
+
+func (cli *CLI) usage() {
+	names := make([]string, 0, len(verbs))
+	for n, v := range verbs {
+		if !v.hidden {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	fmt.Fprintln(cli.stderr, "usage:")
+	for _, n := range names {
+		fmt.Fprintf(cli.stderr, "  skc-supervisor %s\n", usages[n])
+	}
+	fmt.Fprintln(cli.stderr, "every verb accepts --home DIR, --runtime-dir DIR, --tmux PATH and --tmux-config FILE")
+}
+
+// opts are the flags every verb accepts.
+type opts struct {
+	o    home.Overrides
+	json bool
+}
+
+// newFlags returns a FlagSet with the common flags. flag accepts both -name
+// and --name; parse errors are reported by the caller, in the right format.
+func newFlags(name string, o *opts, withJSON bool) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&o.o.Home, "home", "", "SKC_HOME")
+	fs.StringVar(&o.o.RuntimeDir, "runtime-dir", "", "SKC_RUNTIME_DIR")
+	fs.StringVar(&o.o.Tmux, "tmux", "", "SKC_TMUX")
+	fs.StringVar(&o.o.TmuxConfig, "tmux-config", "", "SKC_TMUX_CONFIG")
+	if withJSON {
+		fs.BoolVar(&o.json, "json", false, "one JSON document on stdout")
+	}
+	return fs
+}
+
+// parseArgs parses flags that may come before, between or after positional
+// arguments (`show NAME --json`); everything after "--" is positional.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, usageError(fs.Name(), err)
+		}
+		rest := fs.Args()
+		consumed := len(args) - len(rest)
+		if consumed > 0 && args[consumed-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+func usageError(verbName string, err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "usage"},
+			"usage: skc-supervisor %s", usages[verbName])
+	}
+	return verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "usage"},
+		"%s: %v (usage: skc-supervisor %s)", verbName, err, usages[verbName])
+}
+
+// paths resolves the instance layout from flags and environment.
+func (cli *CLI) paths(o opts) (home.Paths, error) {
+	return home.Resolve(o.o, cli.getenv)
+}
+
+// client returns an API client for the resolved runtime directory.
+func (cli *CLI) client(o opts) (*api.Client, error) {
+	p, err := cli.paths(o)
+	if err != nil {
+		return nil, err
+	}
+	return api.NewClient(p.APISocket()), nil
+}
+
+// fail reports err in the requested format and returns its exit code.
+func (cli *CLI) fail(o opts, err error) int {
+	body := api.NewErrorBody(err)
+	if o.json {
+		cli.printJSON(body)
+	} else {
+		fmt.Fprintf(cli.stderr, "skc-supervisor: %s (%s)\n", body.Error.Message, body.Error.Code)
+	}
+	return verdict.Classify(body.Error.Code).Exit
+}
+
+// printJSON writes v as one JSON document on stdout.
+func (cli *CLI) printJSON(v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		b, _ = json.Marshal(api.NewErrorBody(err))
+	}
+	cli.stdout.Write(append(b, '\n'))
+}
+
+func runVersion(cli *CLI, args []string) int {
+	var o opts
+	fs := newFlags("version", &o, true)
+	if _, err := parseArgs(fs, args); err != nil {
+		return cli.fail(o, err)
+	}
+	if o.json {
+		cli.printJSON(map[string]string{"version": versionString()})
+		return verdict.ExitOK
+	}
+	fmt.Fprintf(cli.stdout, "skc-supervisor %s\n", versionString())
+	return verdict.ExitOK
+}
+
+func versionString() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+// printable renders s for a terminal: as it is when it is valid UTF-8 and
+// every rune is printable, quoted otherwise, so a hostile session name or path
+// cannot drive the terminal through `ls` or `show`.
+func printable(s string) string {
+	if !utf8.ValidString(s) {
+		return strconv.Quote(s)
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+
+	"github.com/skc-supervisor/skc-supervisor/doctor"
+	"github.com/skc-supervisor/skc-supervisor/lifecycle"
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// runAttach resolves the session through the daemon, then replaces this
+// process with `tmux -S <tmux.sock> attach -t <target>`. The target is the
+// session's $id (exact, FACTS.md §7.3) or, failing that, "=name": a plain
+// name would be prefix-matched by tmux and could attach to another session.
+func runAttach(cli *CLI, args []string) int {
+	o, ref, err := refArgs("attach", args, false)
+	if err != nil {
+		return cli.fail(o, err)
+	}
+	p, err := cli.paths(o)
+	if err != nil {
+		return cli.fail(o, err)
+	}
+	c, err := cli.client(o)
+	if err != nil {
+		return cli.fail(o, err)
+	}
+	res, err := c.Show(cli.ctx, ref)
+	c.Close()
+	if err != nil {
+		return cli.fail(o, err)
+	}
+	target := "=" + res.Session.Name
+	if res.Session.ID != "" {
+		target = res.Session.ID
+	}
+	tmux, err := exec.LookPath(p.Tmux)
+	if err != nil {
+		return cli.fail(o, verdict.Errorf(verdict.CodeTmuxUnavailable, map[string]any{"tmux": p.Tmux},
+			"cannot find tmux (%s): %w", p.Tmux, err))
+	}
+	argv := []string{tmux, "-S", p.TmuxSocket(), "attach-session", "-t", target}
+	if os.Getenv("TMUX") != "" {
+		fmt.Fprintln(cli.stderr, "skc-supervisor: note: $TMUX is set; tmux may refuse to nest (unset TMUX to force)")
+	}
+	err = syscall.Exec(tmux, argv, os.Environ())
+	return cli.fail(o, verdict.Errorf(verdict.CodeInternal, nil, "exec %s: %w", tmux, err))
+}
+
+// runTmuxctl is `tmuxctl decode`: control-mode bytes on stdin → JSON lines.
+func runTmuxctl(cli *CLI, args []string) int {
+	if len(args) != 1 || args[0] != "decode" {
+		return cli.fail(opts{}, usageError("tmuxctl", errors.New("the only subcommand is decode")))
+	}
+	if err := tmuxctl.Decode(os.Stdin, cli.stdout); err != nil {
+		fmt.Fprintf(cli.stderr, "skc-supervisor tmuxctl decode: %v\n", err)
+		return verdict.ExitFailed
+	}
+	return verdict.ExitOK
+}
+
+// runHelper is the pane side of a supervised session (hidden verb).
+func runHelper(cli *CLI, args []string) int {
+	return lifecycle.RunHelper(args)
+}
+
+// runDoctor checks the installation; it only reads.
+func runDoctor(cli *CLI, args []string) int {
+	var o opts
+	fs := newFlags("doctor", &o, true)
+	if _, err := parseArgs(fs, args); err != nil {
+		return cli.fail(o, err)
+	}
+	p, err := cli.paths(o)
+	if err != nil {
+		return cli.fail(o, err)
+	}
+	return doctor.Run(cli.ctx, doctor.Config{Home: p.Home, RuntimeDir: p.RuntimeDir,
+		TmuxPath: p.Tmux, TmuxConfig: p.TmuxConfig}, cli.stdout, o.json)
+}

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/api"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// The human formats below are for people and may change; scripts use --json.
+
+func printCreate(w io.Writer, res api.CreateResponse) {
+	s := res.Session
+	fmt.Fprintf(w, "%s: session %s (%s), generation %d, pane pid %d\n",
+		res.Status, printable(s.Name), s.ID, s.Generation, s.PanePID)
+	fmt.Fprintf(w, "attach: skc-supervisor attach %s\n", printable(s.Name))
+}
+
+func printList(w io.Writer, res api.ListResponse) {
+	c := res.Census
+	if !c.Synced {
+		fmt.Fprintln(w, "census: not synced yet (the list may be incomplete)")
+	}
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tID\tGEN\tPANE\tATTACHED\tIDENTITY\tLABEL")
+	for _, s := range res.Sessions {
+		ident := "-"
+		if s.Managed {
+			ident = printable(s.StateDir) + " " + printable(s.SessionID)
+			if !s.Authoritative {
+				ident += " (not authoritative)"
+			}
+		}
+		pane := strconv.Itoa(s.PanePID)
+		if s.PaneDead {
+			pane += " (dead)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\n", printable(s.Name), s.ID, s.Generation, pane,
+			s.Attached, ident, printable(s.Label))
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "%d session(s) on tmux %s, server pid %d\n", len(res.Sessions), c.TmuxVersion, c.ServerPID)
+}
+
+func printShow(w io.Writer, res api.ShowResponse) {
+	s := res.Session
+	rows := [][2]string{
+		{"name", printable(s.Name)}, {"id", s.ID}, {"managed", strconv.FormatBool(s.Managed)},
+		{"state_dir", printable(s.StateDir)}, {"session_id", printable(s.SessionID)},
+		{"state_file", printable(s.StateFile)}, {"generation", strconv.FormatUint(s.Generation, 10)},
+		{"authoritative", strconv.FormatBool(s.Authoritative)}, {"label", printable(s.Label)},
+		{"pane_pid", strconv.Itoa(s.PanePID)}, {"pane_dead", strconv.FormatBool(s.PaneDead)},
+		{"attached", strconv.Itoa(s.Attached)}, {"created_at", s.CreatedAt.Format(time.RFC3339)},
+	}
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])
+	}
+	tw.Flush()
+	if len(res.Reservation) > 0 && string(res.Reservation) != "null" {
+		fmt.Fprintf(w, "reservation: %s\n", summary(res.Reservation, "reservation_id", "phase", "owner_pid"))
+	}
+	fmt.Fprintf(w, "verdicts (%d):\n", len(res.Verdicts))
+	for _, v := range res.Verdicts {
+		fmt.Fprintf(w, "  %s\n", verdictLine(v))
+	}
+}
+
+func verdictLine(v verdict.Record) string {
+	parts := []string{"#" + strconv.FormatInt(v.Sequence, 10), v.Timestamp.Format(time.RFC3339), v.Action, v.Verdict}
+	for _, extra := range []string{v.Code, v.ExitKind, v.Reason} {
+		if extra != "" {
+			parts = append(parts, extra)
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func printKill(w io.Writer, ref api.Ref, res api.KillResponse) {
+	name := ref.Name
+	if name == "" && res.Verdict.Session != nil {
+		name = res.Verdict.Session.Name
+	}
+	fmt.Fprintf(w, "killed %s: %s\n", printable(name), verdictLine(res.Verdict))
+}
+
+func printFence(w io.Writer, res api.FenceResponse) {
+	fmt.Fprintf(w, "reservations (%d):\n", len(res.Reservations))
+	for _, r := range res.Reservations {
+		fmt.Fprintf(w, "  %s\n", summary(r, "state_dir", "session_id", "reservation_id", "phase", "owner_pid", "generation"))
+	}
+	fmt.Fprintf(w, "identities (%d):\n", len(res.Identities))
+	for _, r := range res.Identities {
+		fmt.Fprintf(w, "  %s\n", summary(r, "state_dir", "session_id", "generation", "session_name", "ended"))
+	}
+}
+
+// summary renders the named keys of a JSON object as key=value, in order,
+// then any other keys' count; values are printable-quoted.
+func summary(raw json.RawMessage, keys ...string) string {
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return printable(string(raw))
+	}
+	var parts []string
+	for _, k := range keys {
+		if v, ok := m[k]; ok {
+			parts = append(parts, k+"="+printable(fmt.Sprint(v)))
+			delete(m, k)
+		}
+	}
+	rest := make([]string, 0, len(m))
+	for k := range m {
+		rest = append(rest, k)
+	}
+	sort.Strings(rest)
+	if len(rest) > 0 {
+		parts = append(parts, fmt.Sprintf("(+%d more fields with --json)", len(rest)))
+	}
+	return strings.Join(parts, " ")
+}

@@ -1,0 +1,315 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/skc-supervisor/skc-supervisor/api"
+	"github.com/skc-supervisor/skc-supervisor/api/backend"
+	"github.com/skc-supervisor/skc-supervisor/census"
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/home"
+	"github.com/skc-supervisor/skc-supervisor/lifecycle"
+	"github.com/skc-supervisor/skc-supervisor/metrics"
+	"github.com/skc-supervisor/skc-supervisor/scope"
+	"github.com/skc-supervisor/skc-supervisor/sdnotify"
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// Bounds of the daemon's own start and stop.
+const (
+	shutdownBound   = 10 * time.Second // in-flight creates finish or compensate within it
+	connectBound    = 60 * time.Second // the tmux server must answer within it at start
+	controlSession  = "skc-control"
+	envFault        = "SKC_FAULT"
+	readyStatusText = "ready"
+)
+
+// daemon holds what `serve` wired, in start order, so stop can undo it in
+// reverse.
+type daemon struct {
+	paths  home.Paths
+	log    zerolog.Logger
+	notify *sdnotify.Notifier
+
+	store   *fence.Store
+	writer  *verdict.Writer
+	wireLog io.WriteCloser
+	tmux    *tmuxctl.Client
+	census  *census.Census
+	mgr     *lifecycle.Manager
+	srv     *api.Server
+	reg     *metrics.Registry
+
+	runCtx    context.Context
+	cancelRun context.CancelFunc
+	wg        sync.WaitGroup
+	fatal     chan error // a component's Run ended on its own
+}
+
+// runServe is `serve`: home and permissions → instance lock → fence →
+// verdict writer → tmux control client → census synced → recovery → end
+// detection → API → ready. SIGTERM/SIGINT stop it gracefully (exit 0; the
+// tmux server and its sessions keep running); SIGHUP reopens verdicts.jsonl.
+func runServe(cli *CLI, args []string) int {
+	var o opts
+	fs := newFlags("serve", &o, false)
+	wireLog := fs.String("wire-log", "", "append every control-mode line to FILE")
+	if pos, err := parseArgs(fs, args); err != nil || len(pos) > 0 {
+		if err == nil {
+			err = usageError("serve", errors.New("no arguments expected"))
+		}
+		return cli.fail(o, err)
+	}
+	p, err := cli.paths(o)
+	if err == nil {
+		err = p.Prepare()
+	}
+	if err != nil {
+		return cli.fail(o, err)
+	}
+	lock, err := home.Acquire(p.Lock())
+	if err != nil {
+		return cli.fail(o, err)
+	}
+	defer lock.Release()
+	d := &daemon{paths: p, fatal: make(chan error, 4), reg: metrics.NewRegistry(),
+		log: zerolog.New(cli.stderr).With().Timestamp().Int("pid", os.Getpid()).Logger()}
+	d.notify = sdnotify.FromEnv()
+	sdnotify.UnsetEnv() // the tmux server and the agents must not inherit it
+	if err := d.start(cli.ctx, *wireLog); err != nil {
+		d.log.Error().Err(err).Msg("start failed")
+		d.stop()
+		return cli.fail(o, err)
+	}
+	return d.wait(cli.ctx)
+}
+
+func (d *daemon) start(ctx context.Context, wireLog string) error {
+	d.runCtx, d.cancelRun = context.WithCancel(context.Background())
+	d.log.Info().Str("home", d.paths.Home).Str("runtime_dir", d.paths.RuntimeDir).Msg("starting")
+	var err error
+	if d.store, err = fence.Open(d.paths.Fence(), fence.Options{}); err != nil {
+		return err
+	}
+	if d.writer, err = verdict.NewWriter(d.store, d.paths.Verdicts(), d.log); err != nil {
+		return err
+	}
+	if err := d.startTmux(ctx, wireLog); err != nil {
+		return err
+	}
+	if err := d.startLifecycle(ctx); err != nil {
+		return err
+	}
+	return d.startAPI()
+}
+
+// startTmux starts (or joins) the supervised server and waits for the
+// census's first sync.
+func (d *daemon) startTmux(ctx context.Context, wireLog string) error {
+	cfg := tmuxctl.Config{Tmux: d.paths.Tmux, Socket: d.paths.TmuxSocket(), ConfigFile: d.paths.TmuxConfig,
+		ControlSession: controlSession, Log: &d.log}
+	if wireLog != "" {
+		f, err := os.OpenFile(wireLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
+		if err != nil {
+			return verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "wire_log"},
+				"cannot open the wire log %s: %w", wireLog, err)
+		}
+		d.wireLog, cfg.WireLog = f, f
+	}
+	d.startScoped(ctx)
+	d.tmux = tmuxctl.NewClient(cfg)
+	d.census = census.New(d.tmux, &d.log)
+	d.goRun("tmux", d.tmux.Run)
+	d.goRun("census", d.census.Run)
+	cctx, cancel := context.WithTimeout(ctx, connectBound)
+	defer cancel()
+	if err := d.census.WaitSynced(cctx); err != nil {
+		if ctx.Err() != nil {
+			return verdict.Errorf(verdict.CodeInternal, nil, "stopped before the census synced")
+		}
+		return verdict.Errorf(verdict.CodeTmuxUnavailable, map[string]any{"socket": cfg.Socket, "tmux": cfg.Tmux},
+			"the supervised tmux server (%s on %s) did not answer within %v: %w", cfg.Tmux, cfg.Socket, connectBound, err)
+	}
+	// tmux creates its socket with the umask it sets itself; the contract
+	// says 0600, and the directory is 0700 anyway.
+	if err := os.Chmod(cfg.Socket, 0o600); err != nil {
+		d.log.Warn().Err(err).Str("socket", cfg.Socket).Msg("cannot chmod the tmux socket 0600")
+	}
+	d.reg.GaugeFunc("skc_census_sessions", "Sessions on the supervised tmux server (control session excluded).",
+		func() float64 { return float64(len(d.census.Snapshot().Sessions)) })
+	d.reg.CounterFunc("skc_tmux_reconnects_total", "Reconnects of the tmux control connection.",
+		func() float64 { return float64(d.tmux.Reconnects()) })
+	return nil
+}
+
+// startScoped starts the tmux server in its own systemd scope when we run as
+// a systemd service and the server is not running yet (package scope); any
+// failure falls back to the control client starting it.
+func (d *daemon) startScoped(ctx context.Context) {
+	runner, ok := scope.Detect(scope.HostEnv())
+	if !ok {
+		return
+	}
+	probe := exec.CommandContext(ctx, d.paths.Tmux, "-S", d.paths.TmuxSocket(), "display-message", "-p", "#{pid}")
+	probe.Env = envWithoutTmux()
+	if probe.Run() == nil {
+		return // already running: join it
+	}
+	b := scope.Bootstrap{Tmux: d.paths.Tmux, Socket: d.paths.TmuxSocket(), Config: d.paths.TmuxConfig,
+		Session: controlSession, Args: []string{"-x", "80", "-y", "24", "cat"}}
+	scoped, err := scope.Start(ctx, runner, b, envWithoutTmux())
+	d.log.Info().Bool("scoped", scoped).AnErr("scope_error", err).Msg("started the tmux server")
+}
+
+func envWithoutTmux() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "TMUX=") && !strings.HasPrefix(kv, "TMUX_PANE=") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+func (d *daemon) startLifecycle(ctx context.Context) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return verdict.Errorf(verdict.CodeInternal, nil, "cannot find our own binary for the pane helper: %w", err)
+	}
+	d.mgr, err = lifecycle.New(lifecycle.Config{Home: d.paths.Home, Tmux: d.tmux, Census: d.census,
+		Fence: d.store, Verdicts: d.writer, HelperPath: exe, Log: &d.log, Metrics: d.reg,
+		Fault: os.Getenv(envFault)})
+	if err != nil {
+		return err
+	}
+	if err := d.mgr.Recover(ctx); err != nil {
+		return err
+	}
+	d.goRun("lifecycle", d.mgr.Run)
+	return nil
+}
+
+func (d *daemon) startAPI() error {
+	ln, err := api.Listen(d.paths.APISocket())
+	if err != nil {
+		return err
+	}
+	d.srv, err = api.New(api.Config{
+		Service:  &backend.Service{Manager: d.mgr, Store: d.store, Verdicts: d.writer},
+		AllowUID: os.Geteuid(),
+		Info:     api.Info{Version: versionString(), PID: os.Getpid(), StartedAt: time.Now().UTC(), Home: d.paths.Home},
+		Metrics:  d.reg,
+		Log:      &d.log,
+	})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		if err := d.srv.Serve(ln); err != nil {
+			d.fatal <- fmt.Errorf("api: %w", err)
+		}
+	}()
+	return nil
+}
+
+// goRun runs a component until the run context ends; returning earlier is
+// fatal for the daemon.
+func (d *daemon) goRun(name string, run func(context.Context) error) {
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		err := run(d.runCtx)
+		if d.runCtx.Err() == nil {
+			d.fatal <- fmt.Errorf("%s stopped: %v", name, err)
+		}
+	}()
+}
+
+// wait serves until a signal or a fatal component error, then stops.
+func (d *daemon) wait(ctx context.Context) int {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	d.notify.Ready(readyStatusText)
+	d.log.Info().Str("api", d.paths.APISocket()).Str("tmux", d.paths.TmuxSocket()).Msg("ready")
+	for {
+		select {
+		case <-hup:
+			if err := d.writer.Reopen(); err != nil {
+				d.log.Error().Err(err).Msg("reopening the verdict log failed")
+			} else {
+				d.log.Info().Msg("verdict log reopened")
+			}
+		case err := <-d.fatal:
+			d.log.Error().Err(err).Msg("a component stopped; shutting down")
+			d.stop()
+			return verdict.ExitFailed
+		case <-ctx.Done():
+			d.log.Info().Msg("signal received: stopping (sessions and the tmux server keep running)")
+			d.stop()
+			return verdict.ExitOK
+		}
+	}
+}
+
+// stop undoes start in reverse: stop accepting, let in-flight creates finish
+// or compensate within shutdownBound, then end the control client cleanly
+// and close the verdict writer and the fence. Sessions are left running.
+func (d *daemon) stop() {
+	d.notify.Stopping("stopping")
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownBound)
+	defer cancel()
+	var apiDone chan error
+	if d.srv != nil {
+		apiDone = make(chan error, 1)
+		go func() { apiDone <- d.srv.Shutdown(sctx) }()
+	}
+	if d.mgr != nil {
+		if err := d.mgr.Shutdown(sctx); err != nil {
+			d.log.Warn().Err(err).Msg("in-flight creates did not settle within the bound")
+		}
+	}
+	if apiDone != nil {
+		if err := <-apiDone; err != nil {
+			d.log.Warn().Err(err).Msg("API shutdown")
+		}
+	}
+	if d.cancelRun != nil {
+		d.cancelRun()
+	}
+	d.wg.Wait()
+	d.closeStores()
+	d.log.Info().Msg("stopped")
+}
+
+func (d *daemon) closeStores() {
+	if d.writer != nil {
+		if err := d.writer.Close(); err != nil {
+			d.log.Warn().Err(err).Msg("closing the verdict writer")
+		}
+	}
+	if d.store != nil {
+		if err := d.store.Close(); err != nil {
+			d.log.Warn().Err(err).Msg("closing the fence")
+		}
+	}
+	if d.wireLog != nil {
+		d.wireLog.Close()
+	}
+}

@@ -1,0 +1,258 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/skc-supervisor/skc-supervisor/api"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// envFlags collects repeated --env KEY=VALUE.
+type envFlags map[string]string
+
+func (e envFlags) String() string { return "" }
+
+func (e envFlags) Set(kv string) error {
+	k, v, ok := strings.Cut(kv, "=")
+	if !ok {
+		return errors.New("--env wants KEY=VALUE")
+	}
+	e[k] = v
+	return nil
+}
+
+// absPath resolves a relative CLI path against the caller's working
+// directory (CONTRACT.md); the daemon requires absolute paths.
+func absPath(field, p string) (string, error) {
+	if p == "" || filepath.IsAbs(p) {
+		return p, nil
+	}
+	a, err := filepath.Abs(p)
+	if err != nil {
+		return "", verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": field}, "%s: %v", field, err)
+	}
+	return a, nil
+}
+
+func runCreate(cli *CLI, args []string) int {
+	var o opts
+	var req api.CreateRequest
+	env := envFlags{}
+	fs := newFlags("create", &o, true)
+	fs.StringVar(&req.StateDir, "state-dir", "", "")
+	fs.StringVar(&req.SessionID, "session-id", "", "")
+	fs.StringVar(&req.StateFile, "state-file", "", "")
+	fs.StringVar(&req.Cwd, "cwd", "", "")
+	fs.StringVar(&req.Label, "label", "", "")
+	fs.Var(env, "env", "")
+	wait := fs.Duration("wait", api.DefaultWait, "")
+	if err := fs.Parse(args); err != nil {
+		return cli.fail(o, usageError("create", err))
+	}
+	req.Argv = fs.Args()
+	if len(env) > 0 {
+		req.Env = env
+	}
+	ms := wait.Milliseconds()
+	req.WaitMS = &ms
+	if err := cli.resolveCreate(&req); err != nil {
+		return cli.fail(o, err)
+	}
+	// Validate here too, so bad input is exit 2 even when the daemon is down.
+	if _, err := api.Validate(req); err != nil {
+		return cli.fail(o, err)
+	}
+	c, err := cli.client(o)
+	if err != nil {
+		return cli.fail(o, err)
+	}
+	defer c.Close()
+	res, err := c.Create(cli.ctx, req)
+	if err != nil {
+		return cli.fail(o, err)
+	}
+	if o.json {
+		cli.printJSON(res)
+		return verdict.ExitOK
+	}
+	printCreate(cli.stdout, res)
+	return verdict.ExitOK
+}
+
+// resolveCreate makes the request's paths absolute against our working
+// directory; --cwd defaults to it, so a relative COMMAND runs where it was
+// typed.
+func (cli *CLI) resolveCreate(req *api.CreateRequest) error {
+	var err error
+	if req.StateDir, err = absPath("state_dir", req.StateDir); err != nil {
+		return err
+	}
+	if req.StateFile, err = absPath("state_file", req.StateFile); err != nil {
+		return err
+	}
+	if req.Cwd == "" {
+		if wd, err := os.Getwd(); err == nil {
+			req.Cwd = wd
+		}
+		return nil
+	}
+	req.Cwd, err = absPath("cwd", req.Cwd)
+	return err
+}
+
+// refArgs parses NAME | --state-dir DIR --session-id ID for show, kill and
+// attach.
+func refArgs(name string, args []string, withJSON bool) (opts, api.Ref, error) {
+	var o opts
+	var ref api.Ref
+	fs := newFlags(name, &o, withJSON)
+	fs.StringVar(&ref.StateDir, "state-dir", "", "")
+	fs.StringVar(&ref.SessionID, "session-id", "", "")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return o, ref, err
+	}
+	switch {
+	case len(pos) > 1:
+		return o, ref, usageError(name, errors.New("more than one session name"))
+	case len(pos) == 1:
+		ref.Name = pos[0]
+	case ref.StateDir == "" && ref.SessionID == "":
+		return o, ref, usageError(name, errors.New("give a session NAME or --state-dir and --session-id"))
+	}
+	if ref.StateDir, err = absPath("state_dir", ref.StateDir); err != nil {
+		return o, ref, err
+	}
+	ref, err = api.ValidateRef(ref)
+	return o, ref, err
+}
+
+func runList(cli *CLI, args []string) int {
+	var o opts
+	fs := newFlags("ls", &o, true)
+	pos, err := parseArgs(fs, args)
+	if err == nil && len(pos) > 0 {
+		err = usageError("ls", errors.New("no arguments expected"))
+	}
+	if err != nil {
+		return cli.fail(o, err)
+	}
+	c, err := cli.client(o)
+	if err != nil {
+		return cli.fail(o, err)
+	}
+	defer c.Close()
+	res, err := c.List(cli.ctx)
+	if err != nil {
+		return cli.fail(o, err)
+	}
+	if o.json {
+		cli.printJSON(res)
+		return verdict.ExitOK
+	}
+	printList(cli.stdout, res)
+	return verdict.ExitOK
+}
+
+func runShow(cli *CLI, args []string) int {
+	o, ref, err := refArgs("show", args, true)
+	if err != nil {
+		return cli.fail(o, err)
+	}
+	c, err := cli.client(o)
+	if err != nil {
+		return cli.fail(o, err)
+	}
+	defer c.Close()
+	res, err := c.Show(cli.ctx, ref)
+	if err != nil {
+		return cli.fail(o, err)
+	}
+	if o.json {
+		if len(res.Reservation) == 0 {
+			res.Reservation = []byte("null")
+		}
+		if res.Verdicts == nil {
+			res.Verdicts = []verdict.Record{}
+		}
+		cli.printJSON(res)
+		return verdict.ExitOK
+	}
+	printShow(cli.stdout, res)
+	return verdict.ExitOK
+}
+
+func runKill(cli *CLI, args []string) int {
+	o, ref, err := refArgs("kill", args, true)
+	if err != nil {
+		return cli.fail(o, err)
+	}
+	c, err := cli.client(o)
+	if err != nil {
+		return cli.fail(o, err)
+	}
+	defer c.Close()
+	res, err := c.Kill(cli.ctx, ref)
+	if err != nil {
+		return cli.fail(o, err)
+	}
+	if o.json {
+		cli.printJSON(res)
+		return verdict.ExitOK
+	}
+	printKill(cli.stdout, ref, res)
+	return verdict.ExitOK
+}
+
+func runFence(cli *CLI, args []string) int {
+	var o opts
+	fs := newFlags("fence", &o, true)
+	if _, err := parseArgs(fs, args); err != nil {
+		return cli.fail(o, err)
+	}
+	c, err := cli.client(o)
+	if err != nil {
+		return cli.fail(o, err)
+	}
+	defer c.Close()
+	res, err := c.Fence(cli.ctx)
+	if err != nil {
+		return cli.fail(o, err)
+	}
+	if o.json {
+		cli.printJSON(res)
+		return verdict.ExitOK
+	}
+	printFence(cli.stdout, res)
+	return verdict.ExitOK
+}
+
+func runVerdicts(cli *CLI, args []string) int {
+	var o opts
+	fs := newFlags("verdicts", &o, true)
+	since := fs.Int64("since", 0, "")
+	follow := fs.Bool("follow", false, "")
+	if _, err := parseArgs(fs, args); err != nil {
+		return cli.fail(o, err)
+	}
+	if *since < 0 {
+		return cli.fail(o, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "since"},
+			"--since must be a sequence number >= 0"))
+	}
+	c, err := cli.client(o)
+	if err != nil {
+		return cli.fail(o, err)
+	}
+	defer c.Close()
+	err = c.Verdicts(cli.ctx, *since, *follow, func(line []byte) error {
+		_, err := cli.stdout.Write(append(line, '\n'))
+		return err
+	})
+	if err != nil && cli.ctx.Err() == nil {
+		return cli.fail(o, err)
+	}
+	return verdict.ExitOK
+}
