@@ -19,9 +19,9 @@ type file struct {
 	mu     sync.Mutex
 	f      *os.File
 	fd     int
-	seq    int64        // highest sequence written to the file (from its tail at open)
-	needLF bool         // the file ends in a torn line: start the next write with LF
-	fault  func() error // tests: injected write failure
+	seq    int64                               // highest sequence written to the file (from its tail at open)
+	needLF bool                                // the file ends in a torn line: start the next write with LF
+	fault  func(fd int, b []byte) (int, error) // tests: replaces the write(2)
 }
 
 func newFile(path string) *file { return &file{path: path, fd: -1} }
@@ -135,12 +135,11 @@ func (fl *file) write(r Record) error {
 	}
 	buf = r.AppendJSON(buf)
 	buf = append(buf, '\n')
+	write := writeOnce
 	if fl.fault != nil {
-		if err := fl.fault(); err != nil {
-			return err
-		}
+		write = fl.fault
 	}
-	n, err := writeOnce(fl.fd, buf)
+	n, err := write(fl.fd, buf)
 	if n > 0 && n < len(buf) {
 		fl.needLF = true
 	}

@@ -14,9 +14,12 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 )
 
 const waitLimit = 20 * time.Second // generous: conditions, not timings
+
+var errInjected = errors.New("injected: no space left on device")
 
 func testLog(t *testing.T) zerolog.Logger {
 	return zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
@@ -170,12 +173,7 @@ func TestFileFailureRecovered(t *testing.T) {
 	emitN(t, w, 3)
 	var failing atomic.Bool
 	failing.Store(true)
-	w.setFault(func() error {
-		if failing.Load() {
-			return errors.New("injected: disk full")
-		}
-		return nil
-	})
+	w.setFault(failWhile(failing.Load))
 	emitN(t, w, 5) // journaled; the file append fails
 	if got := fileSeqs(t, path, 0); len(got) != 3 {
 		t.Fatalf("file has %v while failing", got)
@@ -192,12 +190,7 @@ func TestPeriodicRetryWithoutNewRecords(t *testing.T) {
 	defer w.Close()
 	var failing atomic.Bool
 	failing.Store(true)
-	w.setFault(func() error {
-		if failing.Load() {
-			return errors.New("injected")
-		}
-		return nil
-	})
+	w.setFault(failWhile(failing.Load))
 	emitN(t, w, 4)
 	failing.Store(false)
 	waitFor(t, func() bool { return len(fileSeqs(t, path, 0)) == 4 }) // no Emit, no Flush: the timer retries
@@ -400,5 +393,66 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met in time")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestShortWriteLeavesTornLineThenRecovers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "verdicts.jsonl")
+	w := newTestWriter(t, newMemJournal(), path)
+	defer w.Close()
+	emitN(t, w, 2)
+	var once sync.Once
+	w.setFault(func(fd int, b []byte) (int, error) {
+		short := false
+		once.Do(func() { short = true })
+		if short { // half a record reaches the disk, then ENOSPC
+			n, _ := unix.Write(fd, b[:len(b)/2])
+			return n, unix.ENOSPC
+		}
+		return writeOnce(fd, b)
+	})
+	emitN(t, w, 3)
+	flush(t, w)
+	assertContiguous(t, fileSeqs(t, path, 1), 1, 5)
+}
+
+func TestFileFailureRecoveredAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	path, jpath := filepath.Join(dir, "verdicts.jsonl"), filepath.Join(dir, "journal.jsonl")
+	w := newTestWriter(t, openFileJournal(t, jpath), path)
+	emitN(t, w, 2)
+	w.setFault(failWhile(func() bool { return true }))
+	emitN(t, w, 3) // journaled only; Close cannot file them either
+	w.Close()
+	assertContiguous(t, fileSeqs(t, path, 0), 1, 2)
+	w = newTestWriter(t, openFileJournal(t, jpath), path) // the restarted daemon
+	defer w.Close()
+	flush(t, w)
+	emitN(t, w, 1)
+	assertContiguous(t, fileSeqs(t, path, 0), 1, 6)
+}
+
+func BenchmarkEmit(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "verdicts.jsonl")
+	w, err := NewWriter(newMemJournal(), path, zerolog.Nop())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	r := exampleRecords()[0]
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := w.Emit(context.Background(), r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkMarshal(b *testing.B) {
+	r := exampleRecords()[0]
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		_ = r.AppendJSON(make([]byte, 0, 512))
 	}
 }
