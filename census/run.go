@@ -56,6 +56,9 @@ func (c *Census) Run(ctx context.Context) error {
 	defer reconcile.Stop()
 	b := newBurst()
 	defer b.timer.Stop()
+	probe := time.NewTimer(time.Hour)
+	probe.Stop()
+	defer probe.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -65,6 +68,13 @@ func (c *Census) Run(ctx context.Context) error {
 				return nil
 			}
 			c.handle(ctx, ev, b)
+			if ev.Kind == tmuxctl.Disconnected && c.awaitingDeath() {
+				probe.Reset(probeEvery)
+			}
+		case <-probe.C:
+			if c.awaitingDeath() {
+				probe.Reset(probeEvery)
+			}
 		case <-c.kick:
 			b.trigger(c.cfg)
 		case <-reconcile.C:
@@ -166,6 +176,26 @@ func (c *Census) onDisconnected(cause error) {
 		c.dropAllLocked(ReasonServerExited)
 	}
 	c.log.Info().Err(cause).Bool("server_gone", gone).Msg("census disconnected")
+}
+
+// probeEvery is how often a disconnected census checks whether the old
+// server process has died. A SIGKILLed server's sockets close before the
+// process is a zombie, so the check at the disconnect itself can be early.
+const probeEvery = 50 * time.Millisecond
+
+// awaitingDeath drops every session (server_exited) once the disconnected
+// server's process is gone, and reports whether it should be checked again.
+func (c *Census) awaitingDeath() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.online || len(c.sessions) == 0 || c.info.PID == 0 {
+		return false
+	}
+	if processGone(c.info.PID) {
+		c.dropAllLocked(ReasonServerExited)
+		return false
+	}
+	return true
 }
 
 // subscribe installs the census subscription on the current connection.

@@ -128,7 +128,7 @@ func TestTagsCannotBeShadowed(t *testing.T) {
 	r.tmux("new-session", "-d", "-s", "mine", "cat")
 	r.tmux("set-option", "-t", "=mine:", TagIdentity, own)
 	r.tmux("new-session", "-d", "-s", "plain", "cat")
-	r.tmux("set-option", "-g", TagIdentity, digest(99))              // inherited by sessions without their own
+	r.tmux("set-option", "-g", TagIdentity, digest(99))                 // inherited by sessions without their own
 	r.tmux("set-option", "-w", "-t", "=mine:", TagIdentity, digest(98)) // window level shadows the session's
 	r.tmux("set-option", "-w", "-t", "=plain:", TagGeneration, "5")
 	if err := r.c.Refresh(context.Background()); err != nil {
