@@ -264,6 +264,9 @@ func TestPublishedBlocksUntilEnded(t *testing.T) {
 	if pub.SessionName != "skc-"+r.ID || pub.TmuxID != "$3" || pub.ServerPID != 55 {
 		t.Fatalf("published evidence %+v", pub)
 	}
+	if err := a.Advance(ctx, &r, PhasePublished, Patch{}); err != nil { // after Publish: a no-op
+		t.Fatalf("advance to published after Publish: %v", err)
+	}
 	if err := a.Release(ctx, r.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -342,6 +345,9 @@ func TestAdvance(t *testing.T) {
 	// Publish before tagged is refused.
 	if _, _, err := a.Publish(ctx, &r, testRecord("published")); codeOf(t, err) != verdict.CodeInvalidRequest {
 		t.Fatalf("publish at spawned: %v", err)
+	}
+	if err := a.Advance(ctx, &r, PhasePublished, Patch{}); codeOf(t, err) != verdict.CodeInvalidRequest {
+		t.Fatalf("advance to published before Publish: %v", err)
 	}
 	// Owner 1 dies; owner 2 recovers the row (absent) and takes it: owner 1's
 	// Advance and Publish are fence_lost, and its Release spares the successor.

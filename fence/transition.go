@@ -11,7 +11,8 @@ import (
 // row r names, and updates r. It returns fence_lost (errors.Is ErrFenceLost)
 // when the row is gone, owned by someone else, or abandoned: the caller then
 // performs no tmux mutation. A backwards or unknown phase, PhasePublished
-// (use Publish), or missing evidence (attempt name at helper_invoked, tmux id
+// before Publish recorded it (Advance to published after Publish only
+// re-confirms ownership), or missing evidence (attempt name at helper_invoked, tmux id
 // at spawned) is invalid_request, and nothing is written.
 func (s *Store) Advance(ctx context.Context, r *Reservation, to Phase, p Patch) error {
 	if r == nil {
@@ -23,7 +24,7 @@ func (s *Store) Advance(ctx context.Context, r *Reservation, to Phase, p Patch) 
 	switch {
 	case !to.Valid():
 		return invalid("phase", "unknown phase %d", int(to))
-	case to == PhasePublished:
+	case to == PhasePublished && r.Phase != PhasePublished:
 		return invalid("phase", "phase published is recorded by Publish")
 	case to < r.Phase:
 		return invalid("phase", "phase %s is before the reservation's %s", to, r.Phase)
