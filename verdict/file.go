@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -20,6 +21,7 @@ type file struct {
 	f      *os.File
 	fd     int
 	seq    int64                               // highest sequence written to the file (from its tail at open)
+	tailTS time.Time                           // @timestamp of the tail record found at the last open
 	needLF bool                                // the file ends in a torn line: start the next write with LF
 	fault  func(fd int, b []byte) (int, error) // tests: replaces the write(2)
 }
@@ -55,19 +57,19 @@ func (fl *file) openLocked() (int64, error) {
 	if st.Mode().Perm()&0o077 != 0 {
 		_ = f.Chmod(0o600) // verdicts name paths and pids: owner only
 	}
-	seq, torn, err := tailSequence(fl.path)
+	tail, torn, err := tailRecord(fl.path)
 	if err != nil {
 		f.Close()
 		return fl.seq, err
 	}
-	if seq == 0 {
-		if old, _, err := tailSequence(fl.path + ".1"); err == nil {
-			seq = old
+	if tail.Sequence == 0 {
+		if old, _, err := tailRecord(fl.path + ".1"); err == nil {
+			tail = old
 		}
 	}
 	fl.f, fl.fd, fl.needLF = f, int(f.Fd()), torn
-	if seq > fl.seq {
-		fl.seq = seq
+	if tail.Sequence > fl.seq {
+		fl.seq, fl.tailTS = tail.Sequence, tail.Timestamp
 	}
 	return fl.seq, nil
 }
@@ -94,6 +96,13 @@ func (fl *file) close() error {
 	err := fl.f.Close()
 	fl.f, fl.fd = nil, -1
 	return err
+}
+
+// tail returns the sequence and timestamp of the file's tail record.
+func (fl *file) tail() (int64, time.Time) {
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	return fl.seq, fl.tailTS
 }
 
 // filed returns the highest sequence in the file.
@@ -170,38 +179,38 @@ func writeOnce(fd int, b []byte) (int, error) {
 	}
 }
 
-// tailSequence returns the sequence of the last complete line of path that
-// parses as a record, and whether the file ends in a torn line (no final LF).
-// A missing or empty file is (0, false, nil). It reads backwards in chunks up
+// tailRecord returns the last complete line of path that parses as a record
+// with a sequence, and whether the file ends in a torn line (no final LF). A
+// missing or empty file gives a zero Record. It reads backwards in chunks up
 // to tailScanLimit bytes, so a long file costs one small read.
-func tailSequence(path string) (int64, bool, error) {
+func tailRecord(path string) (Record, bool, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return 0, false, nil
+		return Record{}, false, nil
 	}
 	if err != nil {
-		return 0, false, err
+		return Record{}, false, err
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return 0, false, err
+		return Record{}, false, err
 	}
 	size := st.Size()
 	if size == 0 || !st.Mode().IsRegular() {
-		return 0, false, nil
+		return Record{}, false, nil
 	}
 	var last [1]byte
 	if _, err := f.ReadAt(last[:], size-1); err != nil {
-		return 0, false, err
+		return Record{}, false, err
 	}
 	torn := last[0] != '\n'
-	seq, err := scanBackwards(f, size)
-	return seq, torn, err
+	r, err := scanBackwards(f, size)
+	return r, torn, err
 }
 
 // scanBackwards looks for the last complete, parseable line before size.
-func scanBackwards(f io.ReaderAt, size int64) (int64, error) {
+func scanBackwards(f io.ReaderAt, size int64) (Record, error) {
 	const chunk = 64 << 10
 	var tail []byte // bytes after the last LF seen so far (partial line)
 	end := size
@@ -212,7 +221,7 @@ func scanBackwards(f io.ReaderAt, size int64) (int64, error) {
 		}
 		buf := make([]byte, end-start, int(end-start)+len(tail))
 		if _, err := f.ReadAt(buf, start); err != nil && err != io.EOF {
-			return 0, err
+			return Record{}, err
 		}
 		buf = append(buf, tail...)
 		// Every complete line in buf ends with LF; the first segment may be
@@ -229,7 +238,7 @@ func scanBackwards(f io.ReaderAt, size int64) (int64, error) {
 		}
 		for i := last; i >= first; i-- {
 			if r, err := ParseLine(lines[i]); err == nil && r.Sequence > 0 {
-				return r.Sequence, nil
+				return r, nil
 			}
 		}
 		if start == 0 {
@@ -237,5 +246,5 @@ func scanBackwards(f io.ReaderAt, size int64) (int64, error) {
 		}
 		end = start
 	}
-	return 0, nil
+	return Record{}, nil
 }

@@ -102,29 +102,31 @@ func NewWriter(j Journal, path string, log zerolog.Logger) (*Writer, error) {
 		behind: true,
 		wake:   make(chan struct{}, 1), quit: make(chan struct{}), dead: make(chan struct{}),
 	}
-	last, err := w.f.open()
-	if err != nil {
+	if _, err := w.f.open(); err != nil {
 		w.log.Error().Err(err).Str(FieldPath, path).Msg("verdict file unavailable; verdicts stay in the journal and the open is retried")
 	}
-	w.streamSeq = w.checkJournal(last)
+	w.streamSeq = w.checkJournal()
 	go w.run()
 	w.kick()
 	return w, nil
 }
 
-// checkJournal verifies that the journal holds the file's last sequence. If
-// it does not, the database was replaced (restored, recreated) and its
-// sequences restarted: the file watermark is reset so the new records are
-// appended rather than skipped as duplicates. A journal error keeps the file's
-// watermark: the common case is a consistent pair.
-func (w *Writer) checkJournal(last int64) int64 {
+// checkJournal verifies that the journal holds the file's last record (same
+// sequence, same timestamp). If it does not, the database was replaced
+// (restored, recreated) and its sequences restarted: the file watermark is
+// reset so the new records are appended rather than skipped as duplicates. A
+// journal error keeps the file's watermark: the common case is a consistent
+// pair.
+func (w *Writer) checkJournal() int64 {
+	last, ts := w.f.tail()
 	if last <= 0 {
 		return 0
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), journalTimeout)
 	defer cancel()
 	recs, err := w.j.VerdictsSince(ctx, last-1, 1)
-	if err != nil || (len(recs) == 1 && recs[0].Sequence == last) {
+	if err != nil || (len(recs) == 1 && recs[0].Sequence == last &&
+		(ts.IsZero() || recs[0].Timestamp.Equal(ts))) {
 		return last
 	}
 	w.log.Warn().Int64(FieldSequence, last).Str(FieldPath, w.f.path).

@@ -313,6 +313,19 @@ func TestJournalReplaced(t *testing.T) {
 	if fmt.Sprint(seqs) != "[1 2 3 4 5 1 2]" {
 		t.Fatalf("%v", seqs)
 	}
+	// A new database that already grew past the file's last sequence is told
+	// apart by the timestamp of that record.
+	j := newMemJournal()
+	for i := 0; i < 3; i++ {
+		j.AppendVerdict(context.Background(), normalize(rec(i)))
+	}
+	w = newTestWriter(t, j, path)
+	emitN(t, w, 1)
+	w.Close()
+	seqs = fileSeqs(t, path, 0)
+	if fmt.Sprint(seqs) != "[1 2 3 4 5 1 2 1 2 3 4]" {
+		t.Fatalf("%v", seqs)
+	}
 }
 
 func TestConcurrentWriters(t *testing.T) {
