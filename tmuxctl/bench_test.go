@@ -2,7 +2,9 @@ package tmuxctl
 
 import (
 	"os/exec"
+	"slices"
 	"testing"
+	"time"
 )
 
 // BenchmarkRoundTripConn: one `display-message -p '#{pid}'` round trip over
@@ -44,4 +46,38 @@ func BenchmarkRoundTripConnParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkRoundTripInterleaved alternates one Conn round trip and one fork
+// of the same command, so both see the same machine load, and reports the
+// medians and their ratio (robust to load spikes on a shared machine).
+func BenchmarkRoundTripInterleaved(b *testing.B) {
+	cfg := testConfig(b)
+	c := dialT(b, cfg)
+	drain(c)
+	conn := make([]time.Duration, 0, b.N)
+	fork := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		if _, err := c.Command(bg(), "display-message", "-p", "#{pid}"); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if _, err := exec.Command("tmux", "-S", cfg.Socket, "display-message", "-p", "#{pid}").Output(); err != nil {
+			b.Fatal(err)
+		}
+		conn, fork = append(conn, t1.Sub(t0)), append(fork, time.Since(t1))
+	}
+	b.StopTimer()
+	cp, fp := median(conn), median(fork)
+	b.ReportMetric(float64(cp.Microseconds()), "conn-p50-µs")
+	b.ReportMetric(float64(fp.Microseconds()), "fork-p50-µs")
+	b.ReportMetric(float64(fp)/float64(cp), "fork/conn-p50")
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
