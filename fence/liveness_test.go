@@ -3,9 +3,15 @@ package fence
 import (
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // waitFor polls cond until it holds or a generous deadline passes (no timed
@@ -153,4 +159,76 @@ func TestReserveWithRealLiveness(t *testing.T) {
 	if r.OwnerPID != os.Getpid() || r.Generation != 2 {
 		t.Fatalf("%+v", r)
 	}
+}
+
+// TestLivenessEPERM: kill(pid, 0) answering EPERM means a live process of
+// another user. As root we cannot get EPERM ourselves, so the check runs in
+// a child process with the uid of nobody, against this (root) process.
+func TestLivenessEPERM(t *testing.T) {
+	pid := os.Getpid()
+	inc, err := Incarnation(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, _ := parseIncarnation(inc)
+	reused := in
+	reused.start++
+	if os.Getuid() != 0 {
+		if inc1, err := Incarnation(1); err == nil && unix.Kill(1, 0) == unix.EPERM {
+			if got := Liveness(1, inc1); got != Alive {
+				t.Fatalf("pid 1 (EPERM) is %s", got)
+			}
+			return
+		}
+		t.Skip("needs root, or a pid 1 we may not signal")
+	}
+	bin := copyTestBinary(t)
+	for _, tc := range []struct {
+		inc  string
+		want Live
+	}{{inc, Alive}, {reused.String(), Dead}} {
+		cmd := exec.Command(bin, "-test.run=^$")
+		cmd.Env = append(os.Environ(), helperEnv+"=liveness", "FENCE_PID="+strconv.Itoa(pid), "FENCE_INC="+tc.inc)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("checker: %v", err)
+		}
+		if got := strings.TrimSpace(string(out)); got != "EPERM "+tc.want.String() {
+			t.Fatalf("as nobody: %q, want EPERM %s", got, tc.want)
+		}
+	}
+}
+
+// copyTestBinary copies the test binary where another uid may run it.
+func copyTestBinary(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "fence-bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "fence.test")
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// helperLiveness prints what kill(pid, 0) says and Liveness's answer.
+func helperLiveness() int {
+	pid, _ := strconv.Atoi(os.Getenv("FENCE_PID"))
+	kerr := "ok"
+	if err := unix.Kill(pid, 0); err != nil {
+		kerr = unix.ErrnoName(err.(unix.Errno))
+	}
+	fmt.Println(kerr, Liveness(pid, os.Getenv("FENCE_INC")))
+	return 0
 }

@@ -47,6 +47,8 @@ func runHelper(mode string) int {
 		return helperCrash()
 	case "intx":
 		return helperInTx()
+	case "liveness":
+		return helperLiveness()
 	}
 	fmt.Fprintf(os.Stderr, "unknown helper mode %q\n", mode)
 	return 2

@@ -164,3 +164,35 @@ func TestRecoverFailsClosed(t *testing.T) {
 		t.Fatalf("live owner's row: %v", err)
 	}
 }
+
+func TestRecoverOwnerNotProvenDead(t *testing.T) {
+	w := newWorld(t)
+	_, rec, ab := abandonedAt(t, w, PhaseSpawned)
+	for l, code := range map[Live]string{
+		LiveUnknown: verdict.CodeIdentityReservedUnknown,
+		Alive:       verdict.CodeIdentityReservedLive,
+	} {
+		w.set(1, l) // the owner came back, or cannot be judged: never displaced
+		res, err := rec.RecoverAbandoned(ctx, ab, failInspector{t})
+		if codeOf(t, err) != code || res.Reservation != nil {
+			t.Fatalf("%s: %+v %v", l, res, err)
+		}
+	}
+}
+
+func TestSmallEdges(t *testing.T) {
+	w := newWorld(t)
+	s := w.owner(1)
+	if err := s.Abandon(ctx, "0123456789abcdef0123456789abcdef"); err != nil {
+		t.Fatalf("abandon of a gone row: %v", err)
+	}
+	if _, _, err := s.MarkEnded(ctx, w.id("x"), 0, testRecord("ended")); codeOf(t, err) != verdict.CodeInvalidRequest {
+		t.Fatalf("mark generation 0: %v", err)
+	}
+	if ok, _, err := s.MarkEnded(ctx, w.id("never"), 1, testRecord("ended")); ok || err != nil {
+		t.Fatalf("mark of a never-published identity: %v %v", ok, err)
+	}
+	if _, ok, err := s.PublishedFor(ctx, w.id("never")); ok || err != nil {
+		t.Fatalf("published for a never-published identity: %v %v", ok, err)
+	}
+}
