@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 )
@@ -168,7 +167,7 @@ func TestInspect(t *testing.T) {
 	r := newRig(t, nil)
 	ctx := context.Background()
 	d := digest(21)
-	r.tmux("new-session", "-d", "-s", "agent-3", "cat")
+	r.tmux("new-session", "-d", "-s", "agent-3", "read x; exit 7")
 	r.tmux("set-option", "-t", "=agent-3:", TagIdentity, d)
 	r.tmux("set-option", "-t", "=agent-3:", TagGeneration, "3")
 	r.tmux("set-option", "-t", "=agent-3:", "remain-on-exit", "on")
@@ -198,15 +197,12 @@ func TestInspect(t *testing.T) {
 	expect("window-level shadow", ev, Authoritative)
 
 	// The pane dies (remain-on-exit): the session lives on, authoritative.
-	r.tmux("send-keys", "-t", "=agent-3:", "C-d")
+	r.tmux("send-keys", "-t", "=agent-3:", "x", "Enter")
 	eventually(t, "pane death reaches the census", func() bool {
 		s, ok := r.c.ByID(id)
-		if time.Now().Second()%5 == 0 {
-			t.Logf("census %+v; tmux %s; relists %d", s, r.tmux("list-panes", "-a", "-F", "#{session_id} #{pane_dead} #{pane_dead_status} #{pane_current_command}"), r.c.Relists())
-		}
 		return ok && s.PaneDead && s.PaneDeadStatus != nil
 	})
-	if s := expect("dead pane", ev, Authoritative); !s.PaneDead || s.PaneDeadStatus == nil || *s.PaneDeadStatus != 0 {
+	if s := expect("dead pane", ev, Authoritative); !s.PaneDead || s.PaneDeadStatus == nil || *s.PaneDeadStatus != 7 {
 		t.Fatalf("dead pane session: %+v", s)
 	}
 

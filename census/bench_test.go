@@ -1,0 +1,162 @@
+package census
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
+)
+
+// BenchmarkLookup measures the O(1) queries on a 1,000-session census.
+func BenchmarkLookup(b *testing.B) {
+	life := tmuxctl.ServerLife{PID: 1}
+	c := offline(life)
+	var es []*entry
+	for i := 0; i < 1000; i++ {
+		es = append(es, entryFor(i, "agent-"+strconv.Itoa(i), digest(i)))
+	}
+	if err := c.apply(c.epoch, life, es); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("ByID", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			if _, ok := c.ByID("$" + strconv.Itoa(i%1000)); !ok {
+				b.Fatal("missing")
+			}
+		}
+	})
+	b.Run("ByName", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			if _, ok := c.ByName("agent-500"); !ok {
+				b.Fatal("missing")
+			}
+		}
+	})
+	b.Run("ByIdentity", func(b *testing.B) {
+		d := digest(500)
+		for i := 0; i < b.N; i++ {
+			if len(c.ByIdentity(d)) != 1 {
+				b.Fatal("missing")
+			}
+		}
+	})
+}
+
+// populate creates n tagged sessions whose panes ran `true` and stay dead
+// (remain-on-exit): no pty is held (tmux/FACTS.md §10).
+func populate(b *testing.B, r *rig, n int) {
+	b.Helper()
+	info, _ := r.c.Info()
+	ctx := context.Background()
+	r.tmux("set-option", "-g", "remain-on-exit", "on")
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	work := make(chan int)
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				name := "agent-" + strconv.Itoa(i)
+				rep, err := r.cl.CommandIn(ctx, info.ServerLife, "new-session", "-d", "-P", "-F", "#{session_id}", "-s", name, "true")
+				if err == nil {
+					_, err = r.cl.CommandIn(ctx, info.ServerLife, "set-option", "-t", rep.Lines[0], TagIdentity, digest(i))
+				}
+				if err == nil {
+					_, err = r.cl.CommandIn(ctx, info.ServerLife, "set-option", "-t", rep.Lines[0], TagGeneration, "1")
+				}
+				if err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	eventually(b, "census sees every session", func() bool { return len(r.c.Snapshot().Sessions) == n })
+}
+
+// BenchmarkResync1000 compares a full census re-list at 1,000 sessions with
+// the raw `list-sessions -F` round trip on the same connection, interleaved
+// in the same run. "cold" is the first sync of a fresh census on that server
+// (every managed session's own tags read exactly once).
+func BenchmarkResync1000(b *testing.B) {
+	r := newRig(b, nil)
+	populate(b, r, 1000)
+	info, _ := r.c.Info()
+	ctx := context.Background()
+	var raw, warm, cold time.Duration
+	var confirms int64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		if _, err := r.cl.CommandIn(ctx, info.ServerLife, "list-sessions", "-F", listFormat); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if err := r.c.Refresh(ctx); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		fresh := newCensus(r.cl, nil, testConfig()) // not running: only its sync is used
+		fresh.info, fresh.online = info, true
+		if err := fresh.Refresh(ctx); err != nil || len(fresh.Snapshot().Sessions) != 1000 {
+			b.Fatalf("cold sync: %v", err)
+		}
+		cold += time.Since(t2)
+		confirms += fresh.Confirms()
+		raw += t1.Sub(t0)
+		warm += t2.Sub(t1)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(raw.Nanoseconds())/n, "raw-ns/op")
+	b.ReportMetric(float64(warm.Nanoseconds())/n, "resync-ns/op")
+	b.ReportMetric(float64(warm)/float64(raw), "resync/raw")
+	b.ReportMetric(float64(cold.Nanoseconds())/n, "cold-ns/op")
+	b.ReportMetric(float64(cold)/float64(raw), "cold/raw")
+	b.ReportMetric(float64(confirms)/n, "cold-exact-reads/op")
+}
+
+// BenchmarkBurst100 counts re-lists per burst of 100 session creates by a
+// separate tmux client (one command line, as a script would do it).
+func BenchmarkBurst100(b *testing.B) {
+	r := newRig(b, nil)
+	r.tmux("set-option", "-g", "remain-on-exit", "on")
+	var relists int64
+	for i := 0; i < b.N; i++ {
+		create, kill := []string{}, []string{}
+		for k := 0; k < 100; k++ {
+			name := "b" + strconv.Itoa(i) + "-" + strconv.Itoa(k)
+			if k > 0 {
+				create, kill = append(create, ";"), append(kill, ";")
+			}
+			create = append(create, "new-session", "-d", "-s", name, "true")
+			kill = append(kill, "kill-session", "-t", "="+name)
+		}
+		before := r.c.Relists()
+		r.tmux(create...)
+		eventually(b, "100 sessions with dead panes", func() bool {
+			snap := r.c.Snapshot()
+			for _, s := range snap.Sessions {
+				if s.PaneDeadStatus == nil {
+					return false
+				}
+			}
+			return len(snap.Sessions) == 100
+		})
+		relists += r.c.Relists() - before
+		r.tmux(kill...)
+		eventually(b, "burst killed", func() bool { return len(r.c.Snapshot().Sessions) == 0 })
+	}
+	b.ReportMetric(float64(relists)/float64(b.N), "relists/burst")
+}
