@@ -168,7 +168,7 @@ func appendEvidence(dst []byte, ev map[string]any) []byte {
 const hexDigits = "0123456789abcdef"
 
 // appendString appends s as a JSON string. Control characters, '"' and '\' are
-// escaped; invalid UTF-8 bytes become U+FFFD, as zerolog does.
+// escaped (DEL too); invalid UTF-8 bytes become U+FFFD, as zerolog does.
 func appendString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	for i := 0; i < len(s); {
@@ -183,7 +183,11 @@ func appendString(dst []byte, s string) []byte {
 				dst = append(dst, '\\', 'r')
 			case c == '\t':
 				dst = append(dst, '\\', 't')
-			case c < 0x20:
+			case c == '\b':
+				dst = append(dst, '\\', 'b')
+			case c == '\f':
+				dst = append(dst, '\\', 'f')
+			case c < 0x20 || c == 0x7f:
 				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
 			default:
 				dst = append(dst, c)

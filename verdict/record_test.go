@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 )
 
 var t0 = time.Date(2026, 11, 30, 1, 2, 3, 456789012, time.UTC)
@@ -172,5 +174,19 @@ func checkVocabulary(t *testing.T, event, skc map[string]any, line []byte) {
 	}
 	if k := str(skc, "exit_kind"); k != "" && !contains(ExitKinds, k) {
 		t.Errorf("unknown exit kind %q: %s", k, line)
+	}
+}
+
+// TestEscapingMatchesZerolog: the hand-built encoder escapes strings exactly as
+// zerolog does, so verdict lines and operational log lines agree byte for byte.
+func TestEscapingMatchesZerolog(t *testing.T) {
+	for _, s := range []string{"", "plain", "a\"b\\c", "\n\r\t\x00\x1f\x7f\b\f", "\xff\xfe ok", "é ✓ \u2028", "</script>&"} {
+		var buf bytes.Buffer
+		zl := zerolog.New(&buf)
+		zl.Log().Str("k", s).Send()
+		want := strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(buf.String()), `{"k":`), "}")
+		if got := string(appendString(nil, s)); got != want {
+			t.Errorf("%q: got %s, zerolog %s", s, got, want)
+		}
 	}
 }
