@@ -10,17 +10,33 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
-// envFlags collects repeated --env KEY=VALUE.
-type envFlags map[string]string
+// envFlags collects repeated --env KEY=VALUE. A malformed entry is kept
+// and refused after parsing, so the error names the field "env" rather than
+// being a generic usage error.
+type envFlags struct {
+	m   map[string]string
+	bad string
+}
 
-func (e envFlags) String() string { return "" }
+func (e *envFlags) String() string { return "" }
 
-func (e envFlags) Set(kv string) error {
+func (e *envFlags) Set(kv string) error {
 	k, v, ok := strings.Cut(kv, "=")
 	if !ok {
-		return errors.New("--env wants KEY=VALUE")
+		if e.bad == "" {
+			e.bad = kv
+		}
+		return nil
 	}
-	e[k] = v
+	e.m[k] = v
+	return nil
+}
+
+func (e *envFlags) check() error {
+	if e.bad != "" {
+		return verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "env", "name": e.bad},
+			"env: %q is not KEY=VALUE", e.bad)
+	}
 	return nil
 }
 
@@ -40,7 +56,7 @@ func absPath(field, p string) (string, error) {
 func runCreate(cli *CLI, args []string) int {
 	var o opts
 	var req api.CreateRequest
-	env := envFlags{}
+	env := &envFlags{m: map[string]string{}}
 	fs := newFlags("create", &o, true)
 	fs.StringVar(&req.StateDir, "state-dir", "", "")
 	fs.StringVar(&req.SessionID, "session-id", "", "")
@@ -53,8 +69,11 @@ func runCreate(cli *CLI, args []string) int {
 		return cli.fail(o, usageError("create", err))
 	}
 	req.Argv = fs.Args()
-	if len(env) > 0 {
-		req.Env = env
+	if err := env.check(); err != nil {
+		return cli.fail(o, err)
+	}
+	if len(env.m) > 0 {
+		req.Env = env.m
 	}
 	ms := wait.Milliseconds()
 	req.WaitMS = &ms
