@@ -47,15 +47,28 @@ func Decode(r io.Reader, w io.Writer) error {
 			werr = enc.Encode(recordJSON(rec))
 		}
 	})
-	if _, err := io.Copy(p, r); err != nil {
-		p.Close()
-		if ferr := bw.Flush(); werr == nil {
-			werr = ferr
+	// Records are flushed after every read, so a live stream (a pipe from
+	// `tmux -C`) is decoded as it arrives.
+	buf := make([]byte, 64<<10)
+	for {
+		n, rerr := r.Read(buf)
+		if n > 0 {
+			_, _ = p.Write(buf[:n])
+			if werr == nil {
+				werr = bw.Flush()
+			}
 		}
 		if werr != nil {
 			return werr
 		}
-		return err
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			p.Close()
+			_ = bw.Flush()
+			return rerr
+		}
 	}
 	p.Close()
 	if werr != nil {

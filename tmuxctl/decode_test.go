@@ -80,3 +80,22 @@ func short(v any) string {
 	}
 	return string(b)
 }
+
+func TestDecodeEdges(t *testing.T) {
+	in := "%begin 1 2 1\n\xff\xe2\x82 x\n%end 1 2 1\n%extended-output %3 12 : a\\012\n%begin 7 8 0\nhalf"
+	var out bytes.Buffer
+	if err := Decode(strings.NewReader(in), &out); err != nil {
+		t.Fatal(err)
+	}
+	got := parseJSONL(t, out.Bytes())
+	want := parseJSONL(t, []byte(`{"type":"reply","time":1,"number":2,"flags":1,"error":false,"lines":["\ufffd\ufffd\ufffd x"]}
+{"type":"output","pane":"%3","data_b64":"YQo=","age":12}
+{"type":"incomplete","time":7,"number":8,"flags":0,"lines":["half"]}
+`))
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %v\nwant %v", got, want)
+	}
+	if strings.Contains(out.String(), `\u003c`) {
+		t.Fatal("HTML escaping in output")
+	}
+}
