@@ -137,3 +137,13 @@ func TestCloseEndsSubscriptions(t *testing.T) {
 		t.Fatal("open after Close")
 	}
 }
+
+func TestSubscribeWhileFileFails(t *testing.T) {
+	w := newTestWriter(t, newMemJournal(), filepath.Join(t.TempDir(), "v.jsonl"))
+	defer w.Close()
+	w.setFault(failWhile(func() bool { return true }))
+	ch, cancel := w.Subscribe(0)
+	defer cancel()
+	emitN(t, w, 5) // the file is down; followers still see every record
+	collect(t, ch, 1, 5, false)
+}

@@ -469,3 +469,22 @@ func BenchmarkMarshal(b *testing.B) {
 		_ = r.AppendJSON(make([]byte, 0, 512))
 	}
 }
+
+func TestReopenFailsThenRecovers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "verdicts.jsonl")
+	w := newTestWriter(t, newMemJournal(), path)
+	defer w.Close()
+	emitN(t, w, 2)
+	os.Rename(path, path+".1")
+	if err := os.Mkdir(path, 0o700); err != nil { // something else took the name
+		t.Fatal(err)
+	}
+	if err := w.Reopen(); err == nil {
+		t.Fatal("reopen onto a directory succeeded")
+	}
+	emitN(t, w, 3) // journaled; the file is retried
+	os.Remove(path)
+	flush(t, w)
+	assertContiguous(t, fileSeqs(t, path+".1", 0), 1, 2)
+	assertContiguous(t, fileSeqs(t, path, 0), 3, 5)
+}
