@@ -332,3 +332,22 @@ func TestConnBareLinesFromHooks(t *testing.T) {
 		}
 	}
 }
+
+// A client that hangs on close is killed by pid after CloseTimeout.
+func TestConnCloseKillsHungClient(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.CloseTimeout = 300 * time.Millisecond
+	c := dialT(t, cfg)
+	drain(c)
+	pid := c.Info().ClientPID
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err == nil {
+		t.Fatal("Close of a hung client reported a clean exit")
+	}
+	if !waitGone(pid, 10*time.Second) {
+		t.Fatal("hung client not killed")
+	}
+	noChildrenLeft(t)
+}
