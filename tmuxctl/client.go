@@ -140,9 +140,6 @@ func (c *Client) CommandIn(ctx context.Context, life ServerLife, args ...string)
 // cleanly (stdin EOF, %exit) and returns nil. The event stream is closed
 // after Run returns.
 func (c *Client) Run(ctx context.Context) error {
-	if c.cfgErr != nil {
-		return c.cfgErr
-	}
 	c.mu.Lock()
 	if c.running || c.stopped {
 		c.mu.Unlock()
@@ -150,6 +147,16 @@ func (c *Client) Run(ctx context.Context) error {
 	}
 	c.running = true
 	c.mu.Unlock()
+	if c.cfgErr != nil {
+		// Still end the event stream, so a consumer ranging over it returns.
+		c.mu.Lock()
+		c.stopped = true
+		close(c.up)
+		c.mu.Unlock()
+		c.events.start()
+		c.events.finish()
+		return c.cfgErr
+	}
 	c.events.start()
 	defer func() {
 		c.mu.Lock()

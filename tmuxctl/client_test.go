@@ -155,3 +155,15 @@ func TestClientStopsCleanly(t *testing.T) {
 	}
 	noChildrenLeft(t)
 }
+
+func TestClientBadConfig(t *testing.T) {
+	c := NewClient(Config{})
+	if err := c.Run(bg()); err == nil {
+		t.Fatal("Run without a socket succeeded")
+	}
+	for range c.Events() {
+	}
+	if _, err := c.WaitConnected(bg()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("WaitConnected: %v", err)
+	}
+}
