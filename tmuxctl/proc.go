@@ -116,6 +116,8 @@ type limitedBuffer struct {
 	max int
 }
 
+// Write keeps what fits and reports everything written, so the client never
+// blocks or fails on stderr.
 func (l *limitedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -128,6 +130,7 @@ func (l *limitedBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// String is the kept stderr text, trimmed.
 func (l *limitedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
