@@ -240,11 +240,13 @@ func (c *Conn) enqueue(p *pending) error {
 	c.mu.Lock()
 	if c.ended != nil || c.stdinDone {
 		err := c.ended
-		if err == nil {
-			err = ErrClosed
-		}
 		c.mu.Unlock()
-		return fmt.Errorf("%w: %w", ErrNotConnected, err)
+		if err == nil || errors.Is(err, ErrClosed) {
+			return fmt.Errorf("%w: %w", ErrNotConnected, ErrClosed)
+		}
+		// The cause is text only: a command never sent must not match
+		// ErrServerExited, which means "sent, outcome unknown".
+		return fmt.Errorf("%w (%v)", ErrNotConnected, err)
 	}
 	c.fifo = append(c.fifo, p)
 	c.wbuf = append(append(c.wbuf, p.line...), '\n')

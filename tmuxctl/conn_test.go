@@ -183,7 +183,7 @@ func TestConnEndedByOthers(t *testing.T) {
 			if !errors.As(c.Err(), &ee) || ee.Reason != "" {
 				t.Fatalf("Err = %v", c.Err())
 			}
-			if _, err := c.Command(bg(), "display-message", "-p", "x"); !errors.Is(err, ErrNotConnected) {
+			if _, err := c.Command(bg(), "display-message", "-p", "x"); !errors.Is(err, ErrNotConnected) || errors.Is(err, ErrServerExited) {
 				t.Fatalf("command after end: %v", err)
 			}
 			waitFor(t, "%exit notification", func() bool {
