@@ -1,0 +1,170 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+)
+
+// run runs the CLI in-process with SKC_HOME pointing at an empty directory
+// (so no daemon answers) and returns exit code, stdout and stderr.
+func run(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "skcm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	var out, errb bytes.Buffer
+	env := map[string]string{"SKC_HOME": dir, "HOME": dir}
+	cli := &CLI{ctx: context.Background(), stdout: &out, stderr: &errb, getenv: func(k string) string { return env[k] }}
+	code := cli.Main(args)
+	return code, out.String(), errb.String()
+}
+
+type answer struct {
+	Status string `json:"status"`
+	Error  *struct {
+		Code    string         `json:"code"`
+		Message string         `json:"message"`
+		Details map[string]any `json:"details"`
+	} `json:"error"`
+}
+
+// oneJSON checks that stdout is exactly one JSON document.
+func oneJSON(t *testing.T, stdout string) answer {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	var a answer
+	if err := dec.Decode(&a); err != nil {
+		t.Fatalf("stdout is not JSON: %q", stdout)
+	}
+	if dec.More() {
+		t.Fatalf("more than one JSON document: %q", stdout)
+	}
+	return a
+}
+
+func TestExitCodesWithoutDaemon(t *testing.T) {
+	cases := []struct {
+		args  []string
+		code  int
+		ecode string
+		field string
+	}{
+		{[]string{"ls", "--json"}, 69, "daemon_unreachable", ""},
+		{[]string{"show", "--json", "x"}, 69, "daemon_unreachable", ""},
+		{[]string{"kill", "x", "--json"}, 69, "daemon_unreachable", ""},
+		{[]string{"fence", "--json"}, 69, "daemon_unreachable", ""},
+		{[]string{"verdicts", "--json"}, 69, "daemon_unreachable", ""},
+		{[]string{"create", "--json", "--state-dir", "/tmp/x", "--session-id", "a", "--", "true"}, 69, "daemon_unreachable", ""},
+		{[]string{"create", "--json", "--state-dir", "/tmp/x", "--session-id", "a"}, 2, "invalid_request", "argv"},
+		{[]string{"create", "--json", "--state-dir", "/tmp/x", "--session-id", ".a", "--", "true"}, 2, "invalid_request", "session_id"},
+		{[]string{"create", "--json", "--state-dir", "/tmp/x", "--session-id", "a", "--env", "NOEQ", "--", "true"}, 2, "invalid_request", "env"},
+		{[]string{"create", "--json", "--state-dir", "/tmp/x", "--session-id", "a", "--env", "A;B=1", "--", "true"}, 2, "invalid_request", "env"},
+		{[]string{"create", "--json", "--state-dir", "/tmp/x", "--session-id", "a", "--label", "a\nb", "--", "true"}, 2, "invalid_request", "label"},
+		{[]string{"create", "--json", "--bogus"}, 2, "invalid_request", "usage"},
+		{[]string{"show", "--json"}, 2, "invalid_request", "usage"},
+		{[]string{"show", "--json", "a", "b"}, 2, "invalid_request", "usage"},
+		{[]string{"show", "--json", "--state-dir", "/s", "--session-id", "-x"}, 2, "invalid_request", "session_id"},
+		{[]string{"verdicts", "--json", "--since", "-1"}, 2, "invalid_request", "since"},
+	}
+	for _, c := range cases {
+		code, stdout, _ := run(t, c.args...)
+		a := oneJSON(t, stdout)
+		if code != c.code || a.Error == nil || a.Error.Code != c.ecode {
+			t.Fatalf("%q: exit %d %s, want %d %s", c.args, code, stdout, c.code, c.ecode)
+		}
+		if c.field != "" && a.Error.Details["field"] != c.field {
+			t.Fatalf("%q: field %v, want %s", c.args, a.Error.Details["field"], c.field)
+		}
+		wantStatus := map[int]string{2: "invalid", 69: "error"}[c.code]
+		if a.Status != wantStatus {
+			t.Fatalf("%q: status %q, want %q", c.args, a.Status, wantStatus)
+		}
+	}
+}
+
+func TestHumanErrorsGoToStderr(t *testing.T) {
+	code, stdout, stderr := run(t, "ls")
+	if code != 69 || stdout != "" || !strings.Contains(stderr, "api.sock") {
+		t.Fatalf("exit %d stdout %q stderr %q", code, stdout, stderr)
+	}
+	code, _, stderr = run(t, "frobnicate")
+	if code != 2 || !strings.Contains(stderr, "unknown verb") || !strings.Contains(stderr, "skc-supervisor create") {
+		t.Fatalf("exit %d stderr %q", code, stderr)
+	}
+	if strings.Contains(stderr, "helper") {
+		t.Fatal("the hidden helper verb is listed")
+	}
+}
+
+func TestVersion(t *testing.T) {
+	code, stdout, _ := run(t, "version")
+	if code != 0 || !strings.HasPrefix(stdout, "skc-supervisor ") {
+		t.Fatalf("%d %q", code, stdout)
+	}
+	code, stdout, _ = run(t, "version", "--json")
+	var v map[string]string
+	if code != 0 || json.Unmarshal([]byte(stdout), &v) != nil || v["version"] == "" {
+		t.Fatalf("%d %q", code, stdout)
+	}
+}
+
+func TestParseArgsInterleaved(t *testing.T) {
+	cases := []struct {
+		args []string
+		pos  []string
+		json bool
+	}{
+		{[]string{"NAME", "--json"}, []string{"NAME"}, true},
+		{[]string{"--json", "NAME"}, []string{"NAME"}, true},
+		{[]string{"a", "--home", "/h", "b"}, []string{"a", "b"}, false},
+		{[]string{"--", "--json", "x"}, []string{"--json", "x"}, false},
+		{[]string{"a", "--", "-b"}, []string{"a", "-b"}, false},
+	}
+	for _, c := range cases {
+		var o opts
+		fs := newFlags("show", &o, true)
+		pos, err := parseArgs(fs, c.args)
+		if err != nil || strings.Join(pos, "|") != strings.Join(c.pos, "|") || o.json != c.json {
+			t.Errorf("%q: pos %q json %v err %v", c.args, pos, o.json, err)
+		}
+	}
+	var o opts
+	if _, err := parseArgs(newFlags("show", &o, true), []string{"--nope"}); err == nil {
+		t.Fatal("unknown flag accepted")
+	}
+}
+
+func TestPrintable(t *testing.T) {
+	for in, want := range map[string]string{
+		"skc-abc":        "skc-abc",
+		"é #{x} ;'\"":    "é #{x} ;'\"",
+		"a\x1b[2Jb":      `"a\x1b[2Jb"`,
+		"a\nb":           `"a\nb"`,
+		"a\xffb":         `"a\xffb"`,
+		"a\u0085b":       `"a\u0085b"`,
+		"tab\tseparated": `"tab\tseparated"`,
+	} {
+		if got := printable(in); got != want {
+			t.Errorf("printable(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+func TestServeRefusesBadRuntimeDir(t *testing.T) {
+	dir, _ := os.MkdirTemp("", "skcm")
+	defer os.RemoveAll(dir)
+	long := dir + "/" + strings.Repeat("r", 100)
+	var out, errb bytes.Buffer
+	env := map[string]string{"SKC_HOME": dir, "SKC_RUNTIME_DIR": long}
+	cli := &CLI{ctx: context.Background(), stdout: &out, stderr: &errb, getenv: func(k string) string { return env[k] }}
+	code := cli.Main([]string{"serve"})
+	if code != 2 || !strings.Contains(errb.String(), long+"/api.sock") {
+		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+}
