@@ -53,7 +53,7 @@ func New(cfg Config) (*Server, error) {
 		Handler:           s.Handler(),
 		ConnContext:       withPeerCred,
 		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          nil,
+		IdleTimeout:       2 * time.Minute,
 	}
 	return s, nil
 }
@@ -98,8 +98,30 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxBody)
-		next.ServeHTTP(w, r)
+		rec := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		start := time.Now()
+		next.ServeHTTP(rec, r)
+		s.log.Debug().Str("method", r.Method).Str("path", r.URL.Path).Int("status", rec.status).
+			Int32("peer_pid", cred.PID).Dur("duration", time.Since(start)).Msg("request")
 	})
+}
+
+// statusWriter remembers the status for the request log; it passes Flush
+// through, which --follow streams need.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(status int) {
+	w.status = status
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
 }
 
 // Serve answers requests on ln until Shutdown; it returns nil after a

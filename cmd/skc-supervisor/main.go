@@ -24,6 +24,7 @@ import (
 
 	"github.com/skc-supervisor/skc-supervisor/api"
 	"github.com/skc-supervisor/skc-supervisor/home"
+	"github.com/skc-supervisor/skc-supervisor/lifecycle"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
@@ -77,6 +78,11 @@ type CLI struct {
 }
 
 func main() {
+	// The pane helper owns its signals (it forwards them to the agent): it
+	// must run before this process starts catching SIGINT and SIGTERM.
+	if len(os.Args) > 1 && os.Args[1] == "helper" {
+		os.Exit(lifecycle.RunHelper(os.Args[2:]))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	cli := &CLI{ctx: ctx, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
 	code := cli.Main(os.Args[1:])

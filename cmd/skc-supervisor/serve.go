@@ -64,6 +64,14 @@ type daemon struct {
 // detection → API → ready. SIGTERM/SIGINT stop it gracefully (exit 0; the
 // tmux server and its sessions keep running); SIGHUP reopens verdicts.jsonl.
 func runServe(cli *CLI, args []string) int {
+	// SIGHUP is registered before anything else: its default action would
+	// kill a daemon that logrotate signals while it starts. SIGPIPE is caught
+	// (not ignored, which the tmux server and the agents would inherit) so a
+	// closed stderr cannot kill the daemon.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	var o opts
 	fs := newFlags("serve", &o, false)
 	wireLog := fs.String("wire-log", "", "append every control-mode line to FILE")
@@ -90,11 +98,15 @@ func runServe(cli *CLI, args []string) int {
 	d.notify = sdnotify.FromEnv()
 	sdnotify.UnsetEnv() // the tmux server and the agents must not inherit it
 	if err := d.start(cli.ctx, *wireLog); err != nil {
-		d.log.Error().Err(err).Msg("start failed")
 		d.stop()
+		if cli.ctx.Err() != nil {
+			d.log.Info().Msg("signal received while starting: stopped")
+			return verdict.ExitOK
+		}
+		d.log.Error().Err(err).Msg("start failed")
 		return cli.fail(o, err)
 	}
-	return d.wait(cli.ctx)
+	return d.wait(cli.ctx, hup)
 }
 
 func (d *daemon) start(ctx context.Context, wireLog string) error {
@@ -242,10 +254,7 @@ func (d *daemon) goRun(name string, run func(context.Context) error) {
 }
 
 // wait serves until a signal or a fatal component error, then stops.
-func (d *daemon) wait(ctx context.Context) int {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+func (d *daemon) wait(ctx context.Context, hup <-chan os.Signal) int {
 	d.notify.Ready(readyStatusText)
 	d.log.Info().Str("api", d.paths.APISocket()).Str("tmux", d.paths.TmuxSocket()).Msg("ready")
 	for {
