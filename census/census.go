@@ -47,10 +47,16 @@ type Session struct {
 	PaneID         string // the active pane of the current window, "%N"
 	PanePID        int
 	PaneDead       bool
-	PaneDeadStatus *int   // exit code once tmux has filled it in
+	PaneDeadStatus *int   // exit code once tmux has reaped the process (see below)
 	PaneDeadSignal string // signal name or number, "" when none
 
 	Managed bool // the session carries a non-empty @skc-identity
+
+	// About PaneDeadStatus: tmux sets pane_dead one tick before the status,
+	// and tmux 3.3a linked with utempter can miss the SIGCHLD of a pane that
+	// exits while it runs the utempter helper; the status then stays empty
+	// (the pane process a zombie) until another child of the server exits.
+	// A dead pane with a nil status is a normal, possibly lasting, state.
 }
 
 // Identity returns the session's @skc-identity tag ("" when unmanaged).

@@ -146,9 +146,22 @@ func (c *Census) freshCandidates(ctx context.Context, life tmuxctl.ServerLife, e
 		return nil, err
 	}
 	var found []Session
+	stale := false
+	c.mu.RLock()
 	for _, k := range todo {
-		if e := out[k]; e != nil && !e.control && matchesSession(ev, e.s) {
+		e := out[k]
+		if p := c.sessions[rows[k].s.ID]; e == nil || p == nil || !sameSession(p.s, e.s) {
+			stale = true
+		}
+		if e != nil && !e.control && matchesSession(ev, e.s) {
 			found = append(found, e.s.clone())
+		}
+	}
+	c.mu.RUnlock()
+	if stale { // the cache is behind live tmux: ask Run for a re-list
+		select {
+		case c.kick <- struct{}{}:
+		default:
 		}
 	}
 	return found, nil

@@ -27,21 +27,20 @@ const subFormat = "#{S:#{session_id}/#{session_attached}/" +
 
 // relistOn are the notifications after which the census re-lists (coalesced).
 // Window notifications matter because a session's last window closing ends
-// the session, and a pane closing changes the session's pane.
+// the session, and a pane or window change moves the session's active pane;
+// client ones change the attached count. Window renames and layout changes
+// touch nothing the census holds, so they cost nothing.
 var relistOn = map[string]bool{
-	"sessions-changed":        true,
-	"session-renamed":         true,
-	"session-window-changed":  true,
-	"client-session-changed":  true,
-	"client-detached":         true,
-	"window-add":              true,
-	"window-close":            true,
-	"window-renamed":          false, // a window name is not in the census
-	"window-pane-changed":     true,
-	"unlinked-window-add":     true,
-	"unlinked-window-close":   true,
-	"unlinked-window-renamed": false,
-	"layout-change":           false,
+	"sessions-changed":       true,
+	"session-renamed":        true,
+	"session-window-changed": true,
+	"client-session-changed": true,
+	"client-detached":        true,
+	"window-add":             true,
+	"window-close":           true,
+	"window-pane-changed":    true,
+	"unlinked-window-add":    true,
+	"unlinked-window-close":  true,
 }
 
 // Run consumes the client's events until ctx is done (then returns nil) or
