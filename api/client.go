@@ -184,7 +184,7 @@ func RefPath(ref Ref) string {
 
 // Verdicts calls fn with each verdict line (without its LF) after since,
 // oldest first. With follow it keeps streaming until ctx is done (then it
-// returns nil) or the daemon goes away.
+// returns nil) or the daemon goes away (daemon_unreachable).
 func (c *Client) Verdicts(ctx context.Context, since int64, follow bool, fn func(line []byte) error) error {
 	path := "/v1/verdicts?since=" + strconv.FormatInt(since, 10)
 	if follow {
@@ -209,11 +209,16 @@ func (c *Client) Verdicts(ctx context.Context, since int64, follow bool, fn func
 			return err
 		}
 	}
-	if err := sc.Err(); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
+	err = sc.Err()
+	switch {
+	case ctx.Err() != nil:
+		return nil // the caller stopped following
+	case err != nil:
 		return c.unreachable(fmt.Errorf("verdict stream: %w", err))
+	case follow:
+		// A follow only ends from our side; the daemon ending it means it
+		// stopped, and a log shipper must know to reconnect.
+		return c.unreachable(errors.New("the daemon ended the verdict stream (it is stopping)"))
 	}
 	return nil
 }

@@ -166,7 +166,9 @@ func TestShutdownEndsFollowers(t *testing.T) {
 	}()
 	waitFor(t, func() bool { return h.fake.subscribers() == 1 })
 	h.stop(t)
-	<-done
+	if err := <-done; verdict.CodeOf(err) != verdict.CodeDaemonUnreachable {
+		t.Fatalf("a follow the daemon ended: %v, want daemon_unreachable", err)
+	}
 	if h.fake.subscribers() != 0 {
 		t.Fatal("subscription not released")
 	}
