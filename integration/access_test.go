@@ -72,6 +72,10 @@ func TestAttach(t *testing.T) {
 		if err != nil {
 			t.Errorf("attach after detach: %v, want exit 0\nscreen: %q", err, clip(screen.String()))
 		}
+		select { // the last bytes (the [detached] line) are read after the exit
+		case <-copied:
+		case <-time.After(waitDeadline):
+		}
 	case <-time.After(waitDeadline):
 		cmd.Process.Kill()
 		<-exited

@@ -171,7 +171,7 @@ func (d *Daemon) checkRace(t testing.TB) {
 // cleanup stops a daemon the test left running; it must still shut down cleanly.
 func (d *Daemon) cleanup(t testing.TB) {
 	defer os.Remove(d.logPath)
-	if t.Failed() {
+	if t.Failed() || os.Getenv("SKC_IT_LOGS") != "" {
 		t.Logf("daemon log (%s, pid %d):\n%s", d.Dir, d.PID(), clip(d.Log()))
 	}
 	if d.stopped || d.Exited() {

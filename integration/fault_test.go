@@ -24,7 +24,7 @@ var faultPoints = []struct {
 	{"spawned", 1, "orphan_cleaned", "published"},
 	{"tagged", 1, "orphan_cleaned", "published"},
 	{"publish", 1, "preserved", "existing"},
-	{"published", 1, "", "existing"},
+	{"published", 1, "preserved", "existing"},
 }
 
 // TestFaultPoints: the daemon is SIGKILLed at each point of a create; a restarted

@@ -147,7 +147,10 @@ func (h *Home) Env(extra ...string) []string {
 		}
 		env = append(env, kv)
 	}
-	env = append(env, "SKC_HOME="+h.Dir, "SKC_TMUX_CONFIG=/dev/null", "SKC_IT_MARK="+h.Dir)
+	// A -race binary sleeps 1 s at exit by default (GORACE atexit_sleep_ms) to let
+	// late reports land; every CLI call would pay it.
+	env = append(env, "SKC_HOME="+h.Dir, "SKC_TMUX_CONFIG=/dev/null", "SKC_IT_MARK="+h.Dir,
+		"GORACE=atexit_sleep_ms=50")
 	return append(env, extra...)
 }
 
