@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// breakdown is where the time of a sequential create goes, read from the
+// daemon's wire log (`serve --wire-log`): the tmux round trips of the saga and
+// what is left for the daemon (HTTP, fence transactions, waiting for the pane
+// helper to record its start).
+type breakdown struct {
+	n                  int
+	api                samples // whole POST /v1/sessions
+	newSession         samples // new-session sent → its %end
+	helperGap          samples // new-session %end → first set-option sent (fence `spawned` + wait for the helper)
+	tags               samples // first set-option sent → last set-option's %end (4 tags)
+	outside            samples // api − (new-session sent → last tag %end): reserve, helper_invoked, publish, release, HTTP
+	cmdRTT             map[string]samples
+	relistsDuringBurst int
+}
+
+// breakdownFigure runs n sequential creates on a fresh daemon with a wire log.
+func breakdownFigure(ctx context.Context, r *reaper, bin string, agent []string, n int) (breakdown, error) {
+	bd := breakdown{n: n}
+	d, err := startDaemon(ctx, r, bin, agent, true)
+	if err != nil {
+		return bd, err
+	}
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		dt, err := timed(func() error { _, err := d.create(ctx); return err })
+		if err != nil {
+			return bd, err
+		}
+		bd.api = append(bd.api, dt)
+	}
+	time.Sleep(300 * time.Millisecond) // the census' trailing re-list lands in the log
+	cmds, err := readWire(filepath.Join(d.home, "wire.log"))
+	if err != nil {
+		return bd, err
+	}
+	bd.attribute(cmds)
+	return bd, nil
+}
+
+// wireCmd is one command the daemon sent and the end of its reply.
+type wireCmd struct {
+	verb, line string
+	sent, done time.Time
+}
+
+// readWire pairs each sent command line with its reply block (flags 1, FIFO).
+func readWire(path string) ([]wireCmd, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var all []wireCmd
+	var fifo []int
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		ts, dir, rest, ok := splitWire(sc.Text())
+		if !ok {
+			continue
+		}
+		if dir == ">" {
+			verb := strings.Trim(strings.SplitN(rest, " ", 2)[0], `"`)
+			all = append(all, wireCmd{verb: verb, line: rest, sent: ts})
+			fifo = append(fifo, len(all)-1)
+			continue
+		}
+		if (strings.HasPrefix(rest, "%end ") || strings.HasPrefix(rest, "%error ")) && strings.HasSuffix(rest, " 1") && len(fifo) > 0 {
+			all[fifo[0]].done = ts
+			fifo = fifo[1:]
+		}
+	}
+	return all, sc.Err()
+}
+
+func splitWire(line string) (time.Time, string, string, bool) {
+	f := strings.SplitN(line, " ", 3)
+	if len(f) != 3 {
+		return time.Time{}, "", "", false
+	}
+	ts, err := time.Parse(time.RFC3339Nano, f[0])
+	return ts, f[1], f[2], err == nil
+}
+
+// attribute splits each create into its tmux steps: new-session, then the
+// four set-option of that session (the identity tag is last).
+func (bd *breakdown) attribute(cmds []wireCmd) {
+	bd.cmdRTT = map[string]samples{}
+	k := 0
+	for i, c := range cmds {
+		if !c.done.IsZero() {
+			bd.cmdRTT[c.verb] = append(bd.cmdRTT[c.verb], c.done.Sub(c.sent))
+		}
+		if c.verb != "new-session" || !strings.Contains(c.line, `"helper"`) || c.done.IsZero() {
+			continue
+		}
+		var tags []wireCmd
+		for _, t := range cmds[i+1:] {
+			if t.verb == "set-option" && strings.Contains(t.line, `"@skc-`) && !t.done.IsZero() {
+				tags = append(tags, t)
+				if strings.Contains(t.line, `"@skc-identity"`) {
+					break
+				}
+			}
+		}
+		if len(tags) != 4 || k >= len(bd.api) {
+			continue
+		}
+		bd.newSession = append(bd.newSession, c.done.Sub(c.sent))
+		bd.helperGap = append(bd.helperGap, tags[0].sent.Sub(c.done))
+		bd.tags = append(bd.tags, tags[3].done.Sub(tags[0].sent))
+		bd.outside = append(bd.outside, bd.api[k]-tags[3].done.Sub(c.sent))
+		k++
+	}
+	bd.relistsDuringBurst = len(bd.cmdRTT["list-sessions"])
+}
+
+// verbs lists the measured verbs, most frequent first.
+func (bd *breakdown) verbs() []string {
+	var vs []string
+	for v := range bd.cmdRTT {
+		vs = append(vs, v)
+	}
+	sort.Slice(vs, func(i, j int) bool { return len(bd.cmdRTT[vs[i]]) > len(bd.cmdRTT[vs[j]]) })
+	return vs
+}

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/census"
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
+)
+
+// censusListFormat is the census's own list (census/sync.go listFormat, copied:
+// it is unexported), so the raw baseline reads exactly what a resync reads.
+const censusListFormat = "#{session_id}\t#{session_created}\t#{session_attached}\t" +
+	"#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{pane_dead_status}\t#{pane_dead_signal}\t" +
+	"#{@skc-control}\t#{@skc-identity}\t#{@skc-generation}\t#{@skc-reservation}\t#{@skc-state}\t" +
+	"#{session_name}"
+
+// scaleTarget caps the wanted sessions by free ptys (every live pane holds
+// one; keep 200 for everyone else on the machine and our control sessions)
+// and by memory (a pane costs a helper and an agent: budget 4 MB each, keep 4 GB).
+func scaleTarget(want int) (int, string) {
+	nr, _ := strconv.Atoi(readTrim("/proc/sys/kernel/pty/nr"))
+	max, _ := strconv.Atoi(readTrim("/proc/sys/kernel/pty/max"))
+	byPty := max - nr - 200
+	byMem := int((memAvailableKB() - 4<<20) / (4 << 10))
+	n := min(want, byPty, byMem)
+	return n, fmt.Sprintf("wanted %d; ptys %d in use of %d → room for %d; memory room for %d", want, nr, max, byPty, byMem)
+}
+
+// runScale fills one daemon to the target with concurrent API clients and
+// measures at -scale-list-at sessions and at the target.
+func runScale(ctx context.Context, o options, r *reaper, bin string, rep *report) error {
+	target, why := scaleTarget(o.scaleN)
+	rep.facts = append(rep.facts, [2]string{"scale target", fmt.Sprintf("%d sessions (%s)", target, why)})
+	d, err := startDaemon(ctx, r, bin, agent, false)
+	if err != nil {
+		return err
+	}
+	f := d.follow(ctx)
+	t0 := time.Now()
+	fillCtx, cancel := context.WithTimeout(ctx, o.createBudget)
+	defer cancel()
+	progress := func(n int) {
+		if n%250 == 0 {
+			rss, _ := d.rssKB()
+			logf("%d sessions after %v (daemon RSS %.1f MB, load %s)", n, time.Since(t0).Round(time.Second), float64(rss)/1024, loadavg())
+		}
+	}
+	if err := d.fill(fillCtx, min(o.scaleAt, target), 16, progress); err != nil {
+		return fmt.Errorf("fill to %d: %w", o.scaleAt, err)
+	}
+	if err := listLookupRows(ctx, rep, d, 50, 200, "scale"); err != nil {
+		return err
+	}
+	err = d.fill(fillCtx, target, 16, progress)
+	reached := d.count()
+	rep.extra = append(rep.extra, fmt.Sprintf("Creating %d sessions (16 concurrent API clients) took %v.", reached, time.Since(t0).Round(time.Second)))
+	if err != nil && fillCtx.Err() == nil {
+		return fmt.Errorf("fill to %d (reached %d): %w", target, reached, err)
+	}
+	if reached < target {
+		rep.errs = append(rep.errs, fmt.Sprintf("creation budget %v spent at %d of %d sessions; measured there", o.createBudget, reached, target))
+	}
+	return scaleMeasure(ctx, rep, d, f)
+}
+
+// scaleMeasure takes the figures at the full size.
+func scaleMeasure(ctx context.Context, rep *report, d *daemon, f *follower) error {
+	n := d.count()
+	rss, hwm := d.rssKB()
+	rep.judge(row{fig: fmt.Sprintf("daemon VmRSS (%d live sessions)", n), ours: fmt.Sprintf("%.1f MB (VmHWM %.1f MB)", float64(rss)/1024, float64(hwm)/1024),
+		base: tmuxRSS(d), ratio: "—", goal: "≤ 64 MB"}, rss <= 64<<10, fmt.Sprintf("%.1f MB", float64(rss)/1024))
+	rep.add(row{fig: "per-session memory outside the daemon", ours: helperMemory(d), base: "—", ratio: "—", goal: "—", met: "info"})
+	if err := listLookupRows(ctx, rep, d, 30, 200, "full"); err != nil {
+		return err
+	}
+	if err := censusRow(ctx, rep, d); err != nil {
+		return err
+	}
+	logf("end verdicts at %d sessions", n)
+	ends, err := endFigure(ctx, d, f, 100, false)
+	if err != nil {
+		return err
+	}
+	endRow(rep, ends, n, 250*time.Millisecond)
+	rep.facts = append(rep.facts, [2]string{"load average at end", loadavg()})
+	return nil
+}
+
+func tmuxRSS(d *daemon) string {
+	rss, err := statusKB(d.serverPID, "VmRSS")
+	if err != nil {
+		return "tmux server RSS: ?"
+	}
+	return fmt.Sprintf("tmux server VmRSS %.1f MB", float64(rss)/1024)
+}
+
+// helperMemory samples the pane helpers' proportional memory (Pss; shared
+// pages split among sharers) and their private dirty pages.
+func helperMemory(d *daemon) string {
+	var pss, priv int64
+	k := 0
+	for i := 0; i < 20 && i < d.count(); i++ {
+		s := d.pick(i * 97)
+		if p := rollupKB(s.PanePID, "Pss"); p > 0 {
+			pss += p
+			priv += rollupKB(s.PanePID, "Private_Dirty")
+			k++
+		}
+	}
+	if k == 0 {
+		return "?"
+	}
+	return fmt.Sprintf("pane helper (one Go process per session): Pss %.1f MB, private dirty %.1f MB (mean of %d); × %d sessions ≈ %.1f GB Pss",
+		float64(pss)/float64(k)/1024, float64(priv)/float64(k)/1024, k, d.count(), float64(pss)/float64(k)*float64(d.count())/(1<<20))
+}
+
+// censusRow compares a full census resync (census.Refresh on a synced census,
+// its own control connection on the daemon's tmux server, joining the
+// daemon's control session) with the raw list-sessions it starts with, on the
+// same connection, interleaved.
+func censusRow(ctx context.Context, rep *report, d *daemon) error {
+	cctx, cancel := context.WithCancel(ctx)
+	cl := tmuxctl.NewClient(tmuxctl.Config{Socket: d.tmuxSock, CommandTimeout: 120 * time.Second})
+	c := census.New(cl, nil)
+	done := make(chan struct{}, 2)
+	go func() { _ = cl.Run(cctx); done <- struct{}{} }()
+	go func() { _ = c.Run(cctx); done <- struct{}{} }()
+	defer func() {
+		cancel()
+		<-done
+		<-done
+		for range cl.Events() { // closed once drained
+		}
+	}()
+	wctx, wcancel := context.WithTimeout(ctx, 120*time.Second)
+	defer wcancel()
+	if err := c.WaitSynced(wctx); err != nil {
+		return fmt.Errorf("census on %s: %w", filepath.Base(d.tmuxSock), err)
+	}
+	info, _ := c.Info()
+	var raw, full samples
+	for i := 0; i < 20 && ctx.Err() == nil; i++ {
+		dt, err := timed(func() error {
+			_, err := cl.CommandIn(ctx, info.ServerLife, "list-sessions", "-F", censusListFormat)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		raw = append(raw, dt)
+		dt, err = timed(func() error { return c.Refresh(ctx) })
+		if err != nil {
+			return err
+		}
+		full = append(full, dt)
+	}
+	n := len(c.Snapshot().Sessions)
+	rep.judge(row{fig: fmt.Sprintf("census full resync, p50 / p99 (%d sessions, n=%d)", n, len(full)),
+		ours:  fmt.Sprintf("%s / %s", ms(full.p50()), ms(full.p99())),
+		base:  fmt.Sprintf("raw `list-sessions -F` on the same control connection: %s / %s", ms(raw.p50()), ms(raw.p99())),
+		ratio: ratioD(full.p50(), raw.p50()) + " (p50)", goal: "≤ 1.1×"},
+		float64(full.p50()) <= 1.1*float64(raw.p50()), fmt.Sprintf("%s of the raw list", ratioD(full.p50(), raw.p50())))
+	return nil
+}
+
+func scaleTeardownRow(rep *report, td teardownReport) {
+	clean := td.homesRemoved == td.homes
+	rep.judge(row{fig: "clean teardown (everything killed by pid, homes removed)",
+		ours: fmt.Sprintf("daemon stop %v, kill-server %v, %d leftover processes killed by pid in %v, %d/%d homes removed",
+			td.daemons.Round(time.Millisecond), td.servers.Round(time.Millisecond), td.swept, td.sweep.Round(time.Millisecond), td.homesRemoved, td.homes),
+		base: "—", ratio: "—", goal: "clean"}, clean, "homes left behind")
+}
