@@ -77,10 +77,20 @@ func machineFacts(bin string) [][2]string {
 		{"memory", memTotal()},
 		{"tmux -V", cmdOut("tmux", "-V")},
 		{"go version", cmdOut("go", "version")},
-		{"binary", bin},
+		{"binary", bin + " (" + gitRev() + ")"},
 		{"load average at start", loadavg()},
 		{"ptys in use / max", readTrim("/proc/sys/kernel/pty/nr") + " / " + readTrim("/proc/sys/kernel/pty/max")},
 	}
+}
+
+// gitRev names the tree the binary was built from: HEAD, plus "+ uncommitted
+// changes" when the working tree differs (several engineers share it).
+func gitRev() string {
+	rev := cmdOut("git", "rev-parse", "--short", "HEAD")
+	if cmdOut("git", "status", "--porcelain", "--untracked-files=no") != "" {
+		rev += " + uncommitted changes"
+	}
+	return "tree " + rev
 }
 
 func readTrim(path string) string {
