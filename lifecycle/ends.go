@@ -2,12 +2,12 @@ package lifecycle
 
 import (
 	"context"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/census"
 	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
@@ -40,10 +40,8 @@ func (m *Manager) Run(ctx context.Context) error {
 			}
 			switch ch.Kind {
 			case census.Removed:
-				if ch.Session.Managed {
-					wg.Add(1)
-					go func() { defer wg.Done(); m.onRemoved(ctx, ch) }()
-				}
+				wg.Add(1)
+				go func() { defer wg.Done(); m.onRemoved(ctx, ch) }()
 			case census.Resync:
 				m.reconcile(ctx)
 			}
@@ -51,17 +49,14 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 }
 
-// onRemoved ends the published generation a removed session carried, if it is the
-// one the fence names (same tmux id in the same server life, not yet ended).
+// onRemoved ends the published generation whose session was removed: the fence's
+// record names the same tmux id in the same server life and is not yet ended. The
+// removed session's tags are not trusted for this — the census may not have seen
+// them yet (an agent that exits at once) and a human may have changed them.
 func (m *Manager) onRemoved(ctx context.Context, ch census.Change) {
 	s := ch.Session
-	gen, err := strconv.ParseUint(s.Tags[census.TagGeneration], 10, 64)
-	if err != nil {
-		return
-	}
-	pub, ok := m.publishedByDigest(ctx, s.Identity())
-	if !ok || pub.Ended || pub.Generation != gen || pub.TmuxID != s.ID ||
-		pub.ServerPID != ch.Life.PID || pub.ServerStart != ch.Life.StartTime {
+	pub, ok := m.publishedByTmuxID(ctx, s.ID, ch.Life)
+	if !ok {
 		return
 	}
 	cause := endCause{reason: verdict.ReasonTmuxSessionMissing, waitForPM: true}
@@ -77,6 +72,22 @@ func (m *Manager) onRemoved(ctx context.Context, ch census.Change) {
 	if _, err := m.endPublished(ctx, pub, cause); err != nil {
 		m.log.Warn().Err(err).Str("tmux_id", s.ID).Msg("ended verdict not written")
 	}
+}
+
+// publishedByTmuxID finds the published, not-ended generation living in session id
+// of server life life.
+func (m *Manager) publishedByTmuxID(ctx context.Context, id string, life tmuxctl.ServerLife) (fence.Published, bool) {
+	pubs, err := m.fence.Identities(ctx)
+	if err != nil {
+		m.log.Warn().Err(err).Msg("fence identities unreadable")
+		return fence.Published{}, false
+	}
+	for _, p := range pubs {
+		if !p.Ended && p.TmuxID == id && p.ServerPID == life.PID && p.ServerStart == life.StartTime {
+			return p, true
+		}
+	}
+	return fence.Published{}, false
 }
 
 // publishedByDigest finds the published record of an identity digest.

@@ -16,9 +16,9 @@ import (
 
 // Exit codes of the pane helper when it runs no agent.
 const (
-	helperUsage    = 2  // bad arguments
-	helperNoFence  = 70 // the fence could not be opened or read
-	helperGaveUp   = 75 // its reservation was released or taken over: an orphan never runs an agent
+	helperUsage   = 2  // bad arguments
+	helperNoFence = 70 // the fence could not be opened or read
+	helperGaveUp  = 75 // its reservation was released or taken over: an orphan never runs an agent
 )
 
 // Poll cadence of the helper's wait for publication: quick at first (publication

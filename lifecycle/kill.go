@@ -47,34 +47,53 @@ func (m *Manager) Kill(ctx context.Context, ref Ref) (KillResult, error) {
 }
 
 // resolve finds the published, not-ended generation a Ref names and its live
-// session.
+// session. The fence names it (a name is matched exactly against published session
+// names, never by tmux's prefix matching); the census must list it in the life it
+// was published in — refreshed once, since a session published a moment ago may
+// not have been listed yet.
 func (m *Manager) resolve(ctx context.Context, ref Ref) (fence.Published, census.Session, error) {
-	notFound := func() error {
-		return verdict.Errorf(verdict.CodeNotFound, map[string]any{"name": ref.Name}, "no such session")
-	}
+	notFound := verdict.Errorf(verdict.CodeNotFound, map[string]any{"name": ref.Name}, "no such session")
 	if !m.census.Synced() {
 		return fence.Published{}, census.Session{}, unavailable(errNotSynced)
 	}
-	var pub fence.Published
-	var ok bool
-	if ref.Identity != nil {
-		p, found, err := m.fence.PublishedFor(ctx, *ref.Identity)
-		if err != nil {
-			return pub, census.Session{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
-		}
-		pub, ok = p, found
-	} else if s, found := m.census.ByName(ref.Name); found && s.Name == ref.Name {
-		pub, ok = m.publishedByDigest(ctx, s.Identity())
-		ok = ok && pub.TmuxID == s.ID
+	pub, ok, err := m.publishedFor(ctx, ref)
+	if err != nil {
+		return pub, census.Session{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
 	}
 	if !ok || pub.Ended {
-		return pub, census.Session{}, notFound()
+		return pub, census.Session{}, notFound
 	}
-	s, found := m.census.ByID(pub.TmuxID)
-	if !found || s.Identity() != pub.Identity.Digest() {
-		return pub, census.Session{}, notFound()
+	info, _ := m.census.Info()
+	if info.PID != pub.ServerPID || info.StartTime != pub.ServerStart {
+		return pub, census.Session{}, notFound
 	}
-	return pub, s, nil
+	for i := 0; i < 2; i++ {
+		if s, found := m.census.ByID(pub.TmuxID); found && s.Identity() == pub.Identity.Digest() {
+			return pub, s, nil
+		}
+		if i == 0 {
+			if err := m.census.Refresh(ctx); err != nil {
+				return pub, census.Session{}, unavailable(err)
+			}
+		}
+	}
+	return pub, census.Session{}, notFound
+}
+
+func (m *Manager) publishedFor(ctx context.Context, ref Ref) (fence.Published, bool, error) {
+	if ref.Identity != nil {
+		return m.fence.PublishedFor(ctx, *ref.Identity)
+	}
+	pubs, err := m.fence.Identities(ctx)
+	if err != nil {
+		return fence.Published{}, false, err
+	}
+	for _, p := range pubs {
+		if p.SessionName == ref.Name && !p.Ended {
+			return p, true, nil
+		}
+	}
+	return fence.Published{}, false, nil
 }
 
 // waitCensusGone waits (bounded) until the census no longer lists id, so a List

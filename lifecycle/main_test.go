@@ -138,8 +138,13 @@ func (e *env) open(ctx context.Context, fault string) error {
 	if err != nil {
 		return err
 	}
+	var log *zerolog.Logger
+	if os.Getenv("SKC_TEST_LOG") != "" {
+		l := zerolog.New(os.Stderr).With().Timestamp().Logger()
+		log = &l
+	}
 	e.m, err = New(Config{Home: e.home, Tmux: e.client, Census: e.census, Fence: e.store,
-		Verdicts: e.w, HelperPath: exe, Metrics: e.reg, Fault: fault})
+		Verdicts: e.w, HelperPath: exe, Metrics: e.reg, Fault: fault, Log: log})
 	return err
 }
 

@@ -1,0 +1,184 @@
+package lifecycle
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// agentPID returns the pane helper's child (the agent), 0 when it has none. Any of
+// the helper's threads may have forked it, so every task's children are read.
+func agentPID(helper int) int {
+	tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(helper) + "/task/*/children")
+	for _, p := range tasks {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			// Only once it has exec'd: a signal sent between fork and exec
+			// would hit the runtime's inherited handlers and be lost.
+			cmd, _ := os.ReadFile("/proc/" + f[0] + "/cmdline")
+			if strings.Contains(string(cmd), "\x00agent\x00") {
+				n, _ := strconv.Atoi(f[0])
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+func (e *env) create(t *testing.T, name string, argv ...string) (fence.Identity, CreateResult) {
+	t.Helper()
+	id, spec := e.identity(name)
+	if len(argv) > 0 {
+		spec.Argv = append([]string{spec.Argv[0]}, argv...)
+	}
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id, res
+}
+
+// ended waits for the identity's one ended verdict.
+func (e *env) ended(t *testing.T, id fence.Identity) verdict.Record {
+	t.Helper()
+	var rec verdict.Record
+	deadline := time.Now().Add(5 * time.Second)
+	waitFor(t, "ended verdict", func() bool {
+		if time.Now().After(deadline) && os.Getenv("SKC_TEST_LOG") != "" {
+			deadline = deadline.Add(time.Hour)
+			out, _ := exec.Command("tmux", "-S", e.socket, "list-sessions", "-F", "#{session_id} #{session_name} #{pane_pid} #{pane_dead}").CombinedOutput()
+			t.Logf("tmux: %s\ncensus: %+v\nverdicts %v", out, e.census.Snapshot(), verdictNames(e.verdicts(id)))
+		}
+		for _, r := range e.verdicts(id) {
+			if r.Verdict == verdict.VerdictEnded {
+				rec = r
+				return true
+			}
+		}
+		return false
+	})
+	if n := count(e.verdicts(id), verdict.VerdictEnded); n != 1 {
+		t.Fatalf("%d ended verdicts", n)
+	}
+	return rec
+}
+
+func TestAgentExitStatus(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, _ := e.create(t, "exit7", "agent", "exit", "7")
+	rec := e.ended(t, id)
+	if rec.ExitKind != verdict.ExitKindExit || rec.Exit == nil || rec.Exit.Status == nil || *rec.Exit.Status != 7 {
+		t.Fatalf("ended %+v exit %+v", rec, rec.Exit)
+	}
+	if rec.Reason != verdict.ReasonTmuxSessionMissing {
+		t.Fatalf("reason %q", rec.Reason)
+	}
+	// The generation is ended: a new create gets a new generation.
+	_, res := e.create(t, "exit7")
+	if res.Status != "published" || res.Session.Generation != 2 {
+		t.Fatalf("re-create %+v", res)
+	}
+}
+
+func TestAgentKilledBySignal(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, res := e.create(t, "sigkill")
+	var agent int
+	waitFor(t, "agent start", func() bool { agent = agentPID(res.Session.PanePID); return agent != 0 })
+	if err := syscall.Kill(agent, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	rec := e.ended(t, id)
+	if rec.ExitKind != verdict.ExitKindExit || rec.Exit == nil || rec.Exit.Signal != "SIGKILL" || rec.Exit.Status != nil {
+		t.Fatalf("ended %+v exit %+v", rec, rec.Exit)
+	}
+}
+
+func TestHelperKilledIsOwnerLost(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, res := e.create(t, "helperkill")
+	waitFor(t, "agent start", func() bool { return agentPID(res.Session.PanePID) != 0 })
+	agent := agentPID(res.Session.PanePID)
+	if err := syscall.Kill(res.Session.PanePID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	rec := e.ended(t, id)
+	if rec.ExitKind != verdict.ExitKindOwnerLost {
+		t.Fatalf("ended %+v", rec)
+	}
+	_ = syscall.Kill(agent, syscall.SIGKILL) // the orphaned agent got SIGHUP; make sure
+}
+
+func TestEndWhileDaemonDownIsPostmortem(t *testing.T) {
+	home := newHome(t)
+	e := startEnv(t, home, "", false)
+	id, res := e.create(t, "down")
+	var agent int
+	waitFor(t, "agent start", func() bool { agent = agentPID(res.Session.PanePID); return agent != 0 })
+	e.close()
+	if err := syscall.Kill(agent, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// The session goes when the helper exits (tmux may leave the helper a zombie
+	// for a while: it is the pane's end that matters).
+	waitFor(t, "session end", func() bool { return len(e.sessions(id.Digest())) == 0 })
+	e2 := startEnv(t, home, "", false)
+	if err := e2.m.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rec := e2.ended(t, id)
+	if rec.ExitKind != verdict.ExitKindProcessPostmortem || rec.Exit == nil || rec.Exit.Signal != "SIGTERM" {
+		t.Fatalf("ended %+v exit %+v", rec, rec.Exit)
+	}
+}
+
+func TestKillIsCleanup(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, res := e.create(t, "kill")
+	kr, err := e.m.Kill(context.Background(), Ref{Name: res.Session.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kr.Status != "killed" || kr.Verdict.ExitKind != verdict.ExitKindCleanup || kr.Verdict.Reason != verdict.ReasonKilledByRequest {
+		t.Fatalf("kill %+v", kr)
+	}
+	if s := e.sessions(id.Digest()); len(s) != 0 {
+		t.Fatalf("sessions left %v", s)
+	}
+	if rec := e.ended(t, id); rec.Sequence != kr.Verdict.Sequence {
+		t.Fatalf("ended %+v vs kill verdict %+v", rec, kr.Verdict)
+	}
+	if _, err := e.m.Kill(context.Background(), Ref{Identity: &id}); verdict.CodeOf(err) != verdict.CodeNotFound {
+		t.Fatalf("second kill: %v", err)
+	}
+}
+
+func TestManagerShutdownLeaksNothing(t *testing.T) {
+	opts := goleak.IgnoreCurrent()
+	e := startEnv(t, "", "", false)
+	id, _ := e.create(t, "leak")
+	if _, err := e.m.List(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.Show(context.Background(), Ref{Identity: &id}); err != nil {
+		t.Fatal(err)
+	}
+	e.close()
+	// tmuxctl's event queue waits for a consumer to drain it after the census
+	// stops reading (reported to tmuxctl); everything of lifecycle's must be gone.
+	goleak.VerifyNone(t, opts, goleak.IgnoreTopFunction("github.com/skc-supervisor/skc-supervisor/tmuxctl.(*queue[...]).run"))
+}
