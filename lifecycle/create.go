@@ -74,6 +74,13 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (CreateResult, 
 		return CreateResult{}, err
 	}
 	defer m.creates.Done()
+	if !m.census.Synced() {
+		// Without a synced census neither "existing" nor recovery can be
+		// decided: refuse (503) rather than guess.
+		_, _, err := m.refuse(ctx, req, unavailable(errNotSynced), start)
+		m.observeCreate(start, nil, err)
+		return CreateResult{}, err
+	}
 	res, out, err := m.admit(ctx, req, start)
 	if err != nil || out != nil {
 		m.observeCreate(start, out, err)

@@ -90,24 +90,6 @@ func (m *Manager) publishedByTmuxID(ctx context.Context, id string, life tmuxctl
 	return fence.Published{}, false
 }
 
-// publishedByDigest finds the published record of an identity digest.
-func (m *Manager) publishedByDigest(ctx context.Context, digest string) (fence.Published, bool) {
-	if digest == "" {
-		return fence.Published{}, false
-	}
-	pubs, err := m.fence.Identities(ctx)
-	if err != nil {
-		m.log.Warn().Err(err).Msg("fence identities unreadable")
-		return fence.Published{}, false
-	}
-	for _, p := range pubs {
-		if p.Identity.Digest() == digest {
-			return p, true
-		}
-	}
-	return fence.Published{}, false
-}
-
 // reconcile re-checks every published, not-ended generation against live tmux
 // (Inspect re-reads it: the cache alone may not have seen a session published a
 // moment ago) after the feed lost changes.

@@ -32,6 +32,8 @@ func TestMain(m *testing.M) {
 			os.Exit(RunHelper(os.Args[2:]))
 		case "agent":
 			os.Exit(fakeAgent(os.Args[2:]))
+		case "createchild":
+			os.Exit(createChild(os.Args[2:]))
 		case "faultchild":
 			os.Exit(faultChild(os.Args[2:]))
 		}

@@ -42,8 +42,6 @@ func (m *lcMetrics) create(outcome string, d time.Duration) {
 	m.latency.With(outcome).Observe(d.Seconds())
 }
 
-func (m *lcMetrics) created() {}
-
 func (m *lcMetrics) refused(code string) {
 	if m != nil {
 		m.refusals.With(code).Inc()

@@ -183,7 +183,6 @@ func (m *Manager) publish(ctx context.Context, a *attempt) (CreateResult, error)
 	if err := m.fence.Release(ctx, a.res.ID); err != nil {
 		m.log.Warn().Err(err).Str("reservation", a.res.ID).Msg("release after publish failed")
 	}
-	m.met.created()
 	return CreateResult{Status: verdict.VerdictPublished, Session: m.attemptView(a, pub)}, nil
 }
 

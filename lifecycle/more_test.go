@@ -1,0 +1,154 @@
+package lifecycle
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// createChild is one daemon process creating an identity: `createchild HOME NAME`.
+// It prints the outcome (status or error code) on stdout.
+func createChild(args []string) int {
+	home, name := args[0], args[1]
+	e := &env{home: home, socket: filepath.Join(home, "tmux.sock")}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { e.close(); cancel() }()
+	e.cancel = cancel
+	if err := e.open(ctx, ""); err != nil {
+		fmt.Fprintln(os.Stderr, "createchild:", err)
+		return 2
+	}
+	id, spec := e.identity(name)
+	res, err := e.m.Create(ctx, CreateRequest{Identity: id, Spec: spec, Wait: 30 * time.Second})
+	if err != nil {
+		fmt.Println(verdict.CodeOf(err))
+		return 0
+	}
+	fmt.Println(res.Status)
+	return 0
+}
+
+func TestCrossProcessCreatesOneSession(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, _ := e.identity("xproc")
+	exe, _ := os.Executable()
+	const n = 8
+	var wg sync.WaitGroup
+	outs := make([]string, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			var out bytes.Buffer
+			cmd := exec.Command(exe, "createchild", e.home, "xproc")
+			cmd.Stdout, cmd.Stderr = &out, os.Stderr
+			if err := cmd.Run(); err != nil {
+				outs[i] = "exit: " + err.Error()
+				return
+			}
+			outs[i] = strings.TrimSpace(out.String())
+		}(i)
+	}
+	wg.Wait()
+	published := 0
+	for _, o := range outs {
+		switch o {
+		case "published":
+			published++
+		case "existing", verdict.CodeIdentityReservedLive:
+		default:
+			t.Errorf("unexpected outcome %q", o)
+		}
+	}
+	if published != 1 {
+		t.Fatalf("outcomes %v", outs)
+	}
+	if s := e.sessions(id.Digest()); len(s) != 1 {
+		t.Fatalf("sessions %v", s)
+	}
+	if recs := e.verdicts(id); count(recs, "published") != 1 || len(recs) != n {
+		t.Fatalf("verdicts %v", verdictNames(recs))
+	}
+}
+
+// TestHostileHelperPath: the pane command has several argv words, so tmux execs it
+// without a shell and without format expansion; a helper path full of shell and
+// tmux metacharacters must still start.
+func TestHostileHelperPath(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	dir := filepath.Join(e.home, `we ird;$HOME #{pid} 'q"~`)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	exe, _ := os.Executable()
+	link := filepath.Join(dir, "hel per")
+	if err := os.Symlink(exe, link); err != nil {
+		t.Fatal(err)
+	}
+	e.m.cfg.HelperPath = link
+	id, res := e.create(t, "hostile")
+	waitFor(t, "agent start", func() bool { return agentPID(res.Session.PanePID) != 0 })
+	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", res.Session.PanePID))
+	if !strings.HasPrefix(string(cmdline), link+"\x00helper\x00") {
+		t.Fatalf("helper argv %q", cmdline)
+	}
+	if n := len(e.sessions(id.Digest())); n != 1 {
+		t.Fatalf("%d sessions", n)
+	}
+}
+
+// TestSignalForwarded: SIGTERM sent to the helper reaches the agent, which dies of
+// it; the postmortem says so and the helper exits 128+15.
+func TestSignalForwarded(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, res := e.create(t, "fwd")
+	waitFor(t, "agent start", func() bool { return agentPID(res.Session.PanePID) != 0 })
+	if err := syscall.Kill(res.Session.PanePID, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	rec := e.ended(t, id)
+	if rec.ExitKind != verdict.ExitKindExit || rec.Exit == nil || rec.Exit.Signal != "SIGTERM" {
+		t.Fatalf("ended %+v exit %+v", rec, rec.Exit)
+	}
+}
+
+func TestListAndShow(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, res := e.create(t, "show")
+	l, err := e.m.List(context.Background())
+	if err != nil || !l.Census.Synced || l.Census.TmuxVersion == "" {
+		t.Fatalf("list %+v %v", l, err)
+	}
+	waitFor(t, "census lists the session", func() bool {
+		l, _ = e.m.List(context.Background())
+		for _, v := range l.Sessions {
+			if v.ID == res.Session.ID && v.Authoritative && v.SessionID == "show" {
+				return true
+			}
+		}
+		return false
+	})
+	sh, err := e.m.Show(context.Background(), Ref{Name: res.Session.Name})
+	if err != nil || sh.Session.ID != res.Session.ID || sh.Reservation != nil || len(sh.Verdicts) != 1 {
+		t.Fatalf("show %+v %v", sh, err)
+	}
+	b, _ := json.Marshal(sh)
+	if !bytes.Contains(b, []byte(`"reservation":null`)) || !bytes.Contains(b, []byte(`"state_dir":"`+id.StateDir+`"`)) {
+		t.Fatalf("show json %s", b)
+	}
+	// A prefix of the name is not the session (tmux would prefix-match it).
+	if _, err := e.m.Show(context.Background(), Ref{Name: res.Session.Name[:10]}); verdict.CodeOf(err) != verdict.CodeNotFound {
+		t.Fatalf("prefix show: %v", err)
+	}
+}
