@@ -2,6 +2,7 @@ package census
 
 import (
 	"context"
+	"sort"
 	"strconv"
 	"sync"
 	"testing"
@@ -95,7 +96,7 @@ func BenchmarkResync1000(b *testing.B) {
 	populate(b, r, 1000)
 	info, _ := r.c.Info()
 	ctx := context.Background()
-	var raw, warm, cold time.Duration
+	var raw, warm, cold []time.Duration
 	var confirms int64
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -113,18 +114,21 @@ func BenchmarkResync1000(b *testing.B) {
 		if err := fresh.Refresh(ctx); err != nil || len(fresh.Snapshot().Sessions) != 1000 {
 			b.Fatalf("cold sync: %v", err)
 		}
-		cold += time.Since(t2)
+		raw, warm, cold = append(raw, t1.Sub(t0)), append(warm, t2.Sub(t1)), append(cold, time.Since(t2))
 		confirms += fresh.Confirms()
-		raw += t1.Sub(t0)
-		warm += t2.Sub(t1)
 	}
-	n := float64(b.N)
-	b.ReportMetric(float64(raw.Nanoseconds())/n, "raw-ns/op")
-	b.ReportMetric(float64(warm.Nanoseconds())/n, "resync-ns/op")
-	b.ReportMetric(float64(warm)/float64(raw), "resync/raw")
-	b.ReportMetric(float64(cold.Nanoseconds())/n, "cold-ns/op")
-	b.ReportMetric(float64(cold)/float64(raw), "cold/raw")
-	b.ReportMetric(float64(confirms)/n, "cold-exact-reads/op")
+	b.ReportMetric(float64(median(raw)), "raw-p50-ns")
+	b.ReportMetric(float64(median(warm)), "resync-p50-ns")
+	b.ReportMetric(float64(median(warm))/float64(median(raw)), "resync/raw")
+	b.ReportMetric(float64(median(cold)), "cold-p50-ns")
+	b.ReportMetric(float64(median(cold))/float64(median(raw)), "cold/raw")
+	b.ReportMetric(float64(confirms)/float64(b.N), "cold-exact-reads/op")
+}
+
+func median(d []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
 }
 
 // BenchmarkBurst100 counts re-lists per burst of 100 session creates by a

@@ -128,19 +128,16 @@ func checkEvidence(ev Evidence) error {
 // the name, those whose listed identity matches, and any whose listed tags
 // cannot be trusted (shadowed, malformed, or not as the census knows them).
 func (c *Census) freshCandidates(ctx context.Context, life tmuxctl.ServerLife, ev Evidence) ([]Session, error) {
-	rows, g, err := c.readList(ctx, life)
+	rows, g, err := c.readList(ctx, life, true)
 	if err != nil {
 		return nil, err
 	}
-	c.mu.RLock()
 	var todo []int
 	for i, r := range rows {
-		p := c.sessions[r.s.ID]
-		if matchesRow(ev, r) || needExact(r, p, g) {
+		if matchesRow(ev, r) || needExact(r, r.prev, g) {
 			todo = append(todo, i)
 		}
 	}
-	c.mu.RUnlock()
 	out := make([]*entry, len(rows))
 	if err := c.readExact(ctx, life, rows, todo, out); err != nil {
 		return nil, err

@@ -69,6 +69,8 @@ type row struct {
 	list    tagVals // resolved tag values as the list shows them
 	badTags bool    // some resolved tag is not a safe token
 	broken  bool    // the line did not parse; only s.ID is known
+	prev    *entry  // the census entry for s.ID when the list was read
+	same    bool    // the line equals prev.line and was not parsed
 }
 
 // globals is what the three global option reads found.
@@ -93,7 +95,7 @@ func (c *Census) resync(ctx context.Context) error {
 		return tmuxctl.ErrNotConnected
 	}
 	c.relists.Add(1)
-	rows, g, err := c.readList(ctx, life)
+	rows, g, err := c.readList(ctx, life, false)
 	if err != nil {
 		return err
 	}
@@ -105,7 +107,9 @@ func (c *Census) resync(ctx context.Context) error {
 }
 
 // readList sends the list and the global reads pipelined and parses them.
-func (c *Census) readList(ctx context.Context, life tmuxctl.ServerLife) ([]row, globals, error) {
+// Unless parseAll, a line identical to the one its session was last built
+// from is not parsed: the row only points at that entry (prev, same).
+func (c *Census) readList(ctx context.Context, life tmuxctl.ServerLife, parseAll bool) ([]row, globals, error) {
 	replies, err := c.pipeline(ctx, life, [][]string{
 		{"list-sessions", "-F", listFormat},
 		{"show-options", "-s"},
@@ -119,12 +123,21 @@ func (c *Census) readList(ctx context.Context, life tmuxctl.ServerLife) ([]row, 
 	g.shadow = len(parseOptions(replies[1].Lines)) > 0 || len(parseOptions(replies[2].Lines)) > 0
 	g.gsess = tagsOf(parseOptions(replies[3].Lines))
 	rows := make([]row, 0, len(replies[0].Lines))
+	c.mu.RLock()
+	defer c.mu.RUnlock()
 	for _, line := range replies[0].Lines {
+		id, _, _ := strings.Cut(line, "\t")
+		p := c.sessions[id]
+		if p != nil && p.line == line && !parseAll && !g.shadow {
+			rows = append(rows, row{line: line, s: Session{ID: id}, prev: p, same: true})
+			continue
+		}
 		r, ok := parseRow(line)
 		if !ok {
 			c.log.Warn().Str("line", clip(line)).Msg("skipping unparseable list-sessions line")
 			continue
 		}
+		r.prev = p
 		rows = append(rows, r)
 	}
 	return rows, g, nil
@@ -200,23 +213,16 @@ func parseBase(s *Session, f []string) bool {
 // resolve turns rows into entries, reading own tags exactly where needed
 // (see the comment at the top of this file).
 func (c *Census) resolve(ctx context.Context, life tmuxctl.ServerLife, rows []row, g globals) ([]*entry, error) {
-	c.mu.RLock()
-	prev := make([]*entry, len(rows))
-	for i, r := range rows {
-		prev[i] = c.sessions[r.s.ID]
-	}
-	c.mu.RUnlock()
 	out := make([]*entry, len(rows))
 	var todo []int
 	for i, r := range rows {
-		p := prev[i]
 		switch {
-		case p != nil && !g.shadow && r.line == p.line:
-			out[i] = p // unchanged line: nothing to parse or read
-		case needExact(r, p, g):
+		case r.same:
+			out[i] = r.prev // unchanged line: nothing to parse or read
+		case needExact(r, r.prev, g):
 			todo = append(todo, i)
 		default:
-			out[i] = buildEntry(r, p)
+			out[i] = buildEntry(r, r.prev)
 		}
 	}
 	if err := c.readExact(ctx, life, rows, todo, out); err != nil {
