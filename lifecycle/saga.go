@@ -96,6 +96,7 @@ func (m *Manager) spawnError(a *attempt, err error) error {
 	var ce *tmuxctl.CommandError
 	switch {
 	case errors.As(err, &ce):
+		a.sent = false // tmux refused it whole: new-session destroys what it began
 		return verdict.Errorf(verdict.CodeSpawnFailed, map[string]any{"tmux": ce.Lines}, "new-session: %w", err)
 	case errors.Is(err, tmuxctl.ErrNotConnected), errors.Is(err, tmuxctl.ErrLifeChanged):
 		a.sent = false

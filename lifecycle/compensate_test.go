@@ -1,0 +1,175 @@
+package lifecycle
+
+import (
+	"context"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// faultyTmux wraps the real client and fails or delays chosen commands: the
+// containerd failpoint idea, on the control connection.
+type faultyTmux struct {
+	tmuxAPI
+	mu     sync.Mutex
+	failOn func(args []string) (send bool, err error) // nil: pass through
+}
+
+func (f *faultyTmux) CommandIn(ctx context.Context, life tmuxctl.ServerLife, args ...string) (tmuxctl.Reply, error) {
+	f.mu.Lock()
+	fn := f.failOn
+	f.mu.Unlock()
+	if fn != nil {
+		if send, err := fn(args); err != nil {
+			if send {
+				_, _ = f.tmuxAPI.CommandIn(ctx, life, args...)
+			}
+			return tmuxctl.Reply{}, err
+		}
+	}
+	return f.tmuxAPI.CommandIn(ctx, life, args...)
+}
+
+func withFaults(e *env, fn func(args []string) (bool, error)) {
+	if f, ok := e.m.tmux.(*faultyTmux); ok {
+		f.mu.Lock()
+		f.failOn = fn
+		f.mu.Unlock()
+		return
+	}
+	e.m.tmux = &faultyTmux{tmuxAPI: e.m.tmux, failOn: fn}
+}
+
+func lastVerdict(t *testing.T, e *env, id fence.Identity) verdict.Record {
+	t.Helper()
+	recs := e.verdicts(id)
+	if len(recs) == 0 {
+		t.Fatal("no verdicts")
+	}
+	return recs[len(recs)-1]
+}
+
+func TestSpawnFailedLeavesNothing(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	withFaults(e, func(args []string) (bool, error) {
+		if args[0] == "new-session" {
+			return false, &tmuxctl.CommandError{Command: "new-session", Lines: []string{"create window failed"}}
+		}
+		return false, nil
+	})
+	id, spec := e.identity("spawnfail")
+	_, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec})
+	if verdict.CodeOf(err) != verdict.CodeSpawnFailed {
+		t.Fatalf("err %v", err)
+	}
+	rec := lastVerdict(t, e, id)
+	if rec.Verdict != verdict.VerdictFailed || rec.Evidence["compensation"] != compReleased {
+		t.Fatalf("verdict %+v", rec)
+	}
+	checkNoTrace(t, e, id)
+}
+
+func TestTagFailedKillsAndReleases(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	withFaults(e, func(args []string) (bool, error) {
+		if args[0] == "set-option" && args[3] == TagState {
+			return false, &tmuxctl.CommandError{Command: "set-option", Lines: []string{"no such session"}}
+		}
+		return false, nil
+	})
+	id, spec := e.identity("tagfail")
+	_, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec})
+	if verdict.CodeOf(err) != verdict.CodeTagFailed {
+		t.Fatalf("err %v", err)
+	}
+	if rec := lastVerdict(t, e, id); rec.Evidence["compensation"] != compReleased {
+		t.Fatalf("verdict %+v", rec)
+	}
+	checkNoTrace(t, e, id)
+}
+
+// TestUncertainSpawnAbandons: the connection "drops" after new-session was sent,
+// so the outcome is unknown: the row is abandoned as evidence, and the next create
+// recovers it (kills the orphan, confirmed) and publishes.
+func TestUncertainSpawnAbandons(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	withFaults(e, func(args []string) (bool, error) {
+		if args[0] == "new-session" {
+			return true, tmuxctl.ErrServerExited
+		}
+		return false, nil
+	})
+	id, spec := e.identity("uncertain")
+	_, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec})
+	if verdict.CodeOf(err) != verdict.CodeTmuxUnavailable {
+		t.Fatalf("err %v", err)
+	}
+	if rec := lastVerdict(t, e, id); rec.Evidence["compensation"] != compAbandoned {
+		t.Fatalf("verdict %+v", rec)
+	}
+	rows, _ := e.store.Reservations(context.Background())
+	if len(rows) != 1 || !rows[0].Abandoned {
+		t.Fatalf("rows %+v", rows)
+	}
+	withFaults(e, nil)
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec})
+	if err != nil || res.Status != "published" {
+		t.Fatalf("second create %+v %v", res, err)
+	}
+	if s := e.sessions(id.Digest()); len(s) != 1 || s[0] != res.Session.ID {
+		t.Fatalf("sessions %v", s)
+	}
+	if n := count(e.verdicts(id), verdict.VerdictOrphanCleaned); n != 1 {
+		t.Fatalf("verdicts %v", verdictNames(e.verdicts(id)))
+	}
+}
+
+// TestRefusalLeavesNoTrace: a create that meets an in-flight one and does not
+// wait is refused, and leaves no session, no row of its own, nothing in state_dir.
+func TestRefusalLeavesNoTrace(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	gate := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	withFaults(e, func(args []string) (bool, error) {
+		if args[0] == "new-session" {
+			entered <- struct{}{}
+			<-gate
+		}
+		return false, nil
+	})
+	id, spec := e.identity("refuse")
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec})
+		done <- err
+	}()
+	<-entered
+	_, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: 0})
+	if verdict.CodeOf(err) != verdict.CodeIdentityReservedLive {
+		t.Fatalf("err %v", err)
+	}
+	rows, _ := e.store.Reservations(context.Background())
+	ents, _ := os.ReadDir(id.StateDir)
+	if len(rows) != 1 || len(ents) != 0 || len(e.sessions(id.Digest())) != 0 {
+		t.Fatalf("refusal left a trace: rows %d, state_dir %v, sessions %v", len(rows), ents, e.sessions(id.Digest()))
+	}
+	close(gate)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func checkNoTrace(t *testing.T, e *env, id fence.Identity) {
+	t.Helper()
+	waitFor(t, "no session", func() bool { return len(e.sessions(id.Digest())) == 0 })
+	rows, _ := e.store.Reservations(context.Background())
+	if len(rows) != 0 {
+		t.Fatalf("rows left %+v", rows)
+	}
+	_ = time.Second
+}
