@@ -126,7 +126,7 @@ func (m *Manager) admit(ctx context.Context, req CreateRequest, start time.Time)
 	for round := 0; round < maxAdmitRounds; {
 		rr, err := m.fence.Reserve(ctx, req.Identity, req.Spec)
 		if err != nil {
-			if retryable(err) && time.Now().Before(deadline) && sleepCtx(ctx, pollInterval) {
+			if retryable(err) && m.waitInflight(ctx, req.Identity, err, deadline) {
 				waited = true
 				continue
 			}
@@ -166,6 +166,34 @@ func (m *Manager) admit(ctx context.Context, req CreateRequest, start time.Time)
 func retryable(err error) bool {
 	c := verdict.CodeOf(err)
 	return c == verdict.CodeIdentityReservedLive || c == verdict.CodeIdentityFenceContended
+}
+
+// waitInflight waits, until deadline, for the in-flight create that refused us to
+// finish: its generation published or its row gone. It polls with reads only —
+// Reserve is a write transaction, and racing creates hammering it would contend
+// the fence for the very create they wait for. It reports whether to Reserve again.
+func (m *Manager) waitInflight(ctx context.Context, id fence.Identity, refusal error, deadline time.Time) bool {
+	var resID string
+	if e := verdict.AsError(refusal); e != nil {
+		resID, _ = e.Details["reservation_id"].(string)
+	}
+	for i := 1; time.Now().Before(deadline); i++ {
+		if !sleepCtx(ctx, pollInterval) {
+			return false
+		}
+		if resID == "" || i%20 == 0 {
+			// A contended fence, or a while without news (its owner may have
+			// died, which only Reserve can tell): try again.
+			return true
+		}
+		if p, ok, err := m.fence.PublishedByReservation(ctx, resID); err == nil && ok && !p.Ended {
+			return true
+		}
+		if _, ok, err := m.fence.Reservation(ctx, resID); err == nil && !ok {
+			return true
+		}
+	}
+	return false
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

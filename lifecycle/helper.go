@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
 // Exit codes of the pane helper when it runs no agent.
@@ -90,7 +91,7 @@ func runHelper(ctx context.Context, st *fence.Store, a helperArgs) int {
 	pid := os.Getpid()
 	inc, err := fence.Incarnation(pid)
 	if err == nil {
-		err = st.RecordHelperStart(ctx, a.resID, pid, inc)
+		err = recordStart(ctx, st, a.resID, pid, inc)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "skc-supervisor helper: record start:", err)
@@ -107,6 +108,21 @@ func runHelper(ctx context.Context, st *fence.Store, a helperArgs) int {
 	}
 	recordPostmortem(st, row, pid, inc, ex)
 	return ex.Code
+}
+
+// recordStart records the helper's start, retrying while the fence is contended
+// (racing creates keep it busy): giving up would fail a create that is fine.
+func recordStart(ctx context.Context, st *fence.Store, resID string, pid int, inc string) error {
+	deadline := time.Now().Add(helperReadyWait)
+	for {
+		err := st.RecordHelperStart(ctx, resID, pid, inc)
+		if verdict.CodeOf(err) != verdict.CodeIdentityFenceContended && verdict.CodeOf(err) != verdict.CodeFenceUnavailable {
+			return err
+		}
+		if time.Now().After(deadline) || !sleepCtx(ctx, 10*time.Millisecond) {
+			return err
+		}
+	}
 }
 
 // waitPublished re-reads the fence until this reservation's generation is the

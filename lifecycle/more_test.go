@@ -71,13 +71,19 @@ func TestCrossProcessCreatesOneSession(t *testing.T) {
 			t.Errorf("unexpected outcome %q", o)
 		}
 	}
-	if published != 1 {
+	if published != 1 || t.Failed() {
+		for _, r := range e.verdicts(id) {
+			t.Logf("%s %s %v", r.Verdict, r.Code, r.Evidence)
+		}
 		t.Fatalf("outcomes %v", outs)
 	}
 	if s := e.sessions(id.Digest()); len(s) != 1 {
 		t.Fatalf("sessions %v", s)
 	}
 	if recs := e.verdicts(id); count(recs, "published") != 1 || len(recs) != n {
+		for _, r := range recs {
+			t.Logf("%s %s %v", r.Verdict, r.Code, r.Evidence)
+		}
 		t.Fatalf("verdicts %v", verdictNames(recs))
 	}
 }

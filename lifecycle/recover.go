@@ -20,9 +20,10 @@ var errRecovered = errors.New("recovered: reserve again")
 func (m *Manager) recoverRow(ctx context.Context, ab fence.Reservation, spec fence.Spec) (*fence.Reservation, error) {
 	ab.Spec = spec
 	res, err := m.fence.RecoverAbandoned(ctx, ab, inspector{m})
-	if res.Abandoned.ID == "" && err != nil {
-		// Nothing was decided (the row changed under us, or the owner is
-		// alive after all): no verdict, the caller's Reserve will see why.
+	if err != nil && (res.Abandoned.ID == "" || verdict.CodeOf(err) == verdict.CodeFenceLost) {
+		// Nothing was decided by us (the row changed under us — someone
+		// else recovered it first — or the owner is alive after all): no
+		// verdict; the caller's next Reserve sees the new state.
 		return nil, err
 	}
 	m.emit(ctx, recoveryRecord(res, err))
@@ -114,7 +115,7 @@ func (m *Manager) recoverAtStart(ctx context.Context, row fence.Reservation) err
 		return nil // a live owner's create is its own business
 	}
 	res, err := m.fence.RecoverAbandoned(ctx, row, inspector{m})
-	if res.Abandoned.ID == "" && err != nil {
+	if err != nil && (res.Abandoned.ID == "" || verdict.CodeOf(err) == verdict.CodeFenceLost) {
 		if verdict.CodeOf(err) == verdict.CodeIdentityReservedLive || verdict.CodeOf(err) == verdict.CodeFenceLost {
 			return nil
 		}
