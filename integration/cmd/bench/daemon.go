@@ -29,6 +29,7 @@ type daemon struct {
 	hc                  *http.Client
 	stream              *http.Client // no idle limits for the follow stream
 	agent               []string
+	perfDir             string       // -perf: profile the daemon during figures
 	next                atomic.Int64 // identity counter
 
 	mu   sync.Mutex

@@ -23,22 +23,35 @@ func runDefault(ctx context.Context, o options, r *reaper, bin string, rep *repo
 	if err != nil {
 		return err
 	}
+	d.perfDir = o.perfDir
 	f := d.follow(ctx)
 	logf("figures 1, 2: %d sequential creates per side, interleaved", o.creates)
-	api, floor, forked, err := createFigures(ctx, d, ctl, fork, o.creates)
+	var api, floor, forked samples
+	err = withProfile(d.perfDir, d.pid, "create", func() (err error) {
+		api, floor, forked, err = createFigures(ctx, d, ctl, fork, o.creates)
+		return err
+	})
 	if err != nil {
 		return err
 	}
 	createRows(rep, api, floor, forked)
 	logf("figure 5: %d session ends at %d sessions", o.ends, d.count())
 	at := d.count()
-	ends, err := endFigure(ctx, d, f, o.ends, true)
+	var ends endResult
+	err = withProfile(d.perfDir, 0, "ends-system-wide", func() (err error) {
+		ends, err = endFigure(ctx, d, f, o.ends, true)
+		return err
+	})
 	if err != nil {
 		return err
 	}
 	endRow(rep, ends, at, 50*time.Millisecond)
 	logf("figure 6: %d rounds of %d concurrent creates per side", o.rounds, o.par)
-	apiRate, tmuxRate, err := concurrentFigure(ctx, d, ctl, o.rounds, o.par)
+	var apiRate, tmuxRate []float64
+	err = withProfile(d.perfDir, 0, "concurrent-system-wide", func() (err error) {
+		apiRate, tmuxRate, err = concurrentFigure(ctx, d, ctl, o.rounds, o.par)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -53,7 +66,7 @@ func runDefault(ctx context.Context, o options, r *reaper, bin string, rep *repo
 		goal: "< 50 ms", met: "fence's own benchmark"})
 	rss, hwm := d.rssKB()
 	rep.extra = append(rep.extra, fmt.Sprintf("Daemon VmRSS at the end: %.1f MB (VmHWM %.1f MB) with %d sessions.",
-		float64(rss)/1024, float64(hwm)/1024, d.count()))
+		float64(rss)/1024, float64(hwm)/1024, d.count()), serverTimesMarkdown(d))
 	if o.breakdownN > 0 {
 		logf("breakdown: %d creates on a wire-logged daemon", o.breakdownN)
 		bd, err := breakdownFigure(ctx, r, bin, agent, o.breakdownN)
@@ -122,7 +135,12 @@ func listLookupRows(ctx context.Context, rep *report, d *daemon, listReps, looku
 		return err
 	}
 	logf("figure 4 (%s): list at %d sessions, %d requests per side", tag, n, listReps)
-	la, lf, ab, fb, err := listFigure(ctx, d, listReps)
+	var la, lf samples
+	var ab, fb int
+	err = withProfile(d.perfDir, d.pid, "list-"+tag, func() (err error) {
+		la, lf, ab, fb, err = listFigure(ctx, d, listReps)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -132,7 +150,11 @@ func listLookupRows(ctx context.Context, rep *report, d *daemon, listReps, looku
 		ratio: ratioD(lf.p50(), la.p50()) + " faster (p50)", goal: "≥ 10× faster"},
 		float64(lf.p50()) >= 10*float64(la.p50()), fmt.Sprintf("%s faster at p50", ratioD(lf.p50(), la.p50())))
 	logf("figure 3 (%s): %d lookups per side", tag, lookups)
-	ka, kf, err := lookupFigure(ctx, d, lookups)
+	var ka, kf samples
+	err = withProfile(d.perfDir, d.pid, "lookup-"+tag, func() (err error) {
+		ka, kf, err = lookupFigure(ctx, d, lookups)
+		return err
+	})
 	if err != nil {
 		return err
 	}

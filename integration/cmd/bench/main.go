@@ -27,6 +27,7 @@ import (
 // options are the command-line flags.
 type options struct {
 	bin, out        string
+	perfDir         string
 	scale           bool
 	creates, ends   int
 	rounds, par     int
@@ -43,6 +44,7 @@ func parseFlags() options {
 	var o options
 	flag.StringVar(&o.bin, "bin", "", "skc-supervisor binary (default: go build ./cmd/skc-supervisor into a temp dir)")
 	flag.StringVar(&o.out, "out", "", "also write the markdown here")
+	flag.StringVar(&o.perfDir, "perf", "", "record `perf` profiles of the daemon during the figures into this directory")
 	flag.BoolVar(&o.scale, "scale", false, "run the scale run (4,000 live sessions) instead of the default figures")
 	flag.IntVar(&o.creates, "creates", 100, "sequential creates per side (figures 1, 2)")
 	flag.IntVar(&o.ends, "ends", 100, "session ends measured (figure 5; at -creates sessions)")

@@ -39,6 +39,7 @@ func runScale(ctx context.Context, o options, r *reaper, bin string, rep *report
 	if err != nil {
 		return err
 	}
+	d.perfDir = o.perfDir
 	f := d.follow(ctx)
 	t0 := time.Now()
 	fillCtx, cancel := context.WithTimeout(ctx, o.createBudget)
@@ -86,6 +87,7 @@ func scaleMeasure(ctx context.Context, rep *report, d *daemon, f *follower) erro
 		return err
 	}
 	endRow(rep, ends, n, 250*time.Millisecond)
+	rep.extra = append(rep.extra, serverTimesMarkdown(d))
 	rep.facts = append(rep.facts, [2]string{"load average at end", loadavg()})
 	return nil
 }
