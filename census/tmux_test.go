@@ -271,3 +271,25 @@ func TestCoalescesBursts(t *testing.T) {
 		t.Fatalf("burst not coalesced: %d re-lists for 100 creates", n)
 	}
 }
+
+// Killing the control session detaches the control client but leaves the
+// server's life: the census resyncs without dropping (or re-adding) anything.
+func TestControlSessionKilledSameLife(t *testing.T) {
+	r := newRig(t, nil)
+	r.tmux("new-session", "-d", "-s", "stays", "cat")
+	eventually(t, "session seen", func() bool { _, ok := r.c.ByName("stays"); return ok })
+	before := r.c.Snapshot()
+	info, _ := r.c.Info()
+	r.tmux("kill-session", "-t", info.ControlSessionID)
+	eventually(t, "reconnected and resynced in the same life", func() bool {
+		r.c.mu.RLock()
+		epoch := r.c.epoch
+		r.c.mu.RUnlock()
+		now, _ := r.c.Info()
+		return epoch >= 3 && r.c.Synced() && now.ServerLife == info.ServerLife && now.ControlSessionID != info.ControlSessionID
+	})
+	after := r.c.Snapshot()
+	if after.Seq != before.Seq || len(after.Sessions) != 1 || after.Sessions[0].Name != "stays" {
+		t.Fatalf("same life must not churn: before %+v after %+v", before, after)
+	}
+}
