@@ -337,6 +337,8 @@ func (h *Home) AgentSessions(t testing.TB) []tmuxSession {
 // status line and body (used as another uid for the SO_PEERCRED test).
 func runHelperMode(mode string) int {
 	switch mode {
+	case "tmuxproxy":
+		return runTmuxProxy()
 	case "rawget":
 		h := &Home{Dir: strings.TrimSuffix(os.Getenv("SKC_IT_SOCK"), "/api.sock")}
 		req, _ := http.NewRequest("GET", "http://skc"+os.Getenv("SKC_IT_PATH"), nil)
