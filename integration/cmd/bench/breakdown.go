@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -23,6 +24,22 @@ type breakdown struct {
 	outside            samples // api − (new-session sent → last tag %end): reserve, helper_invoked, publish, release, HTTP
 	cmdRTT             map[string]samples
 	relistsDuringBurst int
+	ends               endBreakdown
+}
+
+// endBreakdown splits "agent killed → ended verdict" with the wire log.
+type endBreakdown struct {
+	toNotice samples // kill → tmux's %sessions-changed (helper postmortem, helper exit, pane close, utempter)
+	coalesce samples // notification → census re-list sent (the census' quiet period)
+	relist   samples // the re-list's round trip
+	daemon   samples // re-list done → verdict @timestamp (fence reads, postmortem, MarkEnded)
+	stream   samples // verdict @timestamp → read on the follow stream
+}
+
+// endMark is one measured end: when the agent was killed and when its verdict
+// was stamped and read.
+type endMark struct {
+	kill, stamp, read time.Time
 }
 
 // breakdownFigure runs n sequential creates on a fresh daemon with a wire log.
@@ -32,6 +49,7 @@ func breakdownFigure(ctx context.Context, r *reaper, bin string, agent []string,
 	if err != nil {
 		return bd, err
 	}
+	f := d.follow(ctx)
 	for i := 0; i < n && ctx.Err() == nil; i++ {
 		dt, err := timed(func() error { _, err := d.create(ctx); return err })
 		if err != nil {
@@ -40,12 +58,60 @@ func breakdownFigure(ctx context.Context, r *reaper, bin string, agent []string,
 		bd.api = append(bd.api, dt)
 	}
 	time.Sleep(300 * time.Millisecond) // the census' trailing re-list lands in the log
-	cmds, err := readWire(filepath.Join(d.home, "wire.log"))
+	var marks []endMark
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		s, _ := d.popOldest()
+		target := agentOf(ctx, s.PanePID)
+		ch := f.expect(s.Name)
+		t0 := time.Now()
+		if err := syscall.Kill(target, syscall.SIGTERM); err != nil {
+			return bd, err
+		}
+		select {
+		case e := <-ch:
+			marks = append(marks, endMark{kill: t0, stamp: e.stamp, read: e.read})
+		case <-time.After(10 * time.Second):
+			f.forget(s.Name)
+		}
+		time.Sleep(100 * time.Millisecond) // one end at a time in the log
+	}
+	cmds, notes, err := readWire(filepath.Join(d.home, "wire.log"))
 	if err != nil {
 		return bd, err
 	}
 	bd.attribute(cmds)
+	bd.attributeEnds(marks, cmds, notes)
 	return bd, nil
+}
+
+// attributeEnds finds, for each end, tmux's first %sessions-changed after the
+// kill, the census' next list-sessions and the verdict.
+func (bd *breakdown) attributeEnds(marks []endMark, cmds []wireCmd, notes []time.Time) {
+	for _, m := range marks {
+		var notice time.Time
+		for _, t := range notes {
+			if t.After(m.kill) {
+				notice = t
+				break
+			}
+		}
+		var rl *wireCmd
+		for i := range cmds {
+			if cmds[i].verb == "list-sessions" && !cmds[i].sent.Before(notice) && !cmds[i].done.IsZero() {
+				rl = &cmds[i]
+				break
+			}
+		}
+		if notice.IsZero() || rl == nil || m.stamp.Before(rl.done) {
+			continue
+		}
+		e := &bd.ends
+		e.toNotice = append(e.toNotice, notice.Sub(m.kill))
+		e.coalesce = append(e.coalesce, rl.sent.Sub(notice))
+		e.relist = append(e.relist, rl.done.Sub(rl.sent))
+		e.daemon = append(e.daemon, m.stamp.Sub(rl.done))
+		e.stream = append(e.stream, m.read.Sub(m.stamp))
+	}
 }
 
 // wireCmd is one command the daemon sent and the end of its reply.
@@ -55,13 +121,14 @@ type wireCmd struct {
 }
 
 // readWire pairs each sent command line with its reply block (flags 1, FIFO).
-func readWire(path string) ([]wireCmd, error) {
+func readWire(path string) ([]wireCmd, []time.Time, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer f.Close()
 	var all []wireCmd
+	var notes []time.Time // %sessions-changed
 	var fifo []int
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
@@ -76,12 +143,16 @@ func readWire(path string) ([]wireCmd, error) {
 			fifo = append(fifo, len(all)-1)
 			continue
 		}
+		if rest == "%sessions-changed" {
+			notes = append(notes, ts)
+			continue
+		}
 		if (strings.HasPrefix(rest, "%end ") || strings.HasPrefix(rest, "%error ")) && strings.HasSuffix(rest, " 1") && len(fifo) > 0 {
 			all[fifo[0]].done = ts
 			fifo = fifo[1:]
 		}
 	}
-	return all, sc.Err()
+	return all, notes, sc.Err()
 }
 
 func splitWire(line string) (time.Time, string, string, bool) {

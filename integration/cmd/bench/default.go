@@ -183,7 +183,22 @@ func (bd breakdown) markdown() string {
 	} {
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", s.name, ms(s.v.p50()), ms(s.v.p99()))
 	}
-	b.WriteString("\nEvery command the daemon sent during those creates (round trip on the control connection):\n\n")
+	e := bd.ends
+	fmt.Fprintf(&b, "\nWhere an end's time goes (%d agents of that daemon killed one at a time; p50 / p99):\n\n", len(e.stream))
+	b.WriteString("| step | p50 | p99 |\n|---|---|---|\n")
+	for _, s := range []struct {
+		name string
+		v    samples
+	}{
+		{"SIGTERM to the agent → tmux's `%sessions-changed` (helper postmortem and exit, pane close, utempter)", e.toNotice},
+		{"→ census re-list sent (coalescing quiet period)", e.coalesce},
+		{"`list-sessions` round trip", e.relist},
+		{"→ verdict written (fence reads, postmortem, MarkEnded)", e.daemon},
+		{"→ read on the follow stream", e.stream},
+	} {
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", s.name, ms(s.v.p50()), ms(s.v.p99()))
+	}
+	b.WriteString("\nEvery command the daemon sent during those creates and ends (round trip on the control connection):\n\n")
 	b.WriteString("| command | count | p50 | p99 |\n|---|---|---|---|\n")
 	for _, v := range bd.verbs() {
 		s := bd.cmdRTT[v]
