@@ -107,11 +107,20 @@ func (m *Manager) reconcile(ctx context.Context) {
 		if err != nil || auth != census.Absent {
 			continue
 		}
-		cause := endCause{reason: verdict.ReasonTmuxSessionMissing, waitForPM: true}
+		cause := endCause{reason: m.goneReason(p), waitForPM: true}
 		if _, err := m.endPublished(ctx, p, cause); err != nil {
 			m.log.Warn().Err(err).Msg("reconcile: ended verdict not written")
 		}
 	}
+}
+
+// goneReason says why a published session found absent is gone: its whole server
+// when the census now sees another server life, else the session alone.
+func (m *Manager) goneReason(p fence.Published) string {
+	if m.evidenceLife(p.ServerPID, p.ServerStart) == (tmuxctl.ServerLife{}) {
+		return verdict.ReasonServerExited
+	}
+	return verdict.ReasonTmuxSessionMissing
 }
 
 // endPublished marks a published generation ended with its one ended verdict. The

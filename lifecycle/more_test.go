@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
@@ -157,4 +158,57 @@ func TestListAndShow(t *testing.T) {
 	if _, err := e.m.Show(context.Background(), Ref{Name: res.Session.Name[:10]}); verdict.CodeOf(err) != verdict.CodeNotFound {
 		t.Fatalf("prefix show: %v", err)
 	}
+}
+
+// TestCtrlCReachesAgentOnly: a human's Ctrl-C (typed into the pane) goes to the
+// terminal's foreground group, which is the agent's own: the agent dies of SIGINT
+// and the helper survives to record it.
+func TestCtrlCReachesAgentOnly(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, res := e.create(t, "ctrlc")
+	waitFor(t, "agent start", func() bool { return agentPID(res.Session.PanePID) != 0 })
+	if out, err := exec.Command("tmux", "-S", e.socket, "send-keys", "-t", res.Session.ID, "C-c").CombinedOutput(); err != nil {
+		t.Fatalf("send-keys: %v %s", err, out)
+	}
+	rec := e.ended(t, id)
+	if rec.ExitKind != verdict.ExitKindExit || rec.Exit == nil || rec.Exit.Signal != "SIGINT" {
+		t.Fatalf("ended %+v exit %+v", rec, rec.Exit)
+	}
+}
+
+// TestShutdownAbandonsInflight: a create still in flight when Shutdown's context
+// ends is abandoned (its row kept for the next start), and new creates are refused.
+func TestShutdownAbandonsInflight(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	gate := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	withFaults(e, func(args []string) (bool, error) {
+		if args[0] == "new-session" {
+			entered <- struct{}{}
+			<-gate
+			return false, tmuxctl.ErrNotConnected
+		}
+		return false, nil
+	})
+	id, spec := e.identity("shutdown")
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec})
+		done <- err
+	}()
+	<-entered
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := e.m.Shutdown(ctx); err == nil {
+		t.Fatal("shutdown reported a clean finish with a create in flight")
+	}
+	rows, _ := e.store.Reservations(context.Background())
+	if len(rows) != 1 || !rows[0].Abandoned {
+		t.Fatalf("rows %+v", rows)
+	}
+	if _, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec}); verdict.CodeOf(err) != verdict.CodeBusy {
+		t.Fatalf("create after shutdown: %v", err)
+	}
+	close(gate)
+	<-done
 }

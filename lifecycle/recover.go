@@ -146,7 +146,7 @@ func (m *Manager) adoptOrEnd(ctx context.Context, p fence.Published) error {
 		})
 		return nil
 	case census.Absent:
-		_, err := m.endPublished(ctx, p, endCause{reason: verdict.ReasonTmuxSessionMissing, restart: true})
+		_, err := m.endPublished(ctx, p, endCause{reason: m.goneReason(p), restart: true})
 		return err
 	}
 	m.log.Warn().Err(err).Str("identity", p.Identity.Digest()).Str("authority", auth.String()).
