@@ -247,6 +247,20 @@ func (d *daemon) listCount(ctx context.Context) (int, error) {
 	return len(ls.Sessions), err
 }
 
+// waitListed waits (bounded) until GET /v1/sessions shows every session we
+// created: a create answers before the census has re-listed (its quiet
+// period), so a list right after a create can miss it.
+func (d *daemon) waitListed(ctx context.Context) (int, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		n, err := d.listCount(ctx)
+		if err != nil || n >= d.count() || time.Now().After(deadline) {
+			return n, err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // rssKB is the daemon's VmRSS and VmHWM.
 func (d *daemon) rssKB() (rss, hwm int64) {
 	rss, _ = statusKB(d.pid, "VmRSS")

@@ -130,7 +130,7 @@ func rates(v []float64) string {
 
 // listLookupRows measures and adds figures 3 and 4 at the daemon's current size.
 func listLookupRows(ctx context.Context, rep *report, d *daemon, listReps, lookups int, tag string) error {
-	n, err := d.listCount(ctx)
+	n, err := d.waitListed(ctx)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/census"
@@ -19,12 +20,12 @@ const censusListFormat = "#{session_id}\t#{session_created}\t#{session_attached}
 	"#{session_name}"
 
 // scaleTarget caps the wanted sessions by free ptys (every live pane holds
-// one; keep 200 for everyone else on the machine and our control sessions)
+// one; keep 128 for everyone else on the machine and our control sessions)
 // and by memory (a pane costs a helper and an agent: budget 4 MB each, keep 4 GB).
 func scaleTarget(want int) (int, string) {
 	nr, _ := strconv.Atoi(readTrim("/proc/sys/kernel/pty/nr"))
 	max, _ := strconv.Atoi(readTrim("/proc/sys/kernel/pty/max"))
-	byPty := max - nr - 200
+	byPty := max - nr - 128
 	byMem := int((memAvailableKB() - 4<<20) / (4 << 10))
 	n := min(want, byPty, byMem)
 	return n, fmt.Sprintf("wanted %d; ptys %d in use of %d → room for %d; memory room for %d", want, nr, max, byPty, byMem)
@@ -44,8 +45,9 @@ func runScale(ctx context.Context, o options, r *reaper, bin string, rep *report
 	t0 := time.Now()
 	fillCtx, cancel := context.WithTimeout(ctx, o.createBudget)
 	defer cancel()
+	var printed atomic.Int64
 	progress := func(n int) {
-		if n%250 == 0 {
+		if b := int64(n / 250); b > printed.Load() && printed.CompareAndSwap(printed.Load(), b) {
 			rss, _ := d.rssKB()
 			logf("%d sessions after %v (daemon RSS %.1f MB, load %s)", n, time.Since(t0).Round(time.Second), float64(rss)/1024, loadavg())
 		}
