@@ -84,7 +84,7 @@ func scaleMeasure(ctx context.Context, rep *report, d *daemon, f *follower) erro
 		return err
 	}
 	logf("end verdicts at %d sessions", n)
-	ends, err := endFigure(ctx, d, f, 100, false)
+	ends, err := endFigure(ctx, d, f, min(100, n/2), false)
 	if err != nil {
 		return err
 	}
