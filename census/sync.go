@@ -27,16 +27,17 @@ import (
 // `-gw`, `-g`). It then reads a session's own options exactly only when:
 //   - a server or global-window `@skc-*` option exists (it could shadow any
 //     session, even with an empty value): every session, every sync;
-//   - the session is new and any resolved tag is non-empty;
+//   - the session is new (once per session: creates are rare and cost tmux
+//     far more than one show-options; it also proves the id exists, so a
+//     hand-set tag value holding a newline cannot forge a session line);
 //   - the resolved values differ from what the session's own values (last read
 //     exactly) plus the `set -g` defaults predict, which catches every change
 //     made by hand and every window/pane-level shadow that changes a value.
 //
 // In the steady state that is zero extra per-session commands. What remains
 // unseen is a window/pane-level `@skc-*` option whose value hides a later
-// change of the session's own value without changing the resolved one, or an
-// empty window/pane-level option set before the session was first tagged —
-// both need a human to set supervisor tags at the wrong level. Inspect never
+// change of the session's own value without changing the resolved one — it
+// needs a human to set supervisor tags at the wrong level. Inspect never
 // relies on the list alone for the sessions it judges: it reads them exactly.
 
 // tagNames are the tags read in the list, in field order.
@@ -140,7 +141,26 @@ func (c *Census) readList(ctx context.Context, life tmuxctl.ServerLife, parseAll
 		r.prev = p
 		rows = append(rows, r)
 	}
+	distrustDuplicates(rows)
 	return rows, g, nil
+}
+
+// distrustDuplicates marks every row of an id listed twice as broken, so
+// that its fields are read again from tmux by id. Only a hand-set tag value
+// holding a newline can make a line look like another session's.
+func distrustDuplicates(rows []row) {
+	first := make(map[string]int, len(rows))
+	for i := range rows {
+		j, dup := first[rows[i].s.ID]
+		if !dup {
+			first[rows[i].s.ID] = i
+			continue
+		}
+		for _, k := range []int{i, j} {
+			rows[k].broken, rows[k].same = true, false
+			rows[k].s = Session{ID: rows[k].s.ID}
+		}
+	}
 }
 
 // pipeline sends every command at once (tmuxctl matches replies FIFO) and
@@ -229,8 +249,13 @@ func (c *Census) resolve(ctx context.Context, life tmuxctl.ServerLife, rows []ro
 		return nil, err
 	}
 	kept := out[:0]
+	ids := make(map[string]struct{}, len(out))
 	for _, e := range out {
-		if e != nil { // nil: the session went away between the list and the exact read
+		if e == nil { // the session went away between the list and the exact read
+			continue
+		}
+		if _, dup := ids[e.s.ID]; !dup { // duplicates were re-read by id: equal
+			ids[e.s.ID] = struct{}{}
 			kept = append(kept, e)
 		}
 	}
@@ -243,7 +268,7 @@ func needExact(r row, p *entry, g globals) bool {
 		return true
 	}
 	if p == nil {
-		return r.list != tagVals{}
+		return true // a new id: read once, so a forged or shadowed line cannot invent or hide it
 	}
 	return r.list != effective(p.exact, g.gsess)
 }

@@ -293,3 +293,53 @@ func TestControlSessionKilledSameLife(t *testing.T) {
 		t.Fatalf("same life must not churn: before %+v after %+v", before, after)
 	}
 }
+
+// Names tmux escapes or that look like protocol lines stay one record, and
+// the census holds the name exactly as tmux reports it.
+func TestOddSessionNames(t *testing.T) {
+	r := newRig(t, nil)
+	for _, name := range []string{"tab\there", "%end 1 2 3", "sp ace;\"q'", "日本", "-dash"} {
+		id := r.tmux("new-session", "-d", "-P", "-F", "#{session_id}", "-s", name, "cat")
+		want := r.tmux("display-message", "-p", "-t", id, "#{session_name}")
+		eventually(t, "session "+strconv.Quote(name), func() bool {
+			s, ok := r.c.ByID(id)
+			return ok && s.Name == want
+		})
+		if s, ok := r.c.ByName(want); !ok || s.ID != id {
+			t.Fatalf("ByName(%q): %+v %v", want, s, ok)
+		}
+	}
+}
+
+// A tag holding a newline or a tab (set by hand; ours never do) breaks the
+// list line, but the session is neither lost nor misread.
+func TestBrokenTagValues(t *testing.T) {
+	r := newRig(t, nil)
+	id := r.tmux("new-session", "-d", "-P", "-F", "#{session_id}", "-s", "odd", "cat")
+	r.tmux("set-option", "-t", id, TagIdentity, digest(31))
+	eventually(t, "tagged", func() bool { s, ok := r.c.ByID(id); return ok && s.Managed })
+	sub := r.c.Subscribe(16)
+	defer sub.Close()
+	// The first value makes the continuation line a well-formed row for $99
+	// whose name is the real session's (the rest of the real line).
+	forged := "x\n$99\t1\t0\t%9\t1\t0\t\t\t\t\t\t\t"
+	dup := "x\n" + id + "\t1\t0\t%9\t1\t0\t\t\t\t\t\t\t" // the same, claiming the real id
+	for _, v := range []string{forged, forged + "\tname", dup, "a\tb"} {
+		r.tmux("set-option", "-t", id, TagState, v)
+		if err := r.c.Refresh(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		s, ok := r.c.ByID(id)
+		if !ok || s.Name != "odd" || s.Tags[TagIdentity] != digest(31) || s.PaneID == "%9" || s.PanePID == 1 {
+			t.Fatalf("state %q: session misread: %+v %v", v, s, ok)
+		}
+		if len(r.c.Snapshot().Sessions) != 1 {
+			t.Fatalf("state %q: phantom sessions: %+v", v, r.c.Snapshot().Sessions)
+		}
+	}
+	for len(sub.C()) > 0 {
+		if ch := <-sub.C(); ch.Kind == Removed {
+			t.Fatalf("a broken line removed the session: %+v", ch)
+		}
+	}
+}

@@ -184,3 +184,16 @@ func TestJudge(t *testing.T) {
 		t.Error("names")
 	}
 }
+
+// FuzzParseRow: no input line crashes the parser, and a row it accepts has a
+// valid id.
+func FuzzParseRow(f *testing.F) {
+	f.Add("$3\t1796000000\t1\t%4\t42\t1\t7\t\t\t" + digest(1) + "\t2\t\t\tname")
+	f.Add("$5\t1\t0\t%1\t9\t0\t\t\t\ta\tb\t\t\t\tn")
+	f.Add("%end 1 2 3")
+	f.Fuzz(func(t *testing.T, line string) {
+		if r, ok := parseRow(line); ok && !validID(r.s.ID) {
+			t.Fatalf("accepted %q with id %q", line, r.s.ID)
+		}
+	})
+}
