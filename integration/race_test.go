@@ -2,7 +2,7 @@ package integration
 
 import (
 	"encoding/json"
-	"os"
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -13,10 +13,18 @@ import (
 // is existing (the same session) or a refusal by a live reservation.
 func TestConcurrentCreate(t *testing.T) {
 	t.Parallel()
-	n := 32
-	if os.Getenv("SKC_SOAK") != "" {
-		n = 128
+	testConcurrentCreate(t, 32)
+}
+
+// TestSoakConcurrentCreate is TestConcurrentCreate with 128 processes, 10 times.
+func TestSoakConcurrentCreate(t *testing.T) {
+	needSoak(t)
+	for i := range 10 {
+		t.Run(fmt.Sprint(i), func(t *testing.T) { testConcurrentCreate(t, 128) })
 	}
+}
+
+func testConcurrentCreate(t *testing.T, n int) {
 	d := StartDaemon(t, DaemonOpts{})
 	spec := NewSpec(t, "race-1")
 	results := make([]Result, n)

@@ -26,9 +26,7 @@ func procFigures(pid int) (rssKB, fds, threads int) {
 // must come back to where they started; memory and threads are reported as
 // figures for BENCHMARKS.md, not asserted against a time or size budget.
 func TestSoakCreateKill(t *testing.T) {
-	if os.Getenv("SKC_SOAK") == "" {
-		t.Skip("SKC_SOAK=1 runs the soak tests (make soak)")
-	}
+	needSoak(t)
 	d := StartDaemon(t, DaemonOpts{})
 	warm := d.MustCreate(t, NewSpec(t, "soak-warm"), "published")
 	d.CLI(t, "kill", warm.Name)

@@ -9,11 +9,12 @@ import (
 	"testing"
 )
 
-func soakN(short, long int) int {
-	if os.Getenv("SKC_SOAK") != "" {
-		return long
+// needSoak skips t unless SKC_SOAK is set (make soak).
+func needSoak(t *testing.T) {
+	t.Helper()
+	if os.Getenv("SKC_SOAK") == "" {
+		t.Skip("SKC_SOAK=1 runs the soak tests (make soak)")
 	}
-	return short
 }
 
 // TestTmuxServerDeath: the supervised tmux server dies under live sessions — by
@@ -22,8 +23,17 @@ func soakN(short, long int) int {
 // create starts a new server and succeeds.
 func TestTmuxServerDeath(t *testing.T) {
 	t.Parallel()
+	testTmuxServerDeath(t, 3)
+}
+
+// TestSoakTmuxServerDeath is TestTmuxServerDeath under 50 live sessions.
+func TestSoakTmuxServerDeath(t *testing.T) {
+	needSoak(t)
+	testTmuxServerDeath(t, 50)
+}
+
+func testTmuxServerDeath(t *testing.T, n int) {
 	d := StartDaemon(t, DaemonOpts{})
-	n := soakN(3, 50)
 	for round, how := range []string{"SIGKILL", "kill-server"} {
 		var sess []Session
 		for i := range n {
@@ -74,9 +84,18 @@ func TestTmuxServerDeath(t *testing.T) {
 // one control client exists afterwards.
 func TestControlClientChurn(t *testing.T) {
 	t.Parallel()
+	testControlClientChurn(t, 2)
+}
+
+// TestSoakControlClientChurn is TestControlClientChurn 50 times in a row.
+func TestSoakControlClientChurn(t *testing.T) {
+	needSoak(t)
+	testControlClientChurn(t, 50)
+}
+
+func testControlClientChurn(t *testing.T, rounds int) {
 	d := StartDaemon(t, DaemonOpts{})
 	s := d.MustCreate(t, NewSpec(t, "churn"), "published")
-	rounds := soakN(2, 50)
 	for i := range rounds {
 		for _, how := range []string{"detach", "kill-session", "kill-process"} {
 			pid := controlClientPID(t, d.Home)
