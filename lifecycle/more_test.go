@@ -137,15 +137,13 @@ func TestListAndShow(t *testing.T) {
 	if err != nil || !l.Census.Synced || l.Census.TmuxVersion == "" {
 		t.Fatalf("list %+v %v", l, err)
 	}
-	waitFor(t, "census lists the session", func() bool {
-		l, _ = e.m.List(context.Background())
-		for _, v := range l.Sessions {
-			if v.ID == res.Session.ID && v.Authoritative && v.SessionID == "show" {
-				return true
-			}
-		}
-		return false
-	})
+	listed := false
+	for _, v := range l.Sessions {
+		listed = listed || v.ID == res.Session.ID && v.Authoritative && v.SessionID == "show"
+	}
+	if !listed {
+		t.Fatalf("a list right after create lacks the session: %+v", l)
+	}
 	sh, err := e.m.Show(context.Background(), Ref{Name: res.Session.Name})
 	if err != nil || sh.Session.ID != res.Session.ID || sh.Reservation != nil || len(sh.Verdicts) != 1 {
 		t.Fatalf("show %+v %v", sh, err)

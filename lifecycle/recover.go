@@ -90,24 +90,27 @@ func (m *Manager) Recover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var errs []error
+	// One row or identity that cannot be resolved now must not keep the daemon
+	// from starting: its verdict (unresolved) or the log says why, and the next
+	// create of that identity tries again.
 	for _, row := range rows {
 		if err := m.recoverAtStart(ctx, row); err != nil {
-			errs = append(errs, err)
+			m.log.Warn().Err(err).Str("reservation", row.ID).Msg("reservation not resolved at start")
 		}
 	}
 	pubs, err := m.fence.Identities(ctx)
 	if err != nil {
-		return errors.Join(append(errs, err)...)
+		return err
 	}
 	for _, p := range pubs {
-		if !p.Ended {
-			if err := m.adoptOrEnd(ctx, p); err != nil {
-				errs = append(errs, err)
-			}
+		if p.Ended {
+			continue
+		}
+		if err := m.adoptOrEnd(ctx, p); err != nil {
+			m.log.Warn().Err(err).Str("session", p.SessionName).Msg("published identity not resolved at start")
 		}
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 func (m *Manager) recoverAtStart(ctx context.Context, row fence.Reservation) error {

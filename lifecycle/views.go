@@ -58,16 +58,21 @@ const showVerdictScan = 100000
 // List returns every session on the supervised server (the control session
 // excepted), managed ones joined with their published identity.
 func (m *Manager) List(ctx context.Context) (ListResult, error) {
+	pubs, err := m.fence.Identities(ctx)
+	if err != nil {
+		return ListResult{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
+	}
 	snap := m.census.Snapshot()
+	if m.censusBehind(snap, pubs) && m.census.Refresh(ctx) == nil {
+		// A session published a moment ago may not be listed yet: a create
+		// followed by ls must show it.
+		snap = m.census.Snapshot()
+	}
 	out := ListResult{Census: CensusInfo{
 		Synced: snap.Synced, ServerPID: snap.Info.PID, TmuxVersion: snap.Info.Version,
 	}, Sessions: []View{}}
 	if snap.Info.StartTime != 0 {
 		out.Census.ServerStartedAt = time.Unix(snap.Info.StartTime, 0).UTC()
-	}
-	pubs, err := m.fence.Identities(ctx)
-	if err != nil {
-		return out, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
 	}
 	byDigest := make(map[string]*fence.Published, len(pubs))
 	for i := range pubs {
@@ -78,6 +83,25 @@ func (m *Manager) List(ctx context.Context) (ListResult, error) {
 		out.Sessions = append(out.Sessions, m.viewOf(s, byDigest[s.Identity()]))
 	}
 	return out, nil
+}
+
+// censusBehind reports whether a published, not-ended session of the census's
+// server life is missing from snap or listed without its tags.
+func (m *Manager) censusBehind(snap census.Snapshot, pubs []fence.Published) bool {
+	if !snap.Synced {
+		return false
+	}
+	idents := make(map[string]string, len(snap.Sessions))
+	for _, s := range snap.Sessions {
+		idents[s.ID] = s.Identity()
+	}
+	for _, p := range pubs {
+		if !p.Ended && p.ServerPID == snap.Info.PID && p.ServerStart == snap.Info.StartTime &&
+			idents[p.TmuxID] != p.Identity.Digest() {
+			return true // not listed yet, or listed before its tags were set
+		}
+	}
+	return false
 }
 
 // Show returns one session with its reservation row and verdicts.
