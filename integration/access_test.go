@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -50,7 +51,15 @@ func TestAttach(t *testing.T) {
 		return nil
 	})
 
-	cmd := exec.Command(needBinary(t), "attach", s.Name)
+	attach(t, d, s, "attach", s.Name)
+	attach(t, d, s, "attach", "--state-dir", spec.StateDir, "--session-id", spec.SessionID)
+}
+
+// attach runs one attach in a pty: the agent's screen shows, typed keys reach
+// the agent, C-b d detaches and attach exits 0; the session survives.
+func attach(t *testing.T, d *Daemon, s Session, args ...string) {
+	t.Helper()
+	cmd := exec.Command(needBinary(t), args...)
 	cmd.Env = d.Env("TERM=xterm-256color")
 	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 24, Cols: 80})
 	if err != nil {
@@ -64,8 +73,9 @@ func TestAttach(t *testing.T) {
 	go func() { exited <- cmd.Wait() }()
 
 	waitScreen(t, screen, exited, "READY-MARKER")
-	ptmx.Write([]byte("typed-by-human\r"))
-	waitScreen(t, screen, exited, "typed-by-human")
+	typed := fmt.Sprintf("typed-by-human-%d", len(args))
+	ptmx.Write([]byte(typed + "\r"))
+	waitScreen(t, screen, exited, typed)
 	ptmx.Write([]byte{0x02, 'd'}) // C-b d: tmux's default detach
 	select {
 	case err := <-exited:

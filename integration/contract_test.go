@@ -160,6 +160,17 @@ func TestContract(t *testing.T) {
 	t.Run("fence", func(t *testing.T) { checkFence(t, d, spec, sess) })
 	t.Run("exit codes", func(t *testing.T) { checkExitCodes(t, d, spec) })
 	t.Run("kill", func(t *testing.T) { checkKill(t, d, sess) })
+	t.Run("kill by identity", func(t *testing.T) {
+		other := NewSpec(t, "contract-2")
+		s := d.MustCreate(t, other, "published")
+		r := d.CLI(t, "kill", "--json", "--state-dir", other.StateDir, "--session-id", other.SessionID)
+		if m := rawJSON(t, r); r.Code != 0 || m["status"] != "killed" {
+			t.Errorf("kill by identity: want exit 0 and killed\n%s", r)
+		}
+		if r := d.CLI(t, "show", "--json", s.Name); r.Code != 4 {
+			t.Errorf("show after kill by identity: want exit 4\n%s", r)
+		}
+	})
 	t.Run("verdicts", func(t *testing.T) { checkVerdictStream(t, d.Verdicts(t)) })
 }
 
@@ -343,6 +354,12 @@ func checkExitCodes(t *testing.T, d *Daemon, spec Spec) {
 	mismatch := spec
 	mismatch.StateFile = filepath.Join(spec.StateDir, "other.jsonl")
 	expectError(t, d.CLI(t, mismatch.Args()...), 3, "refused", "identity_state_file_mismatch", "")
+	refused := countVerdicts(d.Verdicts(t), func(v Verdict) bool {
+		return v.SKC.Verdict == "refused" && v.SKC.Code == "identity_state_file_mismatch" && v.Event.Outcome == "failure"
+	})
+	if refused != 1 {
+		t.Errorf("%d refused verdicts with code identity_state_file_mismatch, want 1", refused)
+	}
 	expectError(t, d.CLI(t, "show", "--json", "skc-no-such-session"), 4, "error", "not_found", "")
 	expectError(t, d.CLI(t, "kill", "--json", "skc-no-such-session"), 4, "error", "not_found", "")
 	if r := d.CLI(t, "show", "skc-no-such-session"); r.Code != 4 || r.Stdout != "" {

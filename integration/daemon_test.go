@@ -18,6 +18,8 @@ type DaemonOpts struct {
 	Env   []string // extra environment
 	// NoWait returns right after start, without waiting for /v1/ping.
 	NoWait bool
+	// Args follow "serve".
+	Args []string
 }
 
 // Daemon is one running `skc-supervisor serve`.
@@ -50,7 +52,7 @@ func (h *Home) Start(t testing.TB, opts DaemonOpts) *Daemon {
 	if opts.Fault != "" {
 		env = append(env, "SKC_FAULT="+opts.Fault)
 	}
-	d.cmd = exec.Command(bin, "serve")
+	d.cmd = exec.Command(bin, append([]string{"serve"}, opts.Args...)...)
 	d.cmd.Env = h.Env(env...)
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	if err := d.cmd.Start(); err != nil {
@@ -113,19 +115,25 @@ func (d *Daemon) waitReady(t testing.TB) {
 // generous deadline, with no data race reported.
 func (d *Daemon) Stop(t testing.TB) {
 	t.Helper()
+	d.StopWith(t, syscall.SIGTERM)
+}
+
+// StopWith is Stop with another signal (CONTRACT: SIGTERM or SIGINT).
+func (d *Daemon) StopWith(t testing.TB, sig syscall.Signal) {
+	t.Helper()
 	d.stopped = true
 	if d.Exited() {
 		t.Fatalf("daemon had already exited: %v\n%s", d.state, clip(d.Log()))
 	}
-	d.cmd.Process.Signal(syscall.SIGTERM)
+	d.cmd.Process.Signal(sig)
 	st := d.wait(t, stopDeadline)
 	if st == nil {
 		d.cmd.Process.Kill()
 		<-d.done
-		t.Fatalf("daemon did not exit within %v of SIGTERM\n%s", stopDeadline, clip(d.Log()))
+		t.Fatalf("daemon did not exit within %v of %v\n%s", stopDeadline, sig, clip(d.Log()))
 	}
 	if !st.Success() {
-		t.Errorf("daemon exit after SIGTERM: %v, want exit 0\n%s", st, clip(d.Log()))
+		t.Errorf("daemon exit after %v: %v, want exit 0\n%s", sig, st, clip(d.Log()))
 	}
 	d.checkRace(t)
 }

@@ -101,9 +101,10 @@ func goTool() string {
 // its pid and fails the test if any process that carries this home in its
 // environment is still alive.
 type Home struct {
-	Dir  string
-	root string // removed at cleanup
-	t    testing.TB
+	Dir     string
+	Runtime string // sockets; Dir unless a test separates them
+	root    string // removed at cleanup
+	t       testing.TB
 
 	mu         sync.Mutex
 	serverPIDs map[int]bool
@@ -125,16 +126,16 @@ func NewHome(t testing.TB) *Home {
 func homeAt(t testing.TB, dir, root string) *Home {
 	t.Helper()
 	needBinary(t)
-	h := &Home{Dir: dir, root: root, t: t, serverPIDs: map[int]bool{}}
+	h := &Home{Dir: dir, Runtime: dir, root: root, t: t, serverPIDs: map[int]bool{}}
 	t.Cleanup(func() { h.cleanup() })
 	return h
 }
 
 // APISock is the daemon's API socket.
-func (h *Home) APISock() string { return filepath.Join(h.Dir, "api.sock") }
+func (h *Home) APISock() string { return filepath.Join(h.Runtime, "api.sock") }
 
 // TmuxSock is the supervised tmux server's socket.
-func (h *Home) TmuxSock() string { return filepath.Join(h.Dir, "tmux.sock") }
+func (h *Home) TmuxSock() string { return filepath.Join(h.Runtime, "tmux.sock") }
 
 // Env is the environment every process of this home runs with. SKC_IT_MARK lets
 // the leak check find strays by a value unique to this test, never by a name.

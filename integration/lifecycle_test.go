@@ -82,7 +82,7 @@ func TestEndWhileDaemonDown(t *testing.T) {
 		_, err := os.Stat(started)
 		return err
 	})
-	d.Stop(t)
+	d.StopWith(t, syscall.SIGINT)
 	if err := os.WriteFile(goFile, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
