@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -123,12 +124,19 @@ func (m *Manager) goneReason(p fence.Published) string {
 	return verdict.ReasonTmuxSessionMissing
 }
 
+// errInterrupted: the wait for a postmortem was cut short by shutdown; nothing is
+// written, and the next start's recovery writes the end instead.
+var errInterrupted = errors.New("lifecycle: end detection interrupted")
+
 // endPublished marks a published generation ended with its one ended verdict. The
 // mark is a compare-and-set on the generation, so racing observers (end detection,
-// a create that found it gone, recovery) write one verdict between them; ok reports
-// whether this call wrote it.
+// a create that found it gone, recovery, a kill) write one verdict between them;
+// the record returned is the one this call wrote (zero when another won).
 func (m *Manager) endPublished(ctx context.Context, pub fence.Published, cause endCause) (verdict.Record, error) {
-	pm, havePM := m.postmortem(ctx, pub, cause.waitForPM && !cause.cleanup)
+	pm, havePM, err := m.postmortem(ctx, pub, cause.waitForPM && !cause.cleanup)
+	if err != nil {
+		return verdict.Record{}, err
+	}
 	rec := endedRecord(pub, cause, pm, havePM)
 	ok, filed, err := m.fence.MarkEnded(context.WithoutCancel(ctx), pub.Identity, pub.Generation, rec)
 	if err != nil {
@@ -142,17 +150,25 @@ func (m *Manager) endPublished(ctx context.Context, pub fence.Published, cause e
 }
 
 // postmortem reads the helper's record of its agent's end. A helper writes it just
-// before it exits, which may be a moment after tmux saw the pane go, so wait
-// briefly for one when asked.
-func (m *Manager) postmortem(ctx context.Context, pub fence.Published, wait bool) (fence.Postmortem, bool) {
+// before it exits, which may be a moment after tmux saw the pane go, so when asked
+// it waits briefly — but not for a helper proven dead without one (SIGKILLed: the
+// answer is owner_lost at once).
+func (m *Manager) postmortem(ctx context.Context, pub fence.Published, wait bool) (fence.Postmortem, bool, error) {
 	deadline := time.Now().Add(postmortemGrace)
-	for {
+	for last := false; ; {
 		pm, ok, err := m.fence.Postmortem(ctx, pub.Identity, pub.Generation)
-		if err == nil && ok && !pm.EndedAt.IsZero() {
-			return pm, true
+		switch {
+		case err == nil && ok && !pm.EndedAt.IsZero():
+			return pm, true, nil
+		case !wait || last || time.Now().After(deadline):
+			return fence.Postmortem{}, false, nil
+		case err == nil && ok && pm.HelperPID != 0 &&
+			fence.Liveness(pm.HelperPID, pm.HelperIncarnation) == fence.Dead:
+			last = true // read once more: it may have written just before exiting
+			continue
 		}
-		if !wait || time.Now().After(deadline) || !sleepCtx(ctx, pollInterval) {
-			return fence.Postmortem{}, false
+		if !sleepCtx(ctx, pollInterval) {
+			return fence.Postmortem{}, false, errInterrupted
 		}
 	}
 }
