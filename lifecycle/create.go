@@ -91,7 +91,10 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (CreateResult, 
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sagaTimeout)
 	defer cancel()
-	a := &attempt{req: req, res: res, digest: req.Identity.Digest(), start: start, stop: cancel}
+	// The fence canonicalised the identity and spec (realpath): tags, names and
+	// verdicts use its form, so every later reader digests the same bytes.
+	req.Identity, req.Spec = res.Identity, res.Spec
+	a := &attempt{req: req, res: res, digest: res.Identity.Digest(), start: start, stop: cancel}
 	m.track(a)
 	defer m.untrack(a)
 	result, err := m.saga(sctx, a)

@@ -210,3 +210,29 @@ func TestShutdownAbandonsInflight(t *testing.T) {
 	close(gate)
 	<-done
 }
+
+// TestSymlinkedStateDirIsOneIdentity: two spellings of one state_dir are one
+// identity; the tags carry the canonical digest, so the second create is existing.
+func TestSymlinkedStateDirIsOneIdentity(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, spec := e.identity("alias")
+	link := filepath.Join(e.home, "alias-link")
+	if err := os.Symlink(id.StateDir, link); err != nil {
+		t.Fatal(err)
+	}
+	aliased := id
+	aliased.StateDir = link
+	aspec := spec
+	aspec.StateFile = filepath.Join(link, "alias.jsonl")
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: aliased, Spec: aspec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Session.StateDir != id.StateDir {
+		t.Fatalf("state_dir %q, want the canonical %q", res.Session.StateDir, id.StateDir)
+	}
+	again, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec})
+	if err != nil || again.Status != "existing" || again.Session.ID != res.Session.ID {
+		t.Fatalf("aliased create %+v %v", again, err)
+	}
+}
