@@ -67,6 +67,9 @@ type attempt struct {
 // *verdict.Error. Every call ends in exactly one verdict of its own.
 func (m *Manager) Create(ctx context.Context, req CreateRequest) (CreateResult, error) {
 	start := time.Now()
+	if c, err := fence.CanonicalIdentity(req.Identity); err == nil {
+		req.Identity = c // verdicts of every outcome name the identity one way
+	}
 	if !m.begin() {
 		err := ErrShuttingDown
 		m.emit(ctx, m.refusedRecord(req, err, start))

@@ -235,4 +235,7 @@ func TestSymlinkedStateDirIsOneIdentity(t *testing.T) {
 	if err != nil || again.Status != "existing" || again.Session.ID != res.Session.ID {
 		t.Fatalf("aliased create %+v %v", again, err)
 	}
+	if recs := e.verdicts(id); count(recs, "published") != 1 || count(recs, "existing") != 1 {
+		t.Fatalf("verdicts under the canonical identity: %v", verdictNames(recs))
+	}
 }
