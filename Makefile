@@ -55,15 +55,15 @@ test: test-deps fmt-check vet
 
 # Benchmarks compare against a baseline measured in the same run; results go to
 # BENCHMARKS.md by hand with the command that produced them. Each package's
-# micro-benchmark runs with the sizes its BENCHMARKS.md section names (census
-# Burst100 sleeps 2.5 s per iteration, so it is left out); then the end-to-end
-# harness (integration/cmd/bench) starts private daemons and tmux servers,
+# micro-benchmark runs with the command its BENCHMARKS.md section names; then
+# the end-to-end harness (integration/cmd/bench) starts private daemons and tmux servers,
 # kills them by pid at the end, and writes BENCHMARKS.e2e.generated.md.
 bench: tmux build
 	$(GO) test -run '^$$' -bench RoundTrip -benchtime 3000x -count 3 ./tmuxctl/
 	$(GO) test -run '^$$' -bench Transition -benchtime 2000x -count 3 ./fence/
-	$(GO) test -run '^$$' -bench Lookup ./census/
-	$(GO) test -run '^$$' -bench Resync1000 -benchtime 5x -timeout 30m ./census/
+	$(GO) test -run '^$$' -bench Resync1000 -benchtime 30x -count 3 -timeout 30m ./census/
+	$(GO) test -run '^$$' -bench Lookup -count 3 ./census/
+	$(GO) test -run '^$$' -bench Burst100 -benchtime 3x -count 2 -timeout 20m ./census/
 	$(GO) run ./integration/cmd/bench -bin $(BIN) -out BENCHMARKS.e2e.generated.md
 
 # The scale run: 4,000 live supervised sessions (capped by free ptys and memory);
