@@ -67,7 +67,7 @@ func fakeAgent(args []string) int {
 // env is one supervised world: a private tmux server, a fence, a verdict writer,
 // a census and a Manager, all real.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	home   string
 	socket string
 	store  *fence.Store
@@ -81,7 +81,7 @@ type env struct {
 	closed bool
 }
 
-func newHome(t *testing.T) string {
+func newHome(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "skc")
 	if err != nil {
@@ -96,7 +96,7 @@ func newHome(t *testing.T) string {
 
 // startEnv starts the components on home (a fresh one when ""), and runs the
 // Manager's end detection loop unless noRun.
-func startEnv(t *testing.T, home string, fault string, noRun bool) *env {
+func startEnv(t testing.TB, home string, fault string, noRun bool) *env {
 	t.Helper()
 	if home == "" {
 		home = newHome(t)
@@ -237,3 +237,5 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func pidAlive(pid int) bool {
 	return pid > 0 && syscall.Kill(pid, 0) == nil
 }
+
+func startEnvB(b *testing.B) *env { return startEnv(b, "", "", false) }

@@ -38,10 +38,12 @@ func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retEr
 		return res, err
 	}
 	m.fault.hit(FaultSpawned)
-	if err := m.waitHelper(ctx, a); err != nil {
+	if err := m.tag(ctx, a); err != nil {
 		return res, err
 	}
-	if err := m.tag(ctx, a); err != nil {
+	// After the tags, so the helper's start overlaps them; before tagged is
+	// recorded, so a create that publishes always has a helper holding its spec.
+	if err := m.waitHelper(ctx, a); err != nil {
 		return res, err
 	}
 	if err := m.advance(ctx, a, fence.PhaseTagged, fence.Patch{}); err != nil {
