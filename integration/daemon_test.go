@@ -171,8 +171,12 @@ func (d *Daemon) wait(t testing.TB, timeout time.Duration) *os.ProcessState {
 
 func (d *Daemon) checkRace(t testing.TB) {
 	t.Helper()
-	if log := d.Log(); strings.Contains(log, "WARNING: DATA RACE") {
+	log := d.Log()
+	if strings.Contains(log, "WARNING: DATA RACE") {
 		t.Errorf("data race in the daemon:\n%s", clip(log))
+	}
+	if strings.Contains(log, "leaked exec.Cmd") {
+		t.Errorf("the daemon leaked a child process (GODEBUG=execwait=2):\n%s", clip(log))
 	}
 }
 

@@ -143,7 +143,7 @@ func (h *Home) Env(extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		if strings.HasPrefix(kv, "SKC_") || strings.HasPrefix(kv, "TMUX=") ||
-			strings.HasPrefix(kv, "TMUX_PANE=") || strings.HasPrefix(kv, "GORACE=") {
+			strings.HasPrefix(kv, "TMUX_PANE=") || strings.HasPrefix(kv, "GORACE=") || strings.HasPrefix(kv, "GODEBUG=") {
 			continue
 		}
 		env = append(env, kv)
@@ -151,7 +151,9 @@ func (h *Home) Env(extra ...string) []string {
 	// A -race binary sleeps 1 s at exit by default (GORACE atexit_sleep_ms) to let
 	// late reports land; every CLI call would pay it.
 	env = append(env, "SKC_HOME="+h.Dir, "SKC_TMUX_CONFIG=/dev/null", "SKC_IT_MARK="+h.Dir,
-		"GORACE=atexit_sleep_ms=50")
+		"GORACE=atexit_sleep_ms=50",
+		// A started exec.Cmd that is never waited for panics (a leaked child).
+		"GODEBUG=execwait=2")
 	return append(env, extra...)
 }
 

@@ -27,6 +27,32 @@ func TestSoakConcurrentCreate(t *testing.T) {
 func testConcurrentCreate(t *testing.T, n int) {
 	d := StartDaemon(t, DaemonOpts{})
 	spec := NewSpec(t, "race-1")
+	results := createAtOnce(t, d, spec, n)
+	published := tallyRace(t, results)
+	agents := d.AgentSessions(t)
+	if len(agents) != 1 || agents[0].Name != published.Name {
+		t.Errorf("tmux has %d agent sessions %+v, want exactly the published %q", len(agents), agents, published.Name)
+	}
+	vs := d.Verdicts(t)
+	checkVerdictStream(t, vs)
+	if got := countVerdicts(vs, func(v Verdict) bool { return v.SKC.Verdict == "published" }); got != 1 {
+		t.Errorf("%d published verdicts, want 1", got)
+	}
+	// Every create ends in exactly one terminal verdict of its own.
+	if creates := countVerdicts(vs, func(v Verdict) bool { return v.Event.Action == "create" }); creates != n {
+		t.Errorf("%d create verdicts for %d creates, want one each", creates, n)
+	}
+	status, body := d.Get(t, "/v1/fence")
+	var f struct {
+		Reservations []json.RawMessage `json:"reservations"`
+	}
+	if status != 200 || json.Unmarshal(body, &f) != nil || len(f.Reservations) != 0 {
+		t.Errorf("fence after the race: %d %s, want no reservation left", status, body)
+	}
+}
+
+// createAtOnce runs n create processes released together.
+func createAtOnce(t *testing.T, d *Daemon, spec Spec, n int) []Result {
 	results := make([]Result, n)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -48,7 +74,12 @@ func testConcurrentCreate(t *testing.T, n int) {
 	if t.Failed() {
 		t.FailNow()
 	}
+	return results
+}
 
+// tallyRace checks the answers of a race: exactly one published, every other
+// one existing (the same session) or refused by the live reservation.
+func tallyRace(t *testing.T, results []Result) Session {
 	counts := map[string]int{}
 	var published Session
 	names := map[string]bool{}
@@ -81,26 +112,7 @@ func testConcurrentCreate(t *testing.T, n int) {
 	if len(names) != 1 {
 		t.Errorf("answers name %d different sessions, want 1: %v", len(names), names)
 	}
-	agents := d.AgentSessions(t)
-	if len(agents) != 1 || agents[0].Name != published.Name {
-		t.Errorf("tmux has %d agent sessions %+v, want exactly the published %q", len(agents), agents, published.Name)
-	}
-	checkVerdictStream(t, d.Verdicts(t))
-	if got := countVerdicts(d.Verdicts(t), func(v Verdict) bool { return v.SKC.Verdict == "published" }); got != 1 {
-		t.Errorf("%d published verdicts, want 1", got)
-	}
-	// Every create ends in exactly one terminal verdict of its own.
-	creates := countVerdicts(d.Verdicts(t), func(v Verdict) bool { return v.Event.Action == "create" })
-	if creates != n {
-		t.Errorf("%d create verdicts for %d creates, want one each", creates, n)
-	}
-	status, body := d.Get(t, "/v1/fence")
-	var f struct {
-		Reservations []json.RawMessage `json:"reservations"`
-	}
-	if status != 200 || json.Unmarshal(body, &f) != nil || len(f.Reservations) != 0 {
-		t.Errorf("fence after the race: %d %s, want no reservation left", status, body)
-	}
+	return published
 }
 
 func countVerdicts(vs []Verdict, match func(Verdict) bool) int {
