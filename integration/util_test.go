@@ -340,7 +340,8 @@ func runHelperMode(mode string) int {
 	case "tmuxproxy":
 		return runTmuxProxy()
 	case "rawget":
-		h := &Home{Dir: strings.TrimSuffix(os.Getenv("SKC_IT_SOCK"), "/api.sock")}
+		dir := strings.TrimSuffix(os.Getenv("SKC_IT_SOCK"), "/api.sock")
+		h := &Home{Dir: dir, Runtime: dir}
 		req, _ := http.NewRequest("GET", "http://skc"+os.Getenv("SKC_IT_PATH"), nil)
 		resp, err := h.HTTP().Do(req)
 		if err != nil {
