@@ -178,7 +178,5 @@ func TestManagerShutdownLeaksNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.close()
-	// tmuxctl's event queue waits for a consumer to drain it after the census
-	// stops reading (reported to tmuxctl); everything of lifecycle's must be gone.
-	goleak.VerifyNone(t, opts, goleak.IgnoreTopFunction("github.com/skc-supervisor/skc-supervisor/tmuxctl.(*queue[...]).run"))
+	goleak.VerifyNone(t, opts)
 }

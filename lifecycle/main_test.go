@@ -162,6 +162,12 @@ func (e *env) close() {
 	}
 	e.cancel()
 	e.wg.Wait()
+	if e.client != nil {
+		// The census stopped reading; the client's event stream closes only
+		// once drained (tmuxctl's contract), so drain what is left.
+		for range e.client.Events() {
+		}
+	}
 	if e.w != nil {
 		_ = e.w.Close()
 	}
