@@ -225,6 +225,14 @@ func (m *Manager) maybeExisting(ctx context.Context, req CreateRequest, pub fenc
 		_, out, rerr := m.refuse(ctx, req, unavailable(err), start)
 		return out, false, rerr
 	}
+	if auth == census.Authoritative && sess != nil && sess.PaneDead {
+		// Kept by remain-on-exit, but its agent is gone: not an existing session.
+		if err := m.endDeadPane(ctx, pub, m.lifeOf(pub.ServerPID, pub.ServerStart), false); err != nil {
+			_, out, rerr := m.refuse(ctx, req, unavailable(err), start)
+			return out, false, rerr
+		}
+		return nil, true, nil
+	}
 	switch auth {
 	case census.Authoritative:
 		v := m.viewOf(sess, &pub)

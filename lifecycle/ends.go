@@ -43,6 +43,11 @@ func (m *Manager) Run(ctx context.Context) error {
 			case census.Removed:
 				wg.Add(1)
 				go func() { defer wg.Done(); m.onRemoved(ctx, ch) }()
+			case census.Added, census.Changed:
+				if ch.Session.PaneDead {
+					wg.Add(1)
+					go func() { defer wg.Done(); m.onPaneDead(ctx, ch) }()
+				}
 			case census.Resync:
 				m.reconcile(ctx)
 			}
@@ -73,6 +78,34 @@ func (m *Manager) onRemoved(ctx context.Context, ch census.Change) {
 	if _, err := m.endPublished(ctx, pub, cause); err != nil {
 		m.log.Warn().Err(err).Str("tmux_id", s.ID).Msg("ended verdict not written")
 	}
+}
+
+// onPaneDead ends a published generation whose agent's pane is dead but kept by
+// tmux (remain-on-exit set in the server's configuration): "session exists but
+// the agent is dead" must not pass for a live session.
+func (m *Manager) onPaneDead(ctx context.Context, ch census.Change) {
+	pub, ok := m.publishedByTmuxID(ctx, ch.Session.ID, ch.Life)
+	if !ok {
+		return
+	}
+	if err := m.endDeadPane(ctx, pub, ch.Life, false); err != nil {
+		m.log.Warn().Err(err).Str("tmux_id", ch.Session.ID).Msg("dead pane not ended")
+	}
+}
+
+// endDeadPane writes the ended verdict (reason agent_exited, from the postmortem)
+// of a session whose pane is dead, then removes the session, which can never run
+// the agent again.
+func (m *Manager) endDeadPane(ctx context.Context, pub fence.Published, life tmuxctl.ServerLife, restart bool) error {
+	cause := endCause{reason: verdict.ReasonAgentExited, waitForPM: true, restart: restart}
+	if _, err := m.endPublished(ctx, pub, cause); err != nil {
+		return err
+	}
+	m.markKilling(pub.TmuxID, killReason{reason: verdict.ReasonAgentExited})
+	defer m.unmarkKilling(pub.TmuxID)
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
+	defer cancel()
+	return m.killConfirm(kctx, life, pub.TmuxID)
 }
 
 // publishedByTmuxID finds the published, not-ended generation living in session id

@@ -134,9 +134,12 @@ func (m *Manager) recoverAtStart(ctx context.Context, row fence.Reservation) err
 
 // adoptOrEnd looks at one published, not-ended generation at start.
 func (m *Manager) adoptOrEnd(ctx context.Context, p fence.Published) error {
-	auth, _, err := m.inspectPublished(ctx, p)
+	auth, sess, err := m.inspectPublished(ctx, p)
 	if err != nil && auth != census.Unknown {
 		return err
+	}
+	if auth == census.Authoritative && sess != nil && sess.PaneDead {
+		return m.endDeadPane(ctx, p, m.lifeOf(p.ServerPID, p.ServerStart), true)
 	}
 	switch auth {
 	case census.Authoritative:

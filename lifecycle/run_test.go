@@ -60,3 +60,23 @@ func TestMetricsCountOutcomes(t *testing.T) {
 		}
 	}
 }
+
+// TestRemainOnExitIsNotExisting: with remain-on-exit on (a user's tmux config), a
+// dead agent's pane stays; it is ended (agent_exited, with its status) and removed,
+// never answered as an existing session.
+func TestRemainOnExitIsNotExisting(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	if out, err := exec.Command("tmux", "-S", e.socket, "set-option", "-g", "remain-on-exit", "on").CombinedOutput(); err != nil {
+		t.Fatalf("set remain-on-exit: %v %s", err, out)
+	}
+	id, res := e.create(t, "remain", "agent", "exit", "3")
+	rec := e.ended(t, id)
+	if rec.Reason != verdict.ReasonAgentExited || rec.Exit == nil || rec.Exit.Status == nil || *rec.Exit.Status != 3 {
+		t.Fatalf("ended %+v exit %+v", rec, rec.Exit)
+	}
+	waitFor(t, "dead session removed", func() bool { return len(e.sessions(id.Digest())) == 0 })
+	_, again := e.create(t, "remain", "agent", "sleep")
+	if again.Status != "published" || again.Session.ID == res.Session.ID {
+		t.Fatalf("re-create %+v", again)
+	}
+}
