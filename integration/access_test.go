@@ -73,6 +73,10 @@ func attach(t *testing.T, d *Daemon, s Session, args ...string) {
 	go func() { exited <- cmd.Wait() }()
 
 	waitScreen(t, screen, exited, "READY-MARKER")
+	// attach replaces itself with tmux attach (CONTRACT): same pid, tmux's image.
+	if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", cmd.Process.Pid)); filepath.Base(exe) != "tmux" {
+		t.Errorf("attach process runs %q, want it replaced by tmux", exe)
+	}
 	typed := fmt.Sprintf("typed-by-human-%d", len(args))
 	ptmx.Write([]byte(typed + "\r"))
 	waitScreen(t, screen, exited, typed)

@@ -36,6 +36,13 @@ func TestHTTPAPI(t *testing.T) {
 		t.Errorf("POST again: %d %s, want 200 existing", status, b)
 	}
 
+	mismatch := `{"state_dir":` + strconv.Quote(sd) + `,"session_id":"api-1","state_file":` + strconv.Quote(sd+"/other.jsonl") + `,"argv":["sleep","1000"]}`
+	status, b = d.Do(t, "POST", "/v1/sessions", mismatch, nil)
+	if err := decodeOne(string(b), &a); status != 409 || err != nil || a.Status != "refused" || a.Error == nil ||
+		a.Error.Code != "identity_state_file_mismatch" {
+		t.Errorf("POST with another state_file: %d %s, want 409 refused identity_state_file_mismatch", status, b)
+	}
+
 	for _, c := range []struct {
 		method, path string
 		status       int

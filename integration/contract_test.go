@@ -2,7 +2,9 @@ package integration
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -171,7 +173,11 @@ func TestContract(t *testing.T) {
 			t.Errorf("show after kill by identity: want exit 4\n%s", r)
 		}
 	})
-	t.Run("verdicts", func(t *testing.T) { checkVerdictStream(t, d.Verdicts(t)) })
+	t.Run("verdicts", func(t *testing.T) {
+		vs := d.Verdicts(t)
+		checkVerdictStream(t, vs)
+		checkVerdictsFile(t, d, vs)
+	})
 }
 
 // checkNewSession checks a just-published session against its spec and tmux.
@@ -348,8 +354,18 @@ func checkExitCodes(t *testing.T, d *Daemon, spec Spec) {
 	if r := d.CLI(t, "frobnicate"); r.Code != 2 {
 		t.Errorf("unknown verb: want exit 2\n%s", r)
 	}
-	if r := d.CLI(t, "create", "--json", "--state-dir", spec.StateDir, "--session-id", "noargv"); r.Code != 2 {
-		t.Errorf("create without a command: want exit 2\n%s", r)
+	// Usage errors with --json are one JSON document on stdout too.
+	for _, args := range [][]string{
+		{"create", "--json", "--state-dir", spec.StateDir, "--session-id", "noargv"},
+		{"create", "--json", "--wait", "soon", "--state-dir", spec.StateDir, "--session-id", "w", "--", "true"},
+		{"ls", "--json", "--no-such-flag"},
+		{"show", "--json"},
+	} {
+		r := d.CLI(t, args...)
+		var a Answer
+		if err := decodeOne(r.Stdout, &a); err != nil || r.Code != 2 || a.Status != "invalid" || a.Error == nil {
+			t.Errorf("usage error with --json: want exit 2 and one JSON document with status invalid (%v)\n%s", err, r)
+		}
 	}
 	mismatch := spec
 	mismatch.StateFile = filepath.Join(spec.StateDir, "other.jsonl")
@@ -433,5 +449,27 @@ func checkVerdictStream(t testing.TB, vs []Verdict) {
 		var m map[string]any
 		json.Unmarshal([]byte(v.Raw), &m)
 		checkKeys(t, "verdict", m, map[string]string{"@timestamp": "string", "event": "object", "skc": "object"})
+	}
+}
+
+// checkVerdictsFile: verdicts.jsonl holds the same records as `verdicts`, one
+// per line, in the same order.
+func checkVerdictsFile(t *testing.T, d *Daemon, vs []Verdict) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(d.Dir, "verdicts.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := parseVerdicts(t, string(b))
+	if len(file) != len(vs) {
+		t.Fatalf("verdicts.jsonl has %d records, `verdicts` %d", len(file), len(vs))
+	}
+	for i := range vs {
+		var a, b any
+		json.Unmarshal([]byte(vs[i].Raw), &a)
+		json.Unmarshal([]byte(file[i].Raw), &b)
+		if !reflect.DeepEqual(a, b) {
+			t.Errorf("record %d differs:\n verdicts:       %s\n verdicts.jsonl: %s", i, vs[i].Raw, file[i].Raw)
+		}
 	}
 }

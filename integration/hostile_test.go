@@ -233,6 +233,21 @@ func TestHostileCLI(t *testing.T) {
 			d.CLI(t, "kill", a.Session.Name)
 		}
 	}
+	// --state-file and --cwd are resolved the same way.
+	os.MkdirAll(filepath.Join(base, "work"), 0o700)
+	rel := Spec{StateDir: base, SessionID: "relfile", StateFile: "f.jsonl", Cwd: "work", Argv: []string{"sleep", "1000"}}
+	r := d.CLIWith(t, CLIOpts{Dir: base}, rel.Args()...)
+	var ra Answer
+	mustJSON(t, r, &ra)
+	d.NoteSession(t)
+	if r.Code != 0 || ra.Session == nil || ra.Session.StateFile != filepath.Join(base, "f.jsonl") {
+		t.Errorf("relative --state-file: want %s\n%s", filepath.Join(base, "f.jsonl"), r)
+	} else {
+		if cwd, _ := os.Readlink(fmt.Sprintf("/proc/%d/cwd", waitAgent(t, ra.Session.PanePID, "sleep"))); cwd != filepath.Join(base, "work") {
+			t.Errorf("relative --cwd: agent runs in %q, want %s", cwd, filepath.Join(base, "work"))
+		}
+		d.CLI(t, "kill", ra.Session.Name)
+	}
 	spec := NewSpec(t, "cli-bad")
 	tooMany := spec
 	tooMany.Env = nil

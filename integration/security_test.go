@@ -125,3 +125,17 @@ func expectServeRefused(t *testing.T, h *Home, path string) string {
 	}
 	return log
 }
+
+// TestHomeCreated: a home that does not exist yet is created 0700 by serve.
+func TestHomeCreated(t *testing.T) {
+	t.Parallel()
+	parent := mkTemp(t)
+	dir := filepath.Join(parent, "new")
+	h := homeAt(t, dir, parent)
+	d := h.Start(t, DaemonOpts{})
+	fi, err := os.Stat(d.Dir)
+	if err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("created home: %v %v, want mode 0700", fi.Mode(), err)
+	}
+	d.MustCreate(t, NewSpec(t, "in-new-home"), "published")
+}
