@@ -2,6 +2,24 @@
 // detection and the pane helper (DESIGN.md §6). The order of the saga's steps is the
 // order of shared/model/saga.pml, which spin checked exhaustively for racing,
 // crashing creators: change one only together with the other.
+//
+// Decisions worth knowing:
+//   - The pane command is `<HelperPath> helper --home H --reservation R --generation G`:
+//     several argv words, so tmux execs it with no shell, and nothing user-controlled
+//     passes through tmux (argv, env, cwd and label stay in the fence).
+//   - The helper reads its spec from the reservation row, which Release deletes, so
+//     the saga waits (after tagging, before recording `tagged`) until the helper has
+//     recorded its start; a helper that cannot start fails the create (spawn_failed).
+//   - The helper learns of publication by polling the fence (every 20 ms for 3 s,
+//     then every 200 ms) rather than a tmux wait-for channel: the fence is the only
+//     evidence it may trust anyway, and a daemon that dies after publishing cannot
+//     leave it waiting.
+//   - A session end is matched to its published generation by tmux id and server
+//     life, never by the removed session's tags (the census may not have seen them
+//     for an agent that exits at once). A pane kept dead by remain-on-exit is an end
+//     too (reason agent_exited), never an existing session.
+//   - Ended verdicts are compare-and-set on the generation (fence.MarkEnded), so end
+//     detection, creates, recovery and kills racing on one end write one verdict.
 package lifecycle
 
 import (
