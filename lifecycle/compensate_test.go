@@ -173,3 +173,50 @@ func checkNoTrace(t *testing.T, e *env, id fence.Identity) {
 	}
 	_ = time.Second
 }
+
+// TestFenceLostStopsWithoutTmuxMutation: when the row stops being ours mid-saga,
+// the attempt stops with no further tmux command (its session is left for
+// recovery), writes failed/fence_lost, and the next create recovers the orphan.
+func TestFenceLostStopsWithoutTmuxMutation(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	var mu sync.Mutex
+	var after []string
+	lost := false
+	withFaults(e, func(args []string) (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if lost {
+			after = append(after, args[0])
+		}
+		if args[0] == "new-session" && !lost {
+			rows, _ := e.store.Reservations(context.Background())
+			if len(rows) == 1 {
+				_ = e.store.Abandon(context.Background(), rows[0].ID) // the row is no longer in flight
+			}
+			lost = true
+		}
+		return false, nil
+	})
+	id, spec := e.identity("lost")
+	_, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec})
+	if verdict.CodeOf(err) != verdict.CodeFenceLost {
+		t.Fatalf("err %v", err)
+	}
+	mu.Lock()
+	if len(after) != 0 {
+		t.Fatalf("tmux commands after the fence was lost: %v", after)
+	}
+	lost = false
+	mu.Unlock()
+	if rec := lastVerdict(t, e, id); rec.Verdict != verdict.VerdictFailed || rec.Evidence["compensation"] != compNone {
+		t.Fatalf("verdict %+v", rec)
+	}
+	withFaults(e, nil)
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec})
+	if err != nil || res.Status != "published" {
+		t.Fatalf("second create %+v %v", res, err)
+	}
+	if s := e.sessions(id.Digest()); len(s) != 1 || s[0] != res.Session.ID {
+		t.Fatalf("sessions %v", s)
+	}
+}
