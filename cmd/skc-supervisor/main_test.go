@@ -102,6 +102,22 @@ func TestHumanErrorsGoToStderr(t *testing.T) {
 	}
 }
 
+func TestEveryVerbAcceptsHomeFlags(t *testing.T) {
+	for name := range verbs {
+		if name == "helper" || name == "serve" || name == "attach" {
+			continue // helper's arguments belong to lifecycle; serve and attach need a daemon or tmux
+		}
+		args := []string{name, "--home", "/nonexistent-skc/h", "--runtime-dir", "/nonexistent-skc/r"}
+		if name == "tmuxctl" {
+			args = append(args, "decode")
+		}
+		_, _, stderr := run(t, args...)
+		if strings.Contains(stderr, "not defined") {
+			t.Errorf("%s refused --home/--runtime-dir: %s", name, stderr)
+		}
+	}
+}
+
 func TestVersion(t *testing.T) {
 	code, stdout, _ := run(t, "version")
 	if code != 0 || !strings.HasPrefix(stdout, "skc-supervisor ") {

@@ -54,8 +54,13 @@ func runAttach(cli *CLI, args []string) int {
 
 // runTmuxctl is `tmuxctl decode`: control-mode bytes on stdin → JSON lines.
 func runTmuxctl(cli *CLI, args []string) int {
-	if len(args) != 1 || args[0] != "decode" {
-		return cli.fail(opts{}, usageError("tmuxctl", errors.New("the only subcommand is decode")))
+	var o opts
+	pos, err := parseArgs(newFlags("tmuxctl", &o, false), args)
+	if err == nil && (len(pos) != 1 || pos[0] != "decode") {
+		err = usageError("tmuxctl", errors.New("the only subcommand is decode"))
+	}
+	if err != nil {
+		return cli.fail(o, err)
 	}
 	if err := tmuxctl.Decode(os.Stdin, cli.stdout); err != nil {
 		fmt.Fprintf(cli.stderr, "skc-supervisor tmuxctl decode: %v\n", err)
