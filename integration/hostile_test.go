@@ -300,3 +300,31 @@ func TestNonUTF8Argv(t *testing.T) {
 		t.Errorf("agent got argv[1] %q, want %q byte-for-byte", got, "a\xff\xfeb")
 	}
 }
+
+// TestCanonicalIdentity: state_dir is canonicalised (realpath where it exists),
+// so a symlink, a trailing slash or a "." names the same identity: one session.
+func TestCanonicalIdentity(t *testing.T) {
+	t.Parallel()
+	d := StartDaemon(t, DaemonOpts{})
+	base := t.TempDir()
+	real := filepath.Join(base, "real")
+	link := filepath.Join(base, "link")
+	os.Mkdir(real, 0o700)
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	spec := Spec{StateDir: link, SessionID: "canon", Argv: []string{"sleep", "1000"}}
+	first := d.MustCreate(t, spec, "published")
+	if first.StateDir != real || first.StateFile != filepath.Join(real, "canon.jsonl") {
+		t.Errorf("state_dir %q state_file %q, want the realpath %s", first.StateDir, first.StateFile, real)
+	}
+	for _, alias := range []string{real, real + "/", real + "/.", link + "/../real"} {
+		spec.StateDir = alias
+		if s := d.MustCreate(t, spec, "existing"); s.Name != first.Name {
+			t.Errorf("--state-dir %q answered %s, want the existing %s", alias, s.Name, first.Name)
+		}
+	}
+	if n := len(d.AgentSessions(t)); n != 1 {
+		t.Errorf("%d agent sessions, want 1", n)
+	}
+}

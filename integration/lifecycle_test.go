@@ -127,8 +127,13 @@ func TestRestartAdoption(t *testing.T) {
 	}
 
 	d2 := h.Start(t, DaemonOpts{})
+	// Ready means the census has synced: the first ls already lists them.
+	l := d2.List(t)
+	if !l.Census.Synced {
+		t.Errorf("ls right after ready: census not synced")
+	}
 	listed := map[string]Session{}
-	for _, s := range d2.List(t).Sessions {
+	for _, s := range l.Sessions {
 		listed[s.Name] = s
 	}
 	for i, s := range sess {
