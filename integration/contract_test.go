@@ -378,6 +378,12 @@ func checkExitCodes(t *testing.T, d *Daemon, spec Spec) {
 	}
 	expectError(t, d.CLI(t, "show", "--json", "skc-no-such-session"), 4, "error", "not_found", "")
 	expectError(t, d.CLI(t, "kill", "--json", "skc-no-such-session"), 4, "error", "not_found", "")
+	if r := d.CLI(t, "attach", "skc-no-such-session"); r.Code != 4 {
+		t.Errorf("attach of nothing: want exit 4\n%s", r)
+	}
+	if r := d.CLI(t, "verdicts", "--since", "soon"); r.Code != 2 {
+		t.Errorf("verdicts --since soon: want exit 2\n%s", r)
+	}
 	if r := d.CLI(t, "show", "skc-no-such-session"); r.Code != 4 || r.Stdout != "" {
 		t.Errorf("show (text) of nothing: want exit 4, message on stderr only\n%s", r)
 	}

@@ -129,6 +129,24 @@ func createWhileStuck(t *testing.T, d *Daemon, spec Spec) {
 	if r := d.CLI(t, "ls", "--json"); r.Code != 0 {
 		t.Errorf("ls while tmux is stuck: want exit 0 (census may be unsynced)\n%s", r)
 	}
+	// While that create is in flight, another one with --wait 0s is refused at
+	// once by the live reservation.
+	WaitFor(t, waitDeadline, "the stuck create's reservation in the fence", func() error {
+		r := d.CLI(t, "fence", "--json")
+		var f struct {
+			Reservations []map[string]any `json:"reservations"`
+		}
+		mustJSON(t, r, &f)
+		for _, res := range f.Reservations {
+			if res["session_id"] == spec.SessionID {
+				return nil
+			}
+		}
+		return errorf("no reservation yet: %s", r.Stdout)
+	})
+	impatient := spec
+	impatient.Wait = "0s"
+	expectError(t, d.CLI(t, impatient.Args()...), 3, "refused", "identity_reserved_live", "")
 	t0 := time.Now()
 	var r Result
 	select {
