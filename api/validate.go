@@ -35,8 +35,7 @@ const (
 )
 
 // Validate checks req against CONTRACT.md's input limits and returns the
-// canonical spec: paths resolved (realpath where they exist, cleaned
-// otherwise), state_file defaulted to <state_dir>/<session_id>.jsonl, env
+// canonical spec: paths canonicalised (see Canonical), state_file defaulted to <state_dir>/<session_id>.jsonl, env
 // sorted, wait defaulted to 5s. Every violation is invalid_request with
 // details.field naming the field.
 func Validate(req CreateRequest) (CreateSpec, error) {
@@ -160,14 +159,13 @@ func checkPathBytes(field, p string) error {
 	return nil
 }
 
-// Canonical resolves an absolute path like `realpath -m`: the longest prefix
-// that exists has its symlinks resolved, the rest is cleaned lexically. So an
-// identity keeps the same state_dir before and after its directory is created
-// under a symlinked parent.
+// Canonical resolves an absolute path: it is cleaned lexically first, then
+// the longest prefix that exists has its symlinks resolved and the rest is
+// appended. Cleaning first (rather than realpath's physical "..") makes the
+// result the same before and after the directory is created, so an identity
+// keeps one state_dir; it is also the fence's own rule, so the two layers
+// agree.
 func Canonical(p string) string {
-	if r, err := filepath.EvalSymlinks(p); err == nil {
-		return r
-	}
 	c := filepath.Clean(p)
 	var rest []string
 	for dir := c; ; dir = filepath.Dir(dir) {

@@ -120,6 +120,7 @@ func TestCanonical(t *testing.T) {
 		d + "/./link/../link/x/":  real + "/real/x",
 		"/nonexistent-skc/a/../b": "/nonexistent-skc/b",
 		"/":                       "/",
+		d + "/link/../real2/x":    real + "/real2/x", // lexical "..", before and after real2 exists
 	}
 	for in, want := range cases {
 		if got := Canonical(in); got != want {
