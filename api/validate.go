@@ -35,8 +35,9 @@ const (
 )
 
 // Validate checks req against CONTRACT.md's input limits and returns the
-// canonical spec: paths canonicalised (see Canonical), state_file defaulted to <state_dir>/<session_id>.jsonl, env
-// sorted, wait defaulted to 5s. Every violation is invalid_request with
+// canonical spec: paths canonicalised (see Canonical), state_file
+// defaulted to <state_dir>/<session_id>.jsonl, env sorted, wait defaulted
+// to 5s. Every violation is invalid_request with
 // details.field naming the field.
 func Validate(req CreateRequest) (CreateSpec, error) {
 	var s CreateSpec
