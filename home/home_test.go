@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/skc-supervisor/skc-supervisor/verdict"
@@ -212,6 +213,13 @@ func TestLockHeldByAnotherProcess(t *testing.T) {
 	waitFor(t, func() bool { _, err := os.Stat(ready); return err == nil })
 	b, _ := os.ReadFile(path)
 	holder, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	// flock(1) runs the shell (which became sleep) as its child: end that
+	// one too, by its pid, or it would hold the lock after the test.
+	t.Cleanup(func() {
+		if holder > 0 {
+			syscall.Kill(holder, syscall.SIGKILL)
+		}
+	})
 	_, err := Acquire(path)
 	e := verdict.AsError(err)
 	if e == nil || e.Code != verdict.CodeBusy || e.Details["holder_pid"] != holder || holder == 0 {
