@@ -173,7 +173,7 @@ func (d *Daemon) checkRace(t testing.TB) {
 	t.Helper()
 	log := d.Log()
 	if strings.Contains(log, "WARNING: DATA RACE") {
-		t.Errorf("data race in the daemon:\n%s", clip(log))
+		t.Errorf("data race in the daemon:\n%s", raceReports(log))
 	}
 	if strings.Contains(log, "leaked exec.Cmd") {
 		t.Errorf("the daemon leaked a child process (GODEBUG=execwait=2):\n%s", clip(log))
@@ -276,4 +276,22 @@ func descendantNamed(pid int, name string) int {
 		}
 	}
 	return 0
+}
+
+// raceReports cuts the race detector's reports out of a log, whole.
+func raceReports(log string) string {
+	var b strings.Builder
+	for {
+		i := strings.Index(log, "WARNING: DATA RACE")
+		if i < 0 {
+			return b.String()
+		}
+		log = log[i:]
+		end := strings.Index(log, "\n==================")
+		if end < 0 {
+			end = len(log)
+		}
+		b.WriteString(log[:end] + "\n")
+		log = log[end:]
+	}
 }

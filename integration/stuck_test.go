@@ -64,18 +64,7 @@ func frozen(path string) bool {
 // answers again the identity ends with exactly one live session.
 func TestStuckTmux(t *testing.T) {
 	t.Parallel()
-	self, err := filepath.Abs(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	realTmux, err := exec.LookPath("tmux")
-	if err != nil {
-		t.Skip("tmux not on PATH")
-	}
-	freeze := filepath.Join(t.TempDir(), "freeze")
-	d := StartDaemon(t, DaemonOpts{Env: []string{"SKC_TMUX=" + self, "SKC_IT_HELPER=tmuxproxy",
-		"SKC_IT_REAL_TMUX=" + realTmux, "SKC_IT_FREEZE=" + freeze}})
-	t.Cleanup(func() { os.Remove(freeze) }) // runs before the daemon's stop
+	d, freeze := startFreezable(t, NewHome(t))
 	d.MustCreate(t, NewSpec(t, "before-freeze"), "published")
 
 	if err := os.WriteFile(freeze, nil, 0o600); err != nil {
@@ -107,6 +96,72 @@ func TestStuckTmux(t *testing.T) {
 	}
 }
 
+// startFreezable starts a daemon in h whose tmux is the proxy stand-in; it
+// stops answering while the returned file exists.
+func startFreezable(t *testing.T, h *Home) (*Daemon, string) {
+	t.Helper()
+	self, err := filepath.Abs(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	realTmux, err := exec.LookPath("tmux")
+	if err != nil {
+		t.Skip("tmux not on PATH")
+	}
+	freeze := h.Dir + "-freeze"
+	d := h.Start(t, DaemonOpts{Env: []string{"SKC_TMUX=" + self, "SKC_IT_HELPER=tmuxproxy",
+		"SKC_IT_REAL_TMUX=" + realTmux, "SKC_IT_FREEZE=" + freeze}})
+	t.Cleanup(func() { os.Remove(freeze) }) // runs before the daemon's stop
+	return d, freeze
+}
+
+// waitReservation waits until the fence shows a reservation for id.
+func waitReservation(t *testing.T, d *Daemon, id string) {
+	t.Helper()
+	WaitFor(t, waitDeadline, "a reservation for "+id+" in the fence", func() error {
+		r := d.CLI(t, "fence", "--json")
+		var f struct {
+			Reservations []map[string]any `json:"reservations"`
+		}
+		mustJSON(t, r, &f)
+		for _, res := range f.Reservations {
+			if res["session_id"] == id {
+				return nil
+			}
+		}
+		return errorf("no reservation yet: %s", r.Stdout)
+	})
+}
+
+// TestShutdownDuringCreate: SIGTERM while a create waits on a stuck tmux; the
+// daemon still exits 0 (finishing or compensating the create within a bound),
+// and after a restart the identity ends with exactly one session.
+func TestShutdownDuringCreate(t *testing.T) {
+	t.Parallel()
+	h := NewHome(t)
+	d, freeze := startFreezable(t, h)
+	d.MustCreate(t, NewSpec(t, "warm"), "published")
+	os.WriteFile(freeze, nil, 0o600)
+	spec := NewSpec(t, "interrupted")
+	done := make(chan Result, 1)
+	go func() {
+		r, _ := d.runCLI(t, CLIOpts{}, spec.Args()...)
+		done <- r
+	}()
+	waitReservation(t, d, spec.SessionID)
+	d.Stop(t)
+	r := <-done
+	if r.Code == 0 {
+		t.Errorf("the interrupted create answered success although tmux never answered\n%s", r)
+	}
+	os.Remove(freeze)
+	d2, _ := startFreezable(t, h)
+	s := d2.MustCreate(t, spec, "published")
+	if agents := d2.AgentSessions(t); len(agents) != 2 {
+		t.Errorf("tmux has %+v, want the warm session and %s only", agents, s.Name)
+	}
+}
+
 // createWhileStuck: a create against the stuck tmux fails with a clear error
 // while the API keeps answering, and a retry is not published on a guess.
 func createWhileStuck(t *testing.T, d *Daemon, spec Spec) {
@@ -131,19 +186,7 @@ func createWhileStuck(t *testing.T, d *Daemon, spec Spec) {
 	}
 	// While that create is in flight, another one with --wait 0s is refused at
 	// once by the live reservation.
-	WaitFor(t, waitDeadline, "the stuck create's reservation in the fence", func() error {
-		r := d.CLI(t, "fence", "--json")
-		var f struct {
-			Reservations []map[string]any `json:"reservations"`
-		}
-		mustJSON(t, r, &f)
-		for _, res := range f.Reservations {
-			if res["session_id"] == spec.SessionID {
-				return nil
-			}
-		}
-		return errorf("no reservation yet: %s", r.Stdout)
-	})
+	waitReservation(t, d, spec.SessionID)
 	impatient := spec
 	impatient.Wait = "0s"
 	expectError(t, d.CLI(t, impatient.Args()...), 3, "refused", "identity_reserved_live", "")
