@@ -67,13 +67,21 @@ type Client struct {
 // NewClient returns a Client for cfg; Run connects it.
 func NewClient(cfg Config) *Client {
 	full, err := cfg.withDefaults()
-	return &Client{cfg: full, cfgErr: err, events: newIdleQueue[Event](), up: make(chan struct{}),
+	return &Client{cfg: full, cfgErr: err, events: newIdleQueue[Event](eventTail), up: make(chan struct{}),
 		log: full.Log.With().Str("component", "tmuxctl.client").Str("socket", full.Socket).Logger()}
 }
 
+// eventTail is how many undelivered events the stream still holds for a
+// late reader once Run has returned (the channel's buffer).
+const eventTail = 256
+
 // Events is the ordered event stream, for one consumer. It is fed from an
-// unbounded queue (the connection never waits for the consumer) and closed
-// after Run returns and the queue is drained.
+// unbounded queue (the connection never waits for the consumer). When Run
+// returns, the stream is closed without waiting for a reader: the events
+// not yet received stay readable from the channel's buffer, up to 256 of
+// them; beyond that the newest are dropped (logged). So nobody has to drain
+// it after Run, and a consumer that keeps up still sees the last
+// Disconnected before the close.
 func (c *Client) Events() <-chan Event { return c.events.out }
 
 // Reconnects counts successful connections after the first.
@@ -138,7 +146,7 @@ func (c *Client) CommandIn(ctx context.Context, life ServerLife, args ...string)
 
 // Run connects and reconnects until ctx is done, then closes the connection
 // cleanly (stdin EOF, %exit) and returns nil. The event stream is closed
-// after Run returns.
+// before Run returns, with no goroutine left behind (see Events).
 func (c *Client) Run(ctx context.Context) error {
 	c.mu.Lock()
 	if c.running || c.stopped {
@@ -153,8 +161,7 @@ func (c *Client) Run(ctx context.Context) error {
 		c.stopped = true
 		close(c.up)
 		c.mu.Unlock()
-		c.events.start()
-		c.events.finish()
+		c.events.shut()
 		return c.cfgErr
 	}
 	c.events.start()
@@ -163,7 +170,9 @@ func (c *Client) Run(ctx context.Context) error {
 		c.stopped = true
 		close(c.up)
 		c.mu.Unlock()
-		c.events.finish()
+		if n := c.events.shut(); n > 0 {
+			c.log.Warn().Int("dropped", n).Msg("events nobody read when the client stopped were dropped")
+		}
 	}()
 	backoff, first := c.cfg.ReconnectMin, true
 	for ctx.Err() == nil {

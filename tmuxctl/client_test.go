@@ -161,7 +161,8 @@ func TestClientBadConfig(t *testing.T) {
 	if err := c.Run(bg()); err == nil {
 		t.Fatal("Run without a socket succeeded")
 	}
-	for range c.Events() {
+	if _, ok := <-c.Events(); ok { // closed by Run, nothing to drain
+		t.Fatal("event on a client that never connected")
 	}
 	if _, err := c.WaitConnected(bg()); !errors.Is(err, ErrClosed) {
 		t.Fatalf("WaitConnected: %v", err)
