@@ -80,7 +80,18 @@ func attach(t *testing.T, d *Daemon, s Session, args ...string) {
 	typed := fmt.Sprintf("typed-by-human-%d", len(args))
 	ptmx.Write([]byte(typed + "\r"))
 	waitScreen(t, screen, exited, typed)
-	ptmx.Write([]byte{0x02, 'd'}) // C-b d: tmux's default detach
+	// C-b d, tmux's default detach, one key per write as a terminal sends them.
+	// Once in a while (seen under load) tmux 3.3a passes this C-b through to the
+	// pane ("^Bd" on the screen): then press it again, as a human would.
+	detach := func() { ptmx.Write([]byte{0x02}); ptmx.Write([]byte{'d'}) }
+	detach()
+	select {
+	case err := <-exited:
+		exited <- err
+	case <-time.After(15 * time.Second):
+		t.Logf("C-b d did not detach; pressing it again (screen tail %q)", tail(screen.String(), 200))
+		detach()
+	}
 	select {
 	case err := <-exited:
 		if err != nil {
@@ -213,4 +224,11 @@ func TestOriginRefused(t *testing.T) {
 	if status != 403 || decodeOne(string(body), &a) != nil || a.Error == nil || a.Error.Code == "" {
 		t.Errorf("GET with Origin: %d %s, want 403 with an error code", status, body)
 	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
 }
