@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"regexp"
 	"sync"
 	"time"
@@ -29,6 +30,13 @@ type Config struct {
 	// ReconnectMin and ReconnectMax bound the Client's reconnect backoff;
 	// defaults 100ms and 5s.
 	ReconnectMin, ReconnectMax time.Duration
+
+	// SocketMode, when not 0, is applied to the socket after every
+	// successful connect: tmux creates its socket with its own umask, and a
+	// server started by a reconnect gets a new socket (0 → leave alone).
+	// Only a socket is chmod'ed (no symlink following); otherwise the dial
+	// fails with *SocketModeError.
+	SocketMode os.FileMode
 }
 
 // controlNameRE keeps the control session name free of anything that
@@ -136,6 +144,12 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 	if err := c.handshake(ctx); err != nil {
 		_ = c.Close()
 		return nil, err
+	}
+	if cfg.SocketMode != 0 {
+		if err := chmodSocket(cfg.Socket, cfg.SocketMode); err != nil {
+			_ = c.Close()
+			return nil, err
+		}
 	}
 	return c, nil
 }

@@ -131,8 +131,11 @@ func (d *daemon) start(ctx context.Context, wireLog string) error {
 // startTmux starts (or joins) the supervised server and waits for the
 // census's first sync.
 func (d *daemon) startTmux(ctx context.Context, wireLog string) error {
+	// tmux creates its socket with the umask it sets itself; the contract
+	// says 0600 (the directory is 0700 anyway). The client applies it on
+	// every server life, also to a server a reconnect started.
 	cfg := tmuxctl.Config{Tmux: d.paths.Tmux, Socket: d.paths.TmuxSocket(), ConfigFile: d.paths.TmuxConfig,
-		ControlSession: controlSession, Log: &d.log}
+		ControlSession: controlSession, Log: &d.log, SocketMode: 0o600}
 	if wireLog != "" {
 		f, err := os.OpenFile(wireLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
 		if err != nil {
@@ -154,11 +157,6 @@ func (d *daemon) startTmux(ctx context.Context, wireLog string) error {
 		}
 		return verdict.Errorf(verdict.CodeTmuxUnavailable, map[string]any{"socket": cfg.Socket, "tmux": cfg.Tmux},
 			"the supervised tmux server (%s on %s) did not answer within %v: %w", cfg.Tmux, cfg.Socket, connectBound, err)
-	}
-	// tmux creates its socket with the umask it sets itself; the contract
-	// says 0600, and the directory is 0700 anyway.
-	if err := os.Chmod(cfg.Socket, 0o600); err != nil {
-		d.log.Warn().Err(err).Str("socket", cfg.Socket).Msg("cannot chmod the tmux socket 0600")
 	}
 	d.reg.GaugeFunc("skc_census_sessions", "Sessions on the supervised tmux server (control session excluded).",
 		func() float64 { return float64(len(d.census.Snapshot().Sessions)) })

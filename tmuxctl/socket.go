@@ -1,0 +1,61 @@
+package tmuxctl
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// SocketModeError is a failure to apply Config.SocketMode to the server's
+// socket: the path is not a socket (a symlink, a regular file, gone) or the
+// chmod failed. Dial fails with it: a server whose socket we cannot lock
+// down is not one we supervise.
+type SocketModeError struct {
+	Path string
+	Err  error
+}
+
+// Error implements error.
+func (e *SocketModeError) Error() string {
+	return "tmuxctl: socket mode of " + e.Path + ": " + e.Err.Error()
+}
+
+// Unwrap returns the cause.
+func (e *SocketModeError) Unwrap() error { return e.Err }
+
+// Code is the stable snake_case code of a socket mode failure.
+func (e *SocketModeError) Code() string { return "tmux_socket_mode" }
+
+// errNotSocket says the socket path holds something else.
+var errNotSocket = errors.New("not a socket (refusing to chmod it)")
+
+// chmodSocket sets the permission bits of the socket at path to mode, with
+// no symlink following and no window between check and chmod: the path is
+// opened O_PATH|O_NOFOLLOW (a symlink opens as itself), the descriptor is
+// checked to be a socket, and the chmod goes through /proc/self/fd (Linux
+// has no fchmod on O_PATH descriptors). tmux keeps the execute bits as its
+// "a client is attached" marker (server_update_socket); they are kept for
+// each class that mode lets read.
+func chmodSocket(path string, mode os.FileMode) error {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &SocketModeError{Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &SocketModeError{Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return &SocketModeError{Path: path, Err: errNotSocket}
+	}
+	perm := uint32(mode.Perm())
+	x := st.Mode & 0o111 & (perm >> 2)
+	if err := unix.Chmod("/proc/self/fd/"+strconv.Itoa(fd), perm|x); err != nil {
+		return &SocketModeError{Path: path, Err: fmt.Errorf("chmod %o: %w", perm|x, err)}
+	}
+	return nil
+}
