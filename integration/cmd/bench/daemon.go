@@ -13,7 +13,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -32,8 +34,9 @@ type daemon struct {
 	perfDir             string       // -perf: profile the daemon during figures
 	next                atomic.Int64 // identity counter
 
-	mu   sync.Mutex
-	live []sess // created by us and not yet ended, oldest first
+	mu       sync.Mutex
+	live     []sess         // created by us and not yet ended, oldest first
+	failures map[string]int // failed creates during fill, by error text (clipped)
 }
 
 // sess is a session the bench created through the API.
@@ -161,10 +164,11 @@ func (d *daemon) create(ctx context.Context) (sess, error) {
 }
 
 // fill creates sessions with par concurrent clients until n of ours are live.
-// progress, when not nil, is called after each create.
+// A failed create is counted (failures) and retried by the next one; fill
+// gives up after 20 failures in a row. progress, when not nil, is called
+// after each successful create.
 func (d *daemon) fill(ctx context.Context, n, par int, progress func(int)) error {
-	var firstErr error
-	var once sync.Once
+	var streak, inflight atomic.Int64
 	var wg sync.WaitGroup
 	todo := make(chan struct{})
 	for w := 0; w < par; w++ {
@@ -172,23 +176,69 @@ func (d *daemon) fill(ctx context.Context, n, par int, progress func(int)) error
 		go func() {
 			defer wg.Done()
 			for range todo {
-				if _, err := d.create(ctx); err != nil {
-					once.Do(func() { firstErr = err })
-				} else if progress != nil {
-					progress(d.count())
+				_, err := d.create(ctx)
+				inflight.Add(-1)
+				if err != nil {
+					streak.Add(1)
+					d.failed(err)
+				} else {
+					streak.Store(0)
+					if progress != nil {
+						progress(d.count())
+					}
 				}
 			}
 		}()
 	}
-	for missing := n - d.count(); missing > 0 && ctx.Err() == nil && firstErr == nil; missing-- {
+	for ctx.Err() == nil && streak.Load() < 20 {
+		if int64(d.count())+inflight.Load() >= int64(n) {
+			if inflight.Load() == 0 {
+				break
+			}
+			time.Sleep(2 * time.Millisecond) // a create in flight may still fail
+			continue
+		}
+		inflight.Add(1)
 		todo <- struct{}{}
 	}
 	close(todo)
 	wg.Wait()
-	if firstErr == nil {
-		firstErr = ctx.Err()
+	if ctx.Err() != nil {
+		return ctx.Err()
 	}
-	return firstErr
+	if streak.Load() >= 20 {
+		return fmt.Errorf("20 creates failed in a row; failures: %v", d.failureSummary())
+	}
+	return nil
+}
+
+func (d *daemon) failed(err error) {
+	msg := err.Error()
+	if len(msg) > 160 {
+		msg = msg[:160]
+	}
+	logf("create failed: %s", msg)
+	d.mu.Lock()
+	if d.failures == nil {
+		d.failures = map[string]int{}
+	}
+	d.failures[msg]++
+	d.mu.Unlock()
+}
+
+// failureSummary lists the failed creates, "none" when there were none.
+func (d *daemon) failureSummary() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.failures) == 0 {
+		return "none"
+	}
+	var parts []string
+	for msg, k := range d.failures {
+		parts = append(parts, fmt.Sprintf("%d × `%s`", k, msg))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, "; ")
 }
 
 func (d *daemon) count() int {

@@ -41,6 +41,10 @@ func runScale(ctx context.Context, o options, r *reaper, bin string, rep *report
 		return err
 	}
 	d.perfDir = o.perfDir
+	defer func() {
+		// Also after an error: the daemon's own view of its requests.
+		rep.extra = append(rep.extra, "Failed creates: "+d.failureSummary()+".", serverTimesMarkdown(d))
+	}()
 	f := d.follow(ctx)
 	t0 := time.Now()
 	fillCtx, cancel := context.WithTimeout(ctx, o.createBudget)
@@ -58,9 +62,10 @@ func runScale(ctx context.Context, o options, r *reaper, bin string, rep *report
 	if err := listLookupRows(ctx, rep, d, 50, 200, "scale"); err != nil {
 		return err
 	}
-	err = d.fill(fillCtx, target, 16, progress)
+	err = d.fill(fillCtx, target, 8, progress)
 	reached := d.count()
-	rep.extra = append(rep.extra, fmt.Sprintf("Creating %d sessions (16 concurrent API clients) took %v.", reached, time.Since(t0).Round(time.Second)))
+	rep.extra = append(rep.extra, fmt.Sprintf("Creating %d sessions (16 concurrent API clients up to %d, then 8) took %v.",
+		reached, o.scaleAt, time.Since(t0).Round(time.Second)))
 	if err != nil && fillCtx.Err() == nil {
 		return fmt.Errorf("fill to %d (reached %d): %w", target, reached, err)
 	}
@@ -89,7 +94,6 @@ func scaleMeasure(ctx context.Context, rep *report, d *daemon, f *follower) erro
 		return err
 	}
 	endRow(rep, ends, n, 250*time.Millisecond)
-	rep.extra = append(rep.extra, serverTimesMarkdown(d))
 	rep.facts = append(rep.facts, [2]string{"load average at end", loadavg()})
 	return nil
 }
