@@ -176,6 +176,7 @@ func (c *Client) Run(ctx context.Context) error {
 	}()
 	backoff, first := c.cfg.ReconnectMin, true
 	for ctx.Err() == nil {
+		c.startServer(ctx)
 		conn, err := Dial(ctx, c.cfg)
 		if err != nil {
 			c.log.Warn().Err(err).Dur("retry_in", backoff).Msg("tmux connect failed")
@@ -196,6 +197,24 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// startServer calls Config.StartServer when it is set and no server
+// answers on the socket.
+func (c *Client) startServer(ctx context.Context) {
+	if c.cfg.StartServer == nil {
+		return
+	}
+	sctx, cancel := context.WithTimeout(ctx, c.cfg.CommandTimeout)
+	defer cancel()
+	if !serverAbsent(sctx, c.cfg.Socket) {
+		return
+	}
+	if err := c.cfg.StartServer(sctx); err != nil {
+		c.log.Warn().Err(err).Msg("starting the tmux server failed; the control client will start it")
+		return
+	}
+	c.log.Info().Msg("tmux server started")
 }
 
 // serve publishes conn, forwards its notifications until it ends or ctx is

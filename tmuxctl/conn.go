@@ -37,6 +37,15 @@ type Config struct {
 	// Only a socket is chmod'ed (no symlink following); otherwise the dial
 	// fails with *SocketModeError.
 	SocketMode os.FileMode
+
+	// StartServer, when set, is called by the Client before a dial when no
+	// server answers on Socket (the socket is missing or refuses the
+	// connection), so that the server of every life is started the same
+	// way — e.g. in its own systemd scope (package scope) — rather than by
+	// the control client's new-session -A. Its ctx is bounded by
+	// CommandTimeout. An error is logged and the dial goes ahead: the
+	// control client then starts the server itself. Dial never calls it.
+	StartServer func(ctx context.Context) error
 }
 
 // controlNameRE keeps the control session name free of anything that

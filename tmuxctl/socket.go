@@ -1,8 +1,10 @@
 package tmuxctl
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 
@@ -58,4 +60,20 @@ func chmodSocket(path string, mode os.FileMode) error {
 		return &SocketModeError{Path: path, Err: fmt.Errorf("chmod %o: %w", perm|x, err)}
 	}
 	return nil
+}
+
+// serverAbsent reports whether no tmux server listens on path: connecting
+// to it fails because the socket does not exist (a server that exited
+// cleanly removes it) or refuses (a killed server leaves it behind). Any
+// other outcome — a connection (closed again at once, tmux drops a client
+// that says nothing), a permission error, a timeout — is not "absent":
+// starting a second server there would not help.
+func serverAbsent(ctx context.Context, path string) bool {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", path)
+	if err == nil {
+		conn.Close()
+		return false
+	}
+	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ECONNREFUSED)
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strings"
 	"sync"
@@ -144,7 +143,7 @@ func (d *daemon) startTmux(ctx context.Context, wireLog string) error {
 		}
 		d.wireLog, cfg.WireLog = f, f
 	}
-	d.startScoped(ctx)
+	cfg.StartServer = d.scopedStarter()
 	d.tmux = tmuxctl.NewClient(cfg)
 	d.census = census.New(d.tmux, &d.log)
 	d.goRun("tmux", d.tmux.Run)
@@ -165,23 +164,25 @@ func (d *daemon) startTmux(ctx context.Context, wireLog string) error {
 	return nil
 }
 
-// startScoped starts the tmux server in its own systemd scope when we run as
-// a systemd service and the server is not running yet (package scope); any
-// failure falls back to the control client starting it.
-func (d *daemon) startScoped(ctx context.Context) {
+// scopedStarter returns the tmuxctl.Config.StartServer hook when we run as a
+// systemd service: the client calls it whenever no server answers (the first
+// start and every server life a reconnect needs), so each server lands in its
+// own transient scope and stopping the unit never kills the sessions
+// (package scope). Outside systemd it returns nil and the control client's
+// new-session -A starts the server. A scope failure falls back to the plain
+// command inside scope.Start; either way the dial follows, so the hook only
+// logs.
+func (d *daemon) scopedStarter() func(context.Context) error {
 	runner, ok := scope.Detect(scope.HostEnv())
 	if !ok {
-		return
+		return nil
 	}
-	probe := exec.CommandContext(ctx, d.paths.Tmux, "-S", d.paths.TmuxSocket(), "display-message", "-p", "#{pid}")
-	probe.Env = envWithoutTmux()
-	if probe.Run() == nil {
-		return // already running: join it
+	b := scope.ControlBootstrap(d.paths.Tmux, d.paths.TmuxSocket(), d.paths.TmuxConfig, controlSession)
+	return func(ctx context.Context) error {
+		scoped, err := scope.Start(ctx, runner, b, envWithoutTmux())
+		d.log.Info().Bool("scoped", scoped).AnErr("scope_error", err).Msg("started the tmux server")
+		return nil
 	}
-	b := scope.Bootstrap{Tmux: d.paths.Tmux, Socket: d.paths.TmuxSocket(), Config: d.paths.TmuxConfig,
-		Session: controlSession, Args: []string{"-x", "80", "-y", "24", "cat"}}
-	scoped, err := scope.Start(ctx, runner, b, envWithoutTmux())
-	d.log.Info().Bool("scoped", scoped).AnErr("scope_error", err).Msg("started the tmux server")
 }
 
 func envWithoutTmux() []string {
