@@ -36,6 +36,10 @@ func TestSoakCreateKill(t *testing.T) {
 		if r := d.CLI(t, "kill", "--json", s.Name); r.Code != 0 {
 			t.Fatalf("round %d: kill\n%s", i, r)
 		}
+		if (i+1)%250 == 0 {
+			rss, fds, thr := procFigures(d.PID())
+			t.Logf("after %4d create+kill: rss %d kB, fds %d, threads %d", i+1, rss, fds, thr)
+		}
 	}
 	rss1, fds1, thr1 := procFigures(d.PID())
 	t.Logf("daemon after 1000 create+kill: rss %d→%d kB, fds %d→%d, threads %d→%d", rss0, rss1, fds0, fds1, thr0, thr1)
