@@ -116,7 +116,8 @@ type Conn struct {
 	stdinClosed bool  // stdin has been closed (or is being closed)
 	ended       error // why no more commands can be sent; nil while live
 	started     bool
-	startErr    chan error // first flags-0 block closed (nil) or failed
+	startErr    chan error          // first flags-0 block closed (nil) or failed
+	subs        map[string]struct{} // refresh-client -B names added through Command
 
 	done      chan struct{} // reader finished, every pending command failed
 	closeOnce sync.Once
@@ -243,12 +244,17 @@ func (c *Conn) Command(ctx context.Context, args ...string) (Reply, error) {
 	if err := ctx.Err(); err != nil {
 		return Reply{}, fmt.Errorf("tmuxctl: %s not sent: %w", args[0], err)
 	}
+	subs := subChanges(args)
+	c.trackSubs(subs)
 	p := &pending{line: line, done: make(chan result, 1)}
 	if err := c.enqueue(p); err != nil {
 		return Reply{}, err
 	}
 	select {
 	case res := <-p.done:
+		if res.err == nil && subs != nil {
+			c.untrackSubs(subs)
+		}
 		return res.reply, res.err
 	case <-ctx.Done():
 		return Reply{}, fmt.Errorf("tmuxctl: %s: no reply: %w", args[0], ctx.Err())

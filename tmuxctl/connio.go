@@ -143,13 +143,16 @@ func (c *Conn) reapWatch() {
 	}
 }
 
-// Close closes the client's stdin (after any queued command lines) and
-// waits for %exit and the client's exit, bounded by Config.CloseTimeout;
+// Close first removes the subscriptions added through Command (see
+// unsubscribeAll), then closes the client's stdin (after any queued command
+// lines) and waits for %exit and the client's exit, bounded by
+// Config.CloseTimeout;
 // only a client that hangs is killed, by pid. Commands already sent still
 // get their replies; new ones fail with ErrNotConnected. Close is
 // idempotent and safe to call on an ended connection.
 func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
+		c.unsubscribeAll()
 		c.mu.Lock()
 		c.stdinDone = true
 		closeNow := !c.writing && !c.stdinClosed

@@ -33,9 +33,19 @@
 // reader never blocks. Lines outside blocks that are not notifications (hook
 // output, multi-line subscription values) are logged and skipped.
 //
-// Closing closes the client's stdin (after queued lines), waits for %exit
-// and the client's exit (Config.CloseTimeout), and kills the client by pid
-// only if it hangs.
+// Closing first removes every subscription added through Command
+// (`refresh-client -B name:…` is tracked automatically) and waits for the
+// replies: 3.3a's subscription timer dereferences the session of a client
+// that is exiting (FACTS §6; seen here as a server segfault in the
+// session-subscription check). Then it closes the client's stdin (after
+// queued lines), waits for %exit and the client's exit
+// (Config.CloseTimeout), and kills the client by pid only if it hangs.
+//
+// A second 3.3a crash is not ours to avoid from one connection: several
+// control clients exiting at the same moment can make the server write a
+// notification to one whose control state is already freed (segfault in
+// control_write), with or without subscriptions. The daemon runs one
+// control client per server.
 //
 // The wire. Lines split on LF only, one trailing CR removed, no length cap.
 // A block opens on `%begin T N F` and closes only on `%end T N F` or
