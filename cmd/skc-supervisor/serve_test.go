@@ -1,0 +1,167 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// syncBuffer is a bytes.Buffer safe for the daemon's log writer and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitUntil polls cond with a generous deadline (no timed assertions).
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// served is one in-process `serve` on a private short home, with its own
+// tmux server (killed by pid at cleanup).
+type served struct {
+	home   string
+	stderr *syncBuffer
+	cancel context.CancelFunc
+	code   chan int
+}
+
+func startServe(t *testing.T, args ...string) *served {
+	t.Helper()
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Skip("tmux not installed")
+	}
+	t.Setenv("INVOCATION_ID", "") // never a systemd scope from a test
+	dir, err := os.MkdirTemp("", "skcs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &served{home: dir, stderr: &syncBuffer{}, code: make(chan int, 1)}
+	env := map[string]string{"SKC_HOME": dir, "SKC_TMUX_CONFIG": "/dev/null", "HOME": dir}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	cli := &CLI{ctx: ctx, stdout: &syncBuffer{}, stderr: s.stderr, getenv: func(k string) string { return env[k] }}
+	go func() { s.code <- cli.Main(append([]string{"serve"}, args...)) }()
+	t.Cleanup(func() {
+		s.stop(t)
+		killTmux(filepath.Join(dir, "tmux.sock"))
+		os.RemoveAll(dir)
+	})
+	waitUntil(t, "serve ready", func() bool {
+		select {
+		case code := <-s.code:
+			s.code <- code
+			t.Fatalf("serve exited %d early:\n%s", code, s.stderr.String())
+		default:
+		}
+		return strings.Contains(s.stderr.String(), `"message":"ready"`)
+	})
+	return s
+}
+
+// stop cancels serve (as SIGTERM does) and checks it exits 0; idempotent.
+func (s *served) stop(t *testing.T) {
+	s.cancel()
+	code, ok := <-s.code
+	if ok {
+		close(s.code)
+		if code != 0 {
+			t.Errorf("serve exited %d:\n%s", code, s.stderr.String())
+		}
+	}
+}
+
+// killTmux kills the server on our private socket, by pid.
+func killTmux(sock string) {
+	out, err := exec.Command("tmux", "-S", sock, "display-message", "-p", "#{pid}").Output()
+	if err != nil {
+		return
+	}
+	if pid, err := strconv.Atoi(strings.TrimSpace(string(out))); err == nil && pid > 0 {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// TestServeWireLogAndSocketMode: --wire-log FILE gets the control-mode
+// traffic both ways (0600), and tmux.sock is 0600. After a stop, no
+// goroutine of serve is left (the tmux client's event stream included).
+func TestServeWireLogAndSocketMode(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	wl := filepath.Join(os.TempDir(), "skc-wire-"+strconv.Itoa(os.Getpid())+".log")
+	t.Cleanup(func() { os.Remove(wl) })
+	s := startServe(t, "--wire-log", wl)
+	waitUntil(t, "traffic in the wire log", func() bool {
+		b, _ := os.ReadFile(wl)
+		return bytes.Contains(b, []byte(` > "display-message"`)) && bytes.Contains(b, []byte(" < %begin "))
+	})
+	fi, err := os.Stat(wl)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("wire log mode %v %v, want 0600", fi.Mode(), err)
+	}
+	si, err := os.Lstat(filepath.Join(s.home, "tmux.sock"))
+	if err != nil || si.Mode().Perm()&0o666 != 0o600 || si.Mode()&os.ModeSocket == 0 {
+		t.Fatalf("tmux.sock %v %v, want a 0600 socket", si.Mode(), err)
+	}
+	s.stop(t)
+	goleak.VerifyNone(t, before)
+}
+
+// TestServeSIGHUPReopensVerdictLog: after logrotate moves verdicts.jsonl
+// away, SIGHUP makes serve open a new one at the same path.
+func TestServeSIGHUPReopensVerdictLog(t *testing.T) {
+	s := startServe(t)
+	path := filepath.Join(s.home, "verdicts.jsonl")
+	if err := os.Rename(path, path+".1"); err != nil {
+		t.Fatal(err)
+	}
+	// serve has been catching SIGHUP since before it said ready.
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "verdict log reopened", func() bool {
+		return strings.Contains(s.stderr.String(), `"message":"verdict log reopened"`)
+	})
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("verdicts.jsonl after SIGHUP: %v %v", fi, err)
+	}
+	s.stop(t)
+}
+
+// TestScopedStarterOffOutsideSystemd: not a systemd service → no hook, the
+// control client starts the server.
+func TestScopedStarterOffOutsideSystemd(t *testing.T) {
+	t.Setenv("INVOCATION_ID", "")
+	if (&daemon{}).scopedStarter() != nil {
+		t.Fatal("a StartServer hook outside systemd")
+	}
+}
