@@ -45,8 +45,12 @@ const sagaTimeout = 60 * time.Second
 // (the model's creators retry at most three times; a few more cost nothing).
 const maxAdmitRounds = 8
 
-// attempt is one create between its reservation and its verdict.
+// attempt is one create between its reservation and its verdict. Its fields belong
+// to the create's goroutine, except resID and stop, which are set before the
+// attempt is tracked and never change: they are all that Shutdown (another
+// goroutine) may read.
 type attempt struct {
+	resID   string // the claimed reservation's id; immutable (res is rewritten by every Advance)
 	req     CreateRequest
 	res     fence.Reservation
 	digest  string
@@ -97,7 +101,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (CreateResult, 
 	// The fence canonicalised the identity and spec (realpath): tags, names and
 	// verdicts use its form, so every later reader digests the same bytes.
 	req.Identity, req.Spec = res.Identity, res.Spec
-	a := &attempt{req: req, res: res, digest: res.Identity.Digest(), start: start, stop: cancel}
+	a := &attempt{resID: res.ID, req: req, res: res, digest: res.Identity.Digest(), start: start, stop: cancel}
 	m.track(a)
 	defer m.untrack(a)
 	result, err := m.saga(sctx, a)

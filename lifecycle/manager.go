@@ -134,13 +134,13 @@ func (m *Manager) begin() bool {
 
 func (m *Manager) track(a *attempt) {
 	m.mu.Lock()
-	m.inflight[a.res.ID] = a
+	m.inflight[a.resID] = a
 	m.mu.Unlock()
 }
 
 func (m *Manager) untrack(a *attempt) {
 	m.mu.Lock()
-	delete(m.inflight, a.res.ID)
+	delete(m.inflight, a.resID)
 	m.mu.Unlock()
 }
 
@@ -187,8 +187,10 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	defer cancel()
 	var errs []error
 	for _, a := range ids {
+		// Only the immutable resID and stop: the rest of the attempt belongs to
+		// its create's goroutine, which may still be advancing or compensating.
 		a.stop()
-		if err := m.fence.Abandon(actx, a.res.ID); err != nil {
+		if err := m.fence.Abandon(actx, a.resID); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -1,0 +1,74 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// TestShutdownRacesCreates runs Shutdown (with its deadline already passed, so it
+// abandons whatever is in flight at once) concurrently with creates that are
+// advancing their reservations, many times: under -race this catches Shutdown
+// reading an attempt's state that the create's goroutine writes. Each round uses a
+// fresh Manager on the same tmux, census and fence (Shutdown is final for one).
+func TestShutdownRacesCreates(t *testing.T) {
+	e := startEnv(t, "", "", true)
+	const rounds, creates = 25, 3
+	for r := 0; r < rounds; r++ {
+		m, err := New(e.m.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		var finished atomic.Int32
+		for i := 0; i < creates; i++ {
+			id, spec := e.identity(fmt.Sprintf("sr%d-%d", r, i))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer finished.Add(1)
+				_, err := m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec})
+				if err != nil && verdict.CodeOf(err) == verdict.CodeInternal {
+					t.Errorf("create: %v", err)
+				}
+			}()
+		}
+		// Shut down while at least one create is between its reservation and its
+		// verdict (or all already finished: the round then checks nothing new).
+		waitForInflightOrDone(m, &finished, creates)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_ = m.Shutdown(ctx)
+		wg.Wait()
+		// Every create has returned: what is left of a row is evidence for
+		// recovery (abandoned), never a row still owned by a live attempt.
+		rows, err := e.store.Reservations(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, row := range rows {
+			if !row.Abandoned {
+				t.Fatalf("round %d: row left owned after shutdown: %+v", r, row)
+			}
+		}
+	}
+}
+
+// waitForInflightOrDone spins until m tracks an attempt, or every create has
+// returned (none tracked any more and none will be).
+func waitForInflightOrDone(m *Manager, finished *atomic.Int32, creates int) {
+	for {
+		m.mu.Lock()
+		n := len(m.inflight)
+		m.mu.Unlock()
+		if n > 0 || int(finished.Load()) >= creates {
+			return
+		}
+		runtime.Gosched()
+	}
+}
