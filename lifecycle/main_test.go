@@ -161,13 +161,9 @@ func (e *env) close() {
 		cancel()
 	}
 	e.cancel()
+	// Client.Run closes its event stream itself before returning (no reader
+	// needed), so nothing is left to drain once e.wg is done.
 	e.wg.Wait()
-	if e.client != nil {
-		// The census stopped reading; the client's event stream closes only
-		// once drained (tmuxctl's contract), so drain what is left.
-		for range e.client.Events() {
-		}
-	}
 	if e.w != nil {
 		_ = e.w.Close()
 	}
