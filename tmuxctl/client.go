@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,19 +55,27 @@ type Client struct {
 
 	mu      sync.Mutex
 	conn    *Conn
+	served  *atomic.Bool // set when a command on conn got a reply (see healthy)
 	info    ServerInfo
 	up      chan struct{} // closed while connected
 	running bool
 	stopped bool
 
 	reconnects atomic.Int64
+
+	// retried, when set (tests), is told every reconnect delay the policy
+	// chose, before waiting it.
+	retried func(d time.Duration, afterHealthy bool)
+	// healthyAfter is the const healthyAfter; tests lengthen it.
+	healthyAfter time.Duration
 }
 
 // NewClient returns a Client for cfg; Run connects it.
 func NewClient(cfg Config) *Client {
 	full, err := cfg.withDefaults()
 	return &Client{cfg: full, cfgErr: err, events: newIdleQueue[Event](eventTail), up: make(chan struct{}),
-		log: full.Log.With().Str("component", "tmuxctl.client").Str("socket", full.Socket).Logger()}
+		healthyAfter: healthyAfter,
+		log:          full.Log.With().Str("component", "tmuxctl.client").Str("socket", full.Socket).Logger()}
 }
 
 // eventTail is how many undelivered events the stream still holds for a
@@ -118,12 +125,12 @@ func (c *Client) WaitConnected(ctx context.Context) (ServerInfo, error) {
 // sent) when there is none. See Conn.Command for the other errors.
 func (c *Client) Command(ctx context.Context, args ...string) (Reply, error) {
 	c.mu.Lock()
-	conn := c.conn
+	conn, served := c.conn, c.served
 	c.mu.Unlock()
 	if conn == nil {
 		return Reply{}, ErrNotConnected
 	}
-	return conn.Command(ctx, args...)
+	return answered(served)(conn.Command(ctx, args...))
 }
 
 // CommandIn sends a command only if the current connection reaches server
@@ -132,7 +139,7 @@ func (c *Client) Command(ctx context.Context, args ...string) (Reply, error) {
 // fresh session that got `$5` in the next life.
 func (c *Client) CommandIn(ctx context.Context, life ServerLife, args ...string) (Reply, error) {
 	c.mu.Lock()
-	conn, info := c.conn, c.info
+	conn, info, served := c.conn, c.info, c.served
 	c.mu.Unlock()
 	if conn == nil {
 		return Reply{}, ErrNotConnected
@@ -141,7 +148,19 @@ func (c *Client) CommandIn(ctx context.Context, life ServerLife, args ...string)
 		return Reply{}, fmt.Errorf("%w: decided in pid %d start %d, now pid %d start %d",
 			ErrLifeChanged, life.PID, life.StartTime, info.PID, info.StartTime)
 	}
-	return conn.Command(ctx, args...)
+	return answered(served)(conn.Command(ctx, args...))
+}
+
+// answered marks the connection as having served when the server replied
+// (an %error block is a reply too), and passes the result through.
+func answered(served *atomic.Bool) func(Reply, error) (Reply, error) {
+	return func(r Reply, err error) (Reply, error) {
+		var ce *CommandError
+		if err == nil || errors.As(err, &ce) {
+			served.Store(true)
+		}
+		return r, err
+	}
 }
 
 // Run connects and reconnects until ctx is done, then closes the connection
@@ -174,26 +193,30 @@ func (c *Client) Run(ctx context.Context) error {
 			c.log.Warn().Int("dropped", n).Msg("events nobody read when the client stopped were dropped")
 		}
 	}()
-	backoff, first := c.cfg.ReconnectMin, true
+	b := backoff{min: c.cfg.ReconnectMin, max: c.cfg.ReconnectMax}
+	first := true
 	for ctx.Err() == nil {
 		c.startServer(ctx)
 		conn, err := Dial(ctx, c.cfg)
 		if err != nil {
-			c.log.Warn().Err(err).Dur("retry_in", backoff).Msg("tmux connect failed")
-			backoff = c.sleep(ctx, backoff)
+			d := b.failed()
+			c.log.Warn().Err(err).Dur("retry_in", d).Msg("tmux connect failed")
+			c.wait(ctx, d, false)
 			continue
 		}
 		if !first {
 			c.reconnects.Add(1)
 		}
 		first = false
-		began := time.Now()
-		c.serve(ctx, conn)
-		if time.Since(began) > 10*c.cfg.ReconnectMax {
-			backoff = c.cfg.ReconnectMin
+		if c.serve(ctx, conn) {
+			b.reset()
+			c.wait(ctx, 0, true) // a healthy connection was lost: retry at once
+			continue
 		}
 		if ctx.Err() == nil {
-			backoff = c.sleep(ctx, backoff)
+			// Up but never served: as bad as a failed dial (a hook or a
+			// human killing every new control client must not spin us).
+			c.wait(ctx, b.failed(), false)
 		}
 	}
 	return nil
@@ -218,11 +241,15 @@ func (c *Client) startServer(ctx context.Context) {
 }
 
 // serve publishes conn, forwards its notifications until it ends or ctx is
-// done, then unpublishes and closes it.
-func (c *Client) serve(ctx context.Context, conn *Conn) {
+// done, then unpublishes and closes it. It reports whether the connection
+// was healthy: it answered a command sent through the Client (the census
+// lists at every Connected) or stayed up for c.healthyAfter.
+func (c *Client) serve(ctx context.Context, conn *Conn) (healthy bool) {
 	info := conn.Info()
+	served := new(atomic.Bool)
+	began := time.Now()
 	c.mu.Lock()
-	c.conn, c.info = conn, info
+	c.conn, c.info, c.served = conn, info, served
 	close(c.up)
 	c.mu.Unlock()
 	c.log.Info().Int("server_pid", info.PID).Int64("start_time", info.StartTime).
@@ -242,29 +269,31 @@ forward:
 		}
 	}
 	c.mu.Lock()
-	c.conn = nil
+	c.conn, c.served = nil, nil
 	c.up = make(chan struct{})
 	c.mu.Unlock()
 	_ = conn.Close()
 	err := conn.Err()
-	c.log.Info().AnErr("reason", err).Msg("tmux disconnected")
+	healthy = served.Load() || time.Since(began) >= c.healthyAfter
+	c.log.Info().AnErr("reason", err).Bool("healthy", healthy).Msg("tmux disconnected")
 	c.events.push(Event{Kind: Disconnected, Info: info, Err: err})
+	return healthy
 }
 
-// sleep waits for the backoff (with ±20% jitter) or ctx, and returns the
-// next backoff.
-func (c *Client) sleep(ctx context.Context, d time.Duration) time.Duration {
-	j := time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
-	t := time.NewTimer(j)
+// wait reports d to the test hook and waits d or until ctx is done.
+func (c *Client) wait(ctx context.Context, d time.Duration, afterHealthy bool) {
+	if c.retried != nil {
+		c.retried(d, afterHealthy)
+	}
+	if d <= 0 || ctx.Err() != nil {
+		return
+	}
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 	case <-ctx.Done():
 	}
-	if d *= 2; d > c.cfg.ReconnectMax {
-		d = c.cfg.ReconnectMax
-	}
-	return d
 }
 
 // pendingCount is the number of commands awaiting a reply (tests).
