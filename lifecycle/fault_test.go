@@ -67,6 +67,7 @@ func testFaultPoint(t *testing.T, point string) {
 	for _, r := range recs {
 		if r.Action == verdict.ActionRecover {
 			recoveries++
+			checkRecoveryEvidence(t, point, r)
 		}
 	}
 	t.Logf("crash at %s: verdicts %v", point, verdictNames(recs))
@@ -92,4 +93,21 @@ func checkPublishedChildKept(t *testing.T, point string, before []string, res Cr
 	}
 }
 
-var _ = fence.PhaseReserved
+// checkRecoveryEvidence: after a crash past publication the one recovery verdict
+// (preserved) must say that the generation was already published and only the
+// release was missing — not read like a failure.
+func checkRecoveryEvidence(t *testing.T, point string, r verdict.Record) {
+	t.Helper()
+	if point != FaultPublish && point != FaultPublished {
+		return
+	}
+	ev := r.Evidence
+	if r.Verdict != verdict.VerdictPreserved || r.Reason != verdict.ReasonChildAuthoritative ||
+		ev["already_published"] != true || ev["missing_step"] != "release" || ev["error"] != nil ||
+		r.Reservation == nil || r.Reservation.Phase != fence.PhasePublished.String() {
+		t.Fatalf("crash at %s: recovery verdict does not say only the release was missing: %+v", point, r)
+	}
+	if r.Session == nil || fmt.Sprint(ev["published_generation"]) != fmt.Sprint(r.Session.Generation) {
+		t.Fatalf("crash at %s: published_generation %v vs session %+v", point, ev["published_generation"], r.Session)
+	}
+}

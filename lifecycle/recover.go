@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/census"
 	"github.com/skc-supervisor/skc-supervisor/fence"
@@ -64,6 +65,10 @@ func recoveryRecord(res fence.RecoverResult, err error) verdict.Record {
 		rec.Reason = verdict.ReasonOrphanCleanup
 	case fence.BranchPreserved:
 		rec.Reason = verdict.ReasonChildAuthoritative
+		if onlyReleaseMissing(res) {
+			releaseFinishedEvidence(rec.Evidence, *res.Published)
+			return rec // the identity_existing_owner "error" is the answer, not a fault
+		}
 	default:
 		rec.Outcome, rec.Reason = verdict.OutcomeUnknown, verdict.ReasonInspectionUnknown
 		rec.Code = verdict.CodeOf(err)
@@ -75,6 +80,27 @@ func recoveryRecord(res fence.RecoverResult, err error) verdict.Record {
 		rec.Evidence["error"] = err.Error()
 	}
 	return rec
+}
+
+// onlyReleaseMissing: the preserved child is the abandoned row's own published
+// generation, so its creator died after publishing (fault points publish and
+// published) and recovery only finished the release.
+func onlyReleaseMissing(res fence.RecoverResult) bool {
+	p := res.Published
+	return res.Branch == fence.BranchPreserved && p != nil && !p.Ended &&
+		p.ReservationID == res.Abandoned.ID && p.Generation == res.Abandoned.Generation
+}
+
+// releaseFinishedEvidence says in the verdict what happened, so that a reader of a
+// "preserved" record does not go looking for a failure: the generation was already
+// published (the session is live and authoritative) and the only step the dead
+// creator had left was releasing its reservation, which recovery did.
+func releaseFinishedEvidence(ev map[string]any, p fence.Published) {
+	ev["already_published"] = true
+	ev["published_generation"] = p.Generation
+	ev["published_at"] = p.PublishedAt.UTC().Format(time.RFC3339Nano)
+	ev["missing_step"] = "release"
+	ev["action_taken"] = "reservation released; published session kept"
 }
 
 // Recover runs at daemon start, once the census has synced: it resolves every
