@@ -46,9 +46,9 @@ var relistOn = map[string]bool{
 // Run consumes the client's events until ctx is done (then returns nil) or
 // the event channel closes. It is the only goroutine that reacts to
 // connects, disconnects and notifications; queries never wait for it.
-// The client's event stream is closed only once drained: a caller that
-// stops the census before the client should drain Events() after the
-// client's Run has returned.
+// The census and the client may stop in either order: the client closes
+// its event stream itself when its Run returns, whether or not anybody
+// reads it, so nobody has to drain Events().
 func (c *Census) Run(ctx context.Context) error {
 	events := c.cl.Events()
 	reconcile := time.NewTicker(c.cfg.reconcile)
