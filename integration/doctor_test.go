@@ -1,0 +1,113 @@
+package integration
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// doctorReport is `doctor --json`.
+type doctorReport struct {
+	OK     bool `json:"ok"`
+	Checks []struct {
+		Check   string `json:"check"`
+		Status  string `json:"status"`
+		Message string `json:"message"`
+		Fix     string `json:"fix"`
+	} `json:"checks"`
+}
+
+// doctor runs `doctor --json` and `doctor` (text): both must agree on the exit code.
+func doctor(t *testing.T, h *Home) (doctorReport, Result) {
+	t.Helper()
+	rj := h.CLI(t, "doctor", "--json")
+	var rep doctorReport
+	mustJSON(t, rj, &rep)
+	rt := h.CLI(t, "doctor")
+	if rt.Code != rj.Code || rep.OK != (rj.Code == 0) {
+		t.Errorf("doctor: text exit %d, --json exit %d with ok %v: they must agree\n%s\n%s", rt.Code, rj.Code, rep.OK, rt, rj)
+	}
+	return rep, rt
+}
+
+// problems are the checks that warn or fail, but a pty warning: the pty count
+// is the whole machine's (shared with every other test), not this home's.
+func (r doctorReport) problems(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, c := range r.Checks {
+		switch {
+		case c.Status == "ok" || c.Status == "skip":
+		case c.Check == "pty" && c.Status == "warn":
+			t.Logf("doctor: the machine is short of ptys (not this home's doing): %s", c.Message)
+		case c.Status == "warn" || c.Status == "fail":
+			if c.Fix == "" {
+				t.Errorf("doctor: %s %s has no fix line: %s", c.Status, c.Check, c.Message)
+			}
+			out[c.Check] = c.Status + ": " + c.Message
+		default:
+			t.Errorf("doctor: check %s has status %q, want ok/warn/fail/skip", c.Check, c.Status)
+		}
+	}
+	return out
+}
+
+// wantExit is the exit doctor owes for this report: 1 when any check warns or
+// fails (the machine-wide pty warning included), else 0.
+func (r doctorReport) wantExit() int {
+	for _, c := range r.Checks {
+		if c.Status == "warn" || c.Status == "fail" {
+			return 1
+		}
+	}
+	return 0
+}
+
+// TestDoctor: a healthy home with a running daemon passes; a group-writable home
+// fails naming the path with a chmod fix; a stopped daemon (and one that died,
+// leaving its socket) is reported unreachable with a fix line.
+func TestDoctor(t *testing.T) {
+	t.Parallel()
+	d := StartDaemon(t, DaemonOpts{})
+	d.MustCreate(t, NewSpec(t, "doctor"), "published") // the database and verdict log exist
+	rep, r := doctor(t, d.Home)
+	names := map[string]bool{}
+	for _, c := range rep.Checks {
+		names[c.Check] = true
+	}
+	for _, want := range []string{"tmux", "socket_path", "home_dir", "file_mode", "database", "daemon", "pty"} {
+		if !names[want] {
+			t.Errorf("doctor --json has no %q check: %+v", want, rep.Checks)
+		}
+	}
+	if p := rep.problems(t); len(p) != 0 || r.Code != rep.wantExit() {
+		t.Errorf("healthy home with a running daemon: problems %v, exit %d\n%s", p, r.Code, r)
+	}
+
+	if err := os.Chmod(d.Dir, 0o770); err != nil {
+		t.Fatal(err)
+	}
+	rep, r = doctor(t, d.Home)
+	if err := os.Chmod(d.Dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	p := rep.problems(t)
+	if len(p) != 1 || !strings.Contains(p["home_dir"], d.Dir) || r.Code != 1 ||
+		!strings.Contains(r.Stdout, "fix: chmod 0700 "+d.Dir) {
+		t.Errorf("group-writable home: problems %v, want only home_dir naming %s, exit 1, fix chmod 0700\n%s", p, d.Dir, r)
+	}
+
+	d.Stop(t)
+	rep, r = doctor(t, d.Home)
+	if p := rep.problems(t); len(p) != 1 || p["daemon"] == "" || r.Code != 1 ||
+		!strings.Contains(r.Stdout, "fix: ") || !strings.Contains(r.Stdout, "serve") {
+		t.Errorf("stopped daemon: problems %v, want only daemon (unreachable), exit 1, a fix line that says serve\n%s", p, r)
+	}
+
+	d2 := d.Home.Start(t, DaemonOpts{})
+	d2.Kill(t) // SIGKILL: api.sock stays behind, nobody holds the lock
+	rep, r = doctor(t, d.Home)
+	if p := rep.problems(t); len(p) != 1 || p["daemon"] == "" || r.Code != 1 || !strings.Contains(r.Stdout, "fix: ") {
+		t.Errorf("daemon killed: problems %v, want only daemon (unreachable), exit 1, a fix line\n%s", p, r)
+	}
+}
