@@ -107,8 +107,13 @@ type Census struct {
 	syncMu sync.Mutex    // serialises full syncs
 	kick   chan struct{} // cap 1: "a re-list is wanted"
 
+	managed, unmanaged int // sessions in the indexes, by kind (Stats)
+
 	relists  atomic.Int64
 	confirms atomic.Int64
+	resyncs  atomic.Int64 // Resync marks queued to slow subscribers
+	subLines atomic.Int64 // census subscription lines received
+	lastSync atomic.Int64 // nanoseconds the last successful full sync took
 }
 
 // entry is a session plus what the sync needs to skip work next time.

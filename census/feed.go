@@ -100,6 +100,7 @@ func (s *Subscription) deliver(ch Change) {
 	}
 	if !s.lost {
 		s.lost = true
+		s.c.resyncs.Add(1)
 		s.ch <- Change{Seq: ch.Seq, Kind: Resync, Life: ch.Life}
 	}
 }
@@ -116,6 +117,7 @@ func (c *Census) emitLocked(ch Change) {
 
 // indexLocked adds e to the name and identity indexes. c.mu is held.
 func (c *Census) indexLocked(e *entry) {
+	c.countLocked(e, 1)
 	if e.control {
 		return
 	}
@@ -132,6 +134,7 @@ func (c *Census) indexLocked(e *entry) {
 
 // unindexLocked removes e from the name and identity indexes. c.mu is held.
 func (c *Census) unindexLocked(e *entry) {
+	c.countLocked(e, -1)
 	if e.control {
 		return
 	}

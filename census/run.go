@@ -138,7 +138,11 @@ func (c *Census) handle(ctx context.Context, ev tmuxctl.Event, b *burst) {
 		c.onDisconnected(ev.Err)
 	case tmuxctl.Notify:
 		name := strings.TrimPrefix(ev.Note.Name, "%")
-		if relistOn[name] || (name == "subscription-changed" && strings.HasPrefix(ev.Note.Text, subName+" ")) {
+		ours := name == "subscription-changed" && strings.HasPrefix(ev.Note.Text, subName+" ")
+		if ours {
+			c.subLines.Add(1)
+		}
+		if relistOn[name] || ours {
 			b.trigger(c.cfg)
 		}
 	}

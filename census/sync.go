@@ -96,6 +96,7 @@ func (c *Census) resync(ctx context.Context) error {
 		return tmuxctl.ErrNotConnected
 	}
 	c.relists.Add(1)
+	began := time.Now()
 	rows, g, err := c.readList(ctx, life, false)
 	if err != nil {
 		return err
@@ -104,7 +105,11 @@ func (c *Census) resync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.apply(epoch, life, entries)
+	if err := c.apply(epoch, life, entries); err != nil {
+		return err
+	}
+	c.lastSync.Store(int64(time.Since(began)))
+	return nil
 }
 
 // readList sends the list and the global reads pipelined and parses them.
