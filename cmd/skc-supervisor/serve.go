@@ -157,10 +157,7 @@ func (d *daemon) startTmux(ctx context.Context, wireLog string) error {
 		return verdict.Errorf(verdict.CodeTmuxUnavailable, map[string]any{"socket": cfg.Socket, "tmux": cfg.Tmux},
 			"the supervised tmux server (%s on %s) did not answer within %v: %w", cfg.Tmux, cfg.Socket, connectBound, err)
 	}
-	d.reg.GaugeFunc("skc_census_sessions", "Sessions on the supervised tmux server (control session excluded).",
-		func() float64 { return float64(len(d.census.Snapshot().Sessions)) })
-	d.reg.CounterFunc("skc_tmux_reconnects_total", "Reconnects of the tmux control connection.",
-		func() float64 { return float64(d.tmux.Reconnects()) })
+	registerDaemonMetrics(d.reg, d.census, d.tmux)
 	return nil
 }
 
