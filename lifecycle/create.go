@@ -41,6 +41,11 @@ const (
 // abandoned row; Shutdown stops them explicitly instead.
 const sagaTimeout = 60 * time.Second
 
+// censusSyncWait bounds how long a create waits for an unsynced census (the
+// control client reconnecting, e.g. starting a new server after the old one
+// died) before it fails closed with tmux_unavailable.
+const censusSyncWait = 5 * time.Second
+
 // maxAdmitRounds bounds Reserve's retries after an ended generation or a recovery
 // (the model's creators retry at most three times; a few more cost nothing).
 const maxAdmitRounds = 8
@@ -81,10 +86,10 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (CreateResult, 
 		return CreateResult{}, err
 	}
 	defer m.creates.Done()
-	if !m.census.Synced() {
+	if err := m.waitCensus(ctx); err != nil {
 		// Without a synced census neither "existing" nor recovery can be
 		// decided: refuse (503) rather than guess.
-		_, _, err := m.refuse(ctx, req, unavailable(errNotSynced), start)
+		_, _, err := m.refuse(ctx, req, unavailable(err), start)
 		m.observeCreate(start, nil, err)
 		return CreateResult{}, err
 	}
@@ -107,6 +112,22 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (CreateResult, 
 	result, err := m.saga(sctx, a)
 	m.observeCreate(start, &result, err)
 	return result, err
+}
+
+// waitCensus returns once the census is synced, or errNotSynced after
+// censusSyncWait or when ctx ends, whichever comes first: a create sent right
+// after the tmux server died waits for the reconnect instead of failing at once.
+func (m *Manager) waitCensus(ctx context.Context) error {
+	if m.census.Synced() {
+		return nil
+	}
+	m.syncWaits.Add(1)
+	wctx, cancel := context.WithTimeout(ctx, censusSyncWait)
+	defer cancel()
+	if err := m.census.WaitSynced(wctx); err != nil {
+		return fmt.Errorf("%w after waiting: %w", errNotSynced, err)
+	}
+	return nil
 }
 
 func (m *Manager) observeCreate(start time.Time, out *CreateResult, err error) {

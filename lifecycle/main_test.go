@@ -79,6 +79,8 @@ type env struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	closed bool
+
+	startServer func(context.Context) error // tmuxctl.Config.StartServer; nil: none
 }
 
 func newHome(t testing.TB) string {
@@ -98,10 +100,17 @@ func newHome(t testing.TB) string {
 // Manager's end detection loop unless noRun.
 func startEnv(t testing.TB, home string, fault string, noRun bool) *env {
 	t.Helper()
+	return startEnvServer(t, home, fault, noRun, nil)
+}
+
+// startEnvServer is startEnv with a tmuxctl StartServer hook, which the client
+// calls before each dial that finds no server: a test can hold a reconnect there.
+func startEnvServer(t testing.TB, home string, fault string, noRun bool, startServer func(context.Context) error) *env {
+	t.Helper()
 	if home == "" {
 		home = newHome(t)
 	}
-	e := &env{t: t, home: home, socket: filepath.Join(home, "tmux.sock")}
+	e := &env{t: t, home: home, socket: filepath.Join(home, "tmux.sock"), startServer: startServer}
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
 	if err := e.open(ctx, fault); err != nil {
@@ -124,7 +133,7 @@ func (e *env) open(ctx context.Context, fault string) error {
 	if e.w, err = verdict.NewWriter(e.store, filepath.Join(e.home, "verdicts.jsonl"), zerolog.Nop()); err != nil {
 		return err
 	}
-	e.client = tmuxctl.NewClient(tmuxctl.Config{Socket: e.socket, ConfigFile: "/dev/null"})
+	e.client = tmuxctl.NewClient(tmuxctl.Config{Socket: e.socket, ConfigFile: "/dev/null", StartServer: e.startServer})
 	e.wg.Add(1)
 	go func() { defer e.wg.Done(); _ = e.client.Run(ctx) }()
 	e.census = census.New(e.client, nil)

@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -85,6 +86,8 @@ type Manager struct {
 	inflight map[string]*attempt   // by reservation id: creates between Reserve and their verdict
 	killing  map[string]killReason // by tmux id: sessions we are removing ourselves
 	creates  sync.WaitGroup
+
+	syncWaits atomic.Int64 // creates that found the census unsynced and waited for it
 }
 
 // killReason records why we are removing a session, so the end detection loop
