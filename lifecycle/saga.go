@@ -69,14 +69,29 @@ func (m *Manager) advance(ctx context.Context, a *attempt, to fence.Phase, p fen
 
 // spawn sends new-session in the server life the attempt is decided in and learns
 // the ids from its -P reply.
+//
+// A new-session that provably was not sent (no connection, or the server life
+// changed before it was written) is sent once more in the current life, after
+// waiting up to censusSyncWait for a connection: the reservation was decided by
+// the fence, not by a server life, and no session of the attempt exists, so this
+// is the saga started a moment later — it lets a create that met the server's
+// death still publish on the new server.
 func (m *Manager) spawn(ctx context.Context, a *attempt) error {
-	life, ok := m.serverLife()
-	if !ok {
-		return verdict.Errorf(verdict.CodeTmuxUnavailable, nil, "tmux not connected")
+	var reply tmuxctl.Reply
+	err := errors.New("not tried")
+	for try := 0; try < 2 && err != nil; try++ {
+		life, ok := m.awaitLife(ctx)
+		if !ok {
+			return verdict.Errorf(verdict.CodeTmuxUnavailable, nil, "tmux not connected")
+		}
+		a.life = life
+		a.sent = true
+		reply, err = m.tmux.CommandIn(ctx, life, m.newSessionArgs(a)...)
+		if err != nil && !notSent(err) {
+			break
+		}
+		a.sent = err == nil
 	}
-	a.life = life
-	a.sent = true
-	reply, err := m.tmux.CommandIn(ctx, life, m.newSessionArgs(a)...)
 	if err != nil {
 		return m.spawnError(a, err)
 	}
@@ -89,6 +104,24 @@ func (m *Manager) spawn(ctx context.Context, a *attempt) error {
 	}
 	a.tmuxID, a.panePID, a.created = id, pid, created
 	return nil
+}
+
+// awaitLife returns the server life the control connection reaches now, waiting
+// up to censusSyncWait for one while there is none (a reconnect in flight).
+func (m *Manager) awaitLife(ctx context.Context) (tmuxctl.ServerLife, bool) {
+	deadline := time.Now().Add(censusSyncWait)
+	for {
+		if life, ok := m.serverLife(); ok {
+			return life, true
+		}
+		if time.Now().After(deadline) || !sleepCtx(ctx, pollInterval) {
+			return tmuxctl.ServerLife{}, false
+		}
+	}
+}
+
+func notSent(err error) bool {
+	return errors.Is(err, tmuxctl.ErrNotConnected) || errors.Is(err, tmuxctl.ErrLifeChanged)
 }
 
 // spawnError classifies a failed new-session. An %error block or a refusal before

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
@@ -117,4 +118,43 @@ func TestCreateUnsyncedFailsClosedWithinCallerContext(t *testing.T) {
 	if rows, _ := e.store.Reservations(context.Background()); len(rows) != 0 {
 		t.Fatalf("refusal left rows %+v", rows)
 	}
+}
+
+// TestSpawnNotSentIsSentOnceMore: a new-session that provably was not written (the
+// server life changed under it) is sent once more in the current life, so the
+// create publishes; a second refusal fails tmux_unavailable with nothing left.
+func TestSpawnNotSentIsSentOnceMore(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	var mu sync.Mutex
+	refuse := 1
+	withFaults(e, func(args []string) (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if args[0] == "new-session" && refuse > 0 {
+			refuse--
+			return false, tmuxctl.ErrLifeChanged
+		}
+		return false, nil
+	})
+	id, spec := e.identity("resend")
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec})
+	if err != nil || res.Status != verdict.VerdictPublished {
+		t.Fatalf("create after one unsent new-session: %+v %v", res, err)
+	}
+	if s := e.sessions(id.Digest()); len(s) != 1 || s[0] != res.Session.ID {
+		t.Fatalf("sessions %v, create %+v", s, res)
+	}
+
+	mu.Lock()
+	refuse = 2
+	mu.Unlock()
+	id2, spec2 := e.identity("resend2")
+	_, err = e.m.Create(context.Background(), CreateRequest{Identity: id2, Spec: spec2})
+	if verdict.CodeOf(err) != verdict.CodeTmuxUnavailable {
+		t.Fatalf("create after two unsent new-sessions: %v", err)
+	}
+	if rec := lastVerdict(t, e, id2); rec.Evidence["compensation"] != compReleased {
+		t.Fatalf("verdict %+v", rec)
+	}
+	checkNoTrace(t, e, id2)
 }
