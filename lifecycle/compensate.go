@@ -70,7 +70,7 @@ func (m *Manager) abandon(ctx context.Context, a *attempt) string {
 // with a fresh live read. A changed server life proves the session gone: ids belong
 // to one life and the old server is dead.
 func (m *Manager) killConfirm(ctx context.Context, life tmuxctl.ServerLife, id string) error {
-	_, err := m.tmux.CommandIn(ctx, life, "kill-session", "-t", id)
+	_, err := m.commandIn(ctx, life, "kill-session", "-t", id)
 	if err != nil && !isCommandError(err) {
 		if errors.Is(err, tmuxctl.ErrLifeChanged) {
 			return nil
@@ -84,7 +84,7 @@ func (m *Manager) killConfirm(ctx context.Context, life tmuxctl.ServerLife, id s
 func (m *Manager) confirmGone(ctx context.Context, life tmuxctl.ServerLife, id string) error {
 	deadline := time.Now().Add(killConfirmWait)
 	for {
-		_, err := m.tmux.CommandIn(ctx, life, "has-session", "-t", id)
+		_, err := m.commandIn(ctx, life, "has-session", "-t", id)
 		switch {
 		case isCommandError(err), errors.Is(err, tmuxctl.ErrLifeChanged):
 			return nil

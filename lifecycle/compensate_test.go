@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -219,4 +220,44 @@ func TestFenceLostStopsWithoutTmuxMutation(t *testing.T) {
 	if s := e.sessions(id.Digest()); len(s) != 1 || s[0] != res.Session.ID {
 		t.Fatalf("sessions %v", s)
 	}
+}
+
+// deadlineTmux records, for each command, whether its context's deadline is within
+// bound of the moment it was sent (a deadline comparison, not a measured duration);
+// with failTag it refuses the state tag, so compensation runs too.
+type deadlineTmux struct {
+	tmuxAPI
+	bound   time.Duration
+	failTag bool
+	stuck   string // a command that never gets an answer (blocks until its deadline)
+	mu      sync.Mutex
+	seen    map[string]bool
+	bad     []string
+}
+
+func (d *deadlineTmux) CommandIn(ctx context.Context, life tmuxctl.ServerLife, args ...string) (tmuxctl.Reply, error) {
+	dl, ok := ctx.Deadline()
+	d.mu.Lock()
+	if d.seen == nil {
+		d.seen = make(map[string]bool)
+	}
+	d.seen[args[0]] = true
+	if !ok || time.Until(dl) > d.bound {
+		d.bad = append(d.bad, args[0])
+	}
+	d.mu.Unlock()
+	if args[0] == d.stuck {
+		<-ctx.Done()
+		return tmuxctl.Reply{}, fmt.Errorf("tmuxctl: %s: no reply: %w", args[0], ctx.Err())
+	}
+	if d.failTag && args[0] == "set-option" && args[3] == TagState {
+		return tmuxctl.Reply{}, &tmuxctl.CommandError{Command: "set-option", Lines: []string{"refused"}}
+	}
+	return d.tmuxAPI.CommandIn(ctx, life, args...)
+}
+
+func (d *deadlineTmux) report() (map[string]bool, []string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.seen, d.bad
 }

@@ -68,6 +68,12 @@ const (
 	postmortemGrace   = time.Second
 	killConfirmWait   = 10 * time.Second
 	pollInterval      = 50 * time.Millisecond
+
+	// tmuxCommandTimeout bounds each tmux command of the saga and of
+	// compensation, under their overall deadlines: tmuxctl applies its own
+	// per-command default only to a context without a deadline, so without
+	// this a stuck tmux held a create for the whole sagaTimeout.
+	tmuxCommandTimeout = 10 * time.Second
 )
 
 // Manager owns the create saga and session ends for one supervised tmux server.
@@ -87,7 +93,8 @@ type Manager struct {
 	killing  map[string]killReason // by tmux id: sessions we are removing ourselves
 	creates  sync.WaitGroup
 
-	syncWaits atomic.Int64 // creates that found the census unsynced and waited for it
+	syncWaits  atomic.Int64  // creates that found the census unsynced and waited for it
+	cmdTimeout time.Duration // tmuxCommandTimeout; shorter in tests
 }
 
 // killReason records why we are removing a session, so the end detection loop
@@ -121,6 +128,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg: cfg, tmux: cfg.Tmux, census: cfg.Census, fence: cfg.Fence,
 		verdicts: cfg.Verdicts, log: log, fault: f, met: newMetrics(cfg.Metrics),
 		inflight: make(map[string]*attempt), killing: make(map[string]killReason),
+		cmdTimeout: tmuxCommandTimeout,
 	}, nil
 }
 
@@ -198,6 +206,20 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		}
 	}
 	return errors.Join(append(errs, ctx.Err())...)
+}
+
+// commandIn runs one tmux command in life with its own deadline (cmdTimeout), never
+// beyond ctx's.
+func (m *Manager) commandIn(ctx context.Context, life tmuxctl.ServerLife, args ...string) (tmuxctl.Reply, error) {
+	cctx, cancel := context.WithTimeout(ctx, m.cmdTimeout)
+	defer cancel()
+	return m.tmux.CommandIn(cctx, life, args...)
+}
+
+// timedOut reports a tmux command that got no answer before its deadline: tmux
+// is stuck (or gone), and whether the command took effect is unknown.
+func timedOut(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded)
 }
 
 // serverLife returns the life of the server the control connection reaches now.

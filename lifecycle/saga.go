@@ -86,7 +86,7 @@ func (m *Manager) spawn(ctx context.Context, a *attempt) error {
 		}
 		a.life = life
 		a.sent = true
-		reply, err = m.tmux.CommandIn(ctx, life, m.newSessionArgs(a)...)
+		reply, err = m.commandIn(ctx, life, m.newSessionArgs(a)...)
 		if err != nil && !notSent(err) {
 			break
 		}
@@ -138,6 +138,10 @@ func (m *Manager) spawnError(a *attempt, err error) error {
 		return verdict.Errorf(verdict.CodeTmuxUnavailable, nil, "new-session not sent: %w", err)
 	}
 	a.uncertain = true
+	if timedOut(err) {
+		return verdict.Errorf(verdict.CodeTmuxUnavailable, map[string]any{"command": "new-session"},
+			"tmux did not answer new-session within %v; outcome unknown: %w", m.cmdTimeout, err)
+	}
 	return verdict.Errorf(verdict.CodeTmuxUnavailable, nil, "new-session outcome unknown: %w", err)
 }
 
@@ -177,9 +181,16 @@ func (m *Manager) tag(ctx context.Context, a *attempt) error {
 		{TagIdentity, a.digest},
 	}
 	for _, t := range tags {
-		_, err := m.tmux.CommandIn(ctx, a.life, "set-option", "-t", a.tmuxID, t[0], t[1])
+		_, err := m.commandIn(ctx, a.life, "set-option", "-t", a.tmuxID, t[0], t[1])
 		if err == nil {
 			continue
+		}
+		if timedOut(err) {
+			// tmux is stuck: a kill could not be confirmed either, so undo
+			// abandons the row at once and recovery decides from live tmux.
+			a.uncertain = true
+			return verdict.Errorf(verdict.CodeTmuxUnavailable, map[string]any{"command": "set-option"},
+				"tmux did not answer set-option within %v: %w", m.cmdTimeout, err)
 		}
 		var ce *tmuxctl.CommandError
 		if !errors.As(err, &ce) {
