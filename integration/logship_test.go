@@ -165,6 +165,9 @@ func TestLogship(t *testing.T) {
 		t.Fatalf("kill: want exit 0\n%s", r)
 	}
 	vs := waitShipped(t, d, rs)
+	if b, err := os.ReadFile(file + ".1"); err != nil || !bytes.Contains(b, []byte(`"session_id":"ship-between"`)) {
+		t.Errorf("the verdict written between the rename and SIGHUP is not in %s.1 (err %v): the scenario did not run", file, err)
+	}
 	if b, err := os.ReadFile(file); err != nil || len(bytes.TrimSpace(b)) == 0 {
 		t.Errorf("after the rotation the daemon wrote nothing to a new %s (err %v)", file, err)
 	}
