@@ -2,6 +2,7 @@ package fence
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -26,7 +27,12 @@ func appendVerdict(ctx context.Context, q queryer, rec verdict.Record, now time.
 		return verdict.Record{}, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "verdict"},
 			"verdict record cannot be encoded: %w", err)
 	}
-	if _, err := q.ExecContext(ctx, `INSERT INTO verdicts (sequence, record) VALUES (?, ?)`, seq, string(b)); err != nil {
+	var dir, sid string
+	if rec.Identity != nil {
+		dir, sid = rec.Identity.StateDir, rec.Identity.SessionID
+	}
+	if _, err := q.ExecContext(ctx, `INSERT INTO verdicts (sequence, record, state_dir, session_id) VALUES (?, ?, ?, ?)`,
+		seq, string(b), dir, sid); err != nil {
 		return verdict.Record{}, err
 	}
 	return rec, nil
@@ -55,6 +61,11 @@ func (s *Store) VerdictsSince(ctx context.Context, after int64, limit int) ([]ve
 	if err != nil {
 		return nil, s.dbErr("verdicts", err)
 	}
+	return s.scanVerdicts(rows)
+}
+
+// scanVerdicts decodes (sequence, record) rows, closing them.
+func (s *Store) scanVerdicts(rows *sql.Rows) ([]verdict.Record, error) {
 	defer rows.Close()
 	var out []verdict.Record
 	for rows.Next() {

@@ -82,6 +82,19 @@ CREATE TABLE verdicts (
 	record    TEXT    NOT NULL
 );
 `,
+	// 2: indexes for the hot paths at thousands of sessions. End detection finds
+	// the not-ended generation living in a tmux session of one server life
+	// (PublishedByTmux); Show reads one identity's verdicts (VerdictsFor), so
+	// verdicts carry their identity in columns, backfilled from the records.
+	`
+CREATE INDEX identities_tmux ON identities (server_pid, server_start, tmux_id) WHERE ended = 0;
+ALTER TABLE verdicts ADD COLUMN state_dir  TEXT NOT NULL DEFAULT '';
+ALTER TABLE verdicts ADD COLUMN session_id TEXT NOT NULL DEFAULT '';
+UPDATE verdicts SET
+	state_dir  = COALESCE(json_extract(record, '$.skc.identity.state_dir'), ''),
+	session_id = COALESCE(json_extract(record, '$.skc.identity.session_id'), '');
+CREATE INDEX verdicts_identity ON verdicts (state_dir, session_id, sequence);
+`,
 }
 
 // SchemaVersion is the user_version this binary writes and understands.
