@@ -109,19 +109,15 @@ func (m *Manager) endDeadPane(ctx context.Context, pub fence.Published, life tmu
 }
 
 // publishedByTmuxID finds the published, not-ended generation living in session id
-// of server life life.
+// of server life life: one indexed fence read (fence.PublishedByTmux), since it
+// runs for every session the census sees removed — thousands in a mass end.
 func (m *Manager) publishedByTmuxID(ctx context.Context, id string, life tmuxctl.ServerLife) (fence.Published, bool) {
-	pubs, err := m.fence.Identities(ctx)
+	p, ok, err := m.fence.PublishedByTmux(ctx, life.PID, life.StartTime, id)
 	if err != nil {
-		m.log.Warn().Err(err).Msg("fence identities unreadable")
+		m.log.Warn().Err(err).Str("tmux_id", id).Msg("fence lookup by tmux session failed")
 		return fence.Published{}, false
 	}
-	for _, p := range pubs {
-		if !p.Ended && p.TmuxID == id && p.ServerPID == life.PID && p.ServerStart == life.StartTime {
-			return p, true
-		}
-	}
-	return fence.Published{}, false
+	return p, ok
 }
 
 // reconcile re-checks every published, not-ended generation against live tmux

@@ -51,9 +51,10 @@ type ShowResult struct {
 
 var errNotSynced = errors.New("census not synced")
 
-// showVerdictScan bounds how many journal records Show reads to find an
-// identity's verdicts.
-const showVerdictScan = 100000
+// showVerdicts bounds how many of an identity's verdicts Show returns (the most
+// recent ones): a long-lived identity recreated many times must not make one
+// Show unbounded.
+const showVerdicts = 1000
 
 // List returns every session on the supervised server (the control session
 // excepted), managed ones joined with their published identity.
@@ -124,27 +125,14 @@ func (m *Manager) Show(ctx context.Context, ref Ref) (ShowResult, error) {
 	return out, err
 }
 
-// verdictsOf filters the journal for one identity's verdicts.
+// verdictsOf returns the identity's most recent verdicts (up to showVerdicts),
+// oldest first, from the fence's identity index.
 func (m *Manager) verdictsOf(ctx context.Context, id fence.Identity) ([]verdict.Record, error) {
-	out := []verdict.Record{}
-	var after int64
-	for scanned := 0; scanned < showVerdictScan; {
-		recs, err := m.fence.VerdictsSince(ctx, after, 1000)
-		if err != nil {
-			return out, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
-		}
-		if len(recs) == 0 {
-			break
-		}
-		for _, r := range recs {
-			if r.Identity != nil && r.Identity.StateDir == id.StateDir && r.Identity.SessionID == id.SessionID {
-				out = append(out, r)
-			}
-			after = r.Sequence
-		}
-		scanned += len(recs)
+	recs, err := m.fence.VerdictsFor(ctx, id, showVerdicts)
+	if err != nil {
+		return []verdict.Record{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
 	}
-	return out, nil
+	return recs, nil
 }
 
 // viewOf joins a census session with its published identity (nil when none). It is
