@@ -59,7 +59,7 @@ func runScale(ctx context.Context, o options, r *reaper, bin string, rep *report
 	if err := d.fill(fillCtx, min(o.scaleAt, target), 16, progress); err != nil {
 		return fmt.Errorf("fill to %d: %w", o.scaleAt, err)
 	}
-	if err := listLookupRows(ctx, rep, d, 50, 200, "scale"); err != nil {
+	if err := listLookupRows(ctx, rep, d, 50, 100, "scale"); err != nil {
 		return err
 	}
 	err = d.fill(fillCtx, target, 8, progress)
@@ -82,7 +82,7 @@ func scaleMeasure(ctx context.Context, rep *report, d *daemon, f *follower) erro
 	rep.judge(row{fig: fmt.Sprintf("daemon VmRSS (%d live sessions)", n), ours: fmt.Sprintf("%.1f MB (VmHWM %.1f MB)", float64(rss)/1024, float64(hwm)/1024),
 		base: tmuxRSS(d), ratio: "—", goal: "≤ 64 MB"}, rss <= 64<<10, fmt.Sprintf("%.1f MB", float64(rss)/1024))
 	rep.add(row{fig: "per-session memory outside the daemon", ours: helperMemory(d), base: "—", ratio: "—", goal: "—", met: "info"})
-	if err := listLookupRows(ctx, rep, d, 30, 200, "full"); err != nil {
+	if err := listLookupRows(ctx, rep, d, 30, 50, "full"); err != nil {
 		return err
 	}
 	if err := censusRow(ctx, rep, d); err != nil {
