@@ -210,6 +210,7 @@ func (c *Client) Run(ctx context.Context) error {
 		first = false
 		if c.serve(ctx, conn) {
 			b.reset()
+			c.awaitServerExit(ctx, conn)
 			c.wait(ctx, 0, true) // a healthy connection was lost: retry at once
 			continue
 		}

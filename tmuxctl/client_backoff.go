@@ -1,7 +1,14 @@
 package tmuxctl
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 )
 
@@ -39,4 +46,38 @@ func (b *backoff) reset() { b.next = 0 }
 // jitter spreads d over [0.8d, 1.2d).
 func jitter(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
+
+// awaitServerExit waits, when conn ended because its server exited, until
+// that server process is gone (bounded by CommandTimeout). An immediate
+// retry could otherwise meet the dying server's socket: still accepting,
+// so StartServer is skipped, then refusing, so the control client starts
+// the next server itself — outside the scope StartServer would have put it
+// in. A server that is gone closed its socket, so the probe is then right.
+func (c *Client) awaitServerExit(ctx context.Context, conn *Conn) {
+	var xe *ExitError
+	if !errors.As(conn.Err(), &xe) || !strings.HasPrefix(xe.Reason, "server exited") {
+		return
+	}
+	pid := conn.Info().PID
+	deadline := time.Now().Add(c.cfg.CommandTimeout)
+	for !pidGone(pid) && ctx.Err() == nil && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// pidGone reports whether pid names no live process; a zombie is gone (its
+// files, the server's socket among them, are closed).
+func pidGone(pid int) bool {
+	if pid <= 0 {
+		return true
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+	}
+	if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) {
+		return b[i+2] == 'Z' || b[i+2] == 'X'
+	}
+	return false
 }
