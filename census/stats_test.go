@@ -35,8 +35,8 @@ func TestStatsCountsFollowApply(t *testing.T) {
 	steps := [][]*entry{
 		{ctl, entryFor(1, "a", digest(1)), entryFor(2, "b", ""), entryFor(3, "c", "")},
 		{ctl, entryFor(1, "a", ""), entryFor(2, "b", digest(2)), entryFor(3, "c", digest(3))}, // tags changed
-		{ctl, entryFor(2, "b", digest(2))}, // sessions gone
-		{entryFor(0, "now-visible", ""), entryFor(2, "b", digest(2))}, // control tag removed
+		{ctl, entryFor(2, "b", digest(2))},                                                    // sessions gone
+		{entryFor(0, "now-visible", ""), entryFor(2, "b", digest(2))},                         // control tag removed
 	}
 	want := [][2]int{{1, 2}, {2, 1}, {1, 0}, {1, 1}}
 	for i, es := range steps {
