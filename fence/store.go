@@ -350,6 +350,15 @@ func (s *Store) write(ctx context.Context, op string, fn func(q queryer) error) 
 	}
 	defer conn.Close()
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		if !isBusy(err) {
+			// A caller's context cancelled while BEGIN ran can leave the
+			// transaction open although BEGIN reported the cancellation; on
+			// the one writer connection every later write would then fail
+			// "cannot start a transaction within a transaction". Discard the
+			// connection (closing it rolls back whatever it holds). Busy is
+			// the common failure and opens nothing: keep the connection.
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
 		return s.dbErr(op, err)
 	}
 	err = fn(conn)

@@ -2,6 +2,7 @@ package fence
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -212,3 +213,25 @@ func TestPostmortem(t *testing.T) {
 }
 
 func errorsIsLost(err error) bool { return err != nil && verdict.CodeOf(err) == verdict.CodeFenceLost }
+
+// TestCancelledCallerNeverWedgesWriter: callers whose context is cancelled at
+// varying moments of a write (BEGIN included) must not leave the writer
+// connection inside a transaction; the next write with a live context succeeds.
+// (Before the fix this failed within a few rounds with "cannot start a
+// transaction within a transaction".)
+func TestCancelledCallerNeverWedgesWriter(t *testing.T) {
+	w := newWorld(t)
+	s := w.owner(100)
+	for i := 0; i < 400; i++ {
+		c, cancel := context.WithCancel(context.Background())
+		go func(d time.Duration) { time.Sleep(d); cancel() }(time.Duration(i%50) * 10 * time.Microsecond)
+		_, _ = s.AppendVerdict(c, testRecord(verdict.VerdictPublished))
+		if _, err := s.AppendVerdict(ctx, testRecord(verdict.VerdictPublished)); err != nil {
+			t.Fatalf("round %d: a write after a cancelled one failed: %v", i, err)
+		}
+		cancel()
+	}
+	if msg, err := s.Check(ctx); err != nil || msg != "ok" {
+		t.Fatalf("integrity: %s %v", msg, err)
+	}
+}
