@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
@@ -26,8 +27,10 @@ func TestShutdownRacesCreates(t *testing.T) {
 		}
 		var wg sync.WaitGroup
 		var finished atomic.Int32
+		ids := make([]fence.Identity, creates)
 		for i := 0; i < creates; i++ {
 			id, spec := e.identity(fmt.Sprintf("sr%d-%d", r, i))
+			ids[i] = id
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -45,7 +48,14 @@ func TestShutdownRacesCreates(t *testing.T) {
 		cancel()
 		_ = m.Shutdown(ctx)
 		wg.Wait()
-		// Every create has returned: what is left of a row is evidence for
+		// Every create has returned, each with exactly one verdict of its own
+		// (a wedged fence writer used to lose them).
+		for _, id := range ids {
+			if recs := e.verdicts(id); len(recs) != 1 || recs[0].Action != verdict.ActionCreate {
+				t.Fatalf("round %d: %s has verdicts %v", r, id.SessionID, verdictNames(recs))
+			}
+		}
+		// What is left of a row is evidence for
 		// recovery (abandoned), never a row still owned by a live attempt.
 		rows, err := e.store.Reservations(context.Background())
 		if err != nil {
@@ -53,7 +63,8 @@ func TestShutdownRacesCreates(t *testing.T) {
 		}
 		for _, row := range rows {
 			if !row.Abandoned {
-				t.Fatalf("round %d: row left owned after shutdown: %+v", r, row)
+				t.Fatalf("round %d: row left owned after shutdown: %+v; verdicts %v", r, row,
+					verdictNames(e.verdicts(row.Identity)))
 			}
 		}
 	}
