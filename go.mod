@@ -3,18 +3,21 @@ module github.com/skc-supervisor/skc-supervisor
 go 1.26.0
 
 require (
-	github.com/creack/pty v1.1.24 // indirect
+	github.com/creack/pty v1.1.24
+	github.com/rs/zerolog v1.35.1
+	go.uber.org/goleak v1.3.0
+	golang.org/x/sys v0.50.0
+	modernc.org/sqlite v1.62.0
+)
+
+require (
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/mattn/go-colorable v0.1.14 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
-	github.com/rs/zerolog v1.35.1 // indirect
-	go.uber.org/goleak v1.3.0 // indirect
-	golang.org/x/sys v0.50.0 // indirect
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
-	modernc.org/sqlite v1.62.0 // indirect
 )

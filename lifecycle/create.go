@@ -28,12 +28,13 @@ type CreateResult struct {
 	Session View
 }
 
-// Tag names on supervised sessions (docs/architecture.md, census).
+// Tag names on supervised sessions: the census owns the vocabulary, the saga writes
+// it, so both read the same constants.
 const (
-	TagIdentity    = "@skc-identity"
-	TagGeneration  = "@skc-generation"
-	TagReservation = "@skc-reservation"
-	TagState       = "@skc-state"
+	TagIdentity    = census.TagIdentity
+	TagGeneration  = census.TagGeneration
+	TagReservation = census.TagReservation
+	TagState       = census.TagState
 )
 
 // sagaTimeout bounds the steps after Reserve. They run detached from the caller's
