@@ -74,11 +74,17 @@ bench-scale: tmux build
 soak: tmux build
 	SKC_SOAK=1 $(GO) test -race -timeout 60m -run Soak ./integration/
 
-# Short fuzzing passes over the parsers and encoders (found inputs land in testdata/fuzz).
+# Short fuzzing passes over every parser, encoder and input decoder (found inputs land
+# in each package's testdata/fuzz). FUZZTIME=5m make fuzz for longer runs.
 FUZZTIME ?= 30s
+FUZZ_TARGETS := tmuxctl:FuzzParser tmuxctl:FuzzQuote census:FuzzParseRow \
+                api:FuzzValidate api:FuzzDecodeCreate
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzParser -fuzztime $(FUZZTIME) ./tmuxctl/
-	$(GO) test -run '^$$' -fuzz FuzzQuote -fuzztime $(FUZZTIME) ./tmuxctl/
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t#*:}; \
+		echo "fuzz $$fn in ./$$pkg/ for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg/; \
+	done
 
 demo: tmux build
 	./scripts/demo.sh
