@@ -64,6 +64,11 @@ func runDefault(ctx context.Context, o options, r *reaper, bin string, rep *repo
 	}
 	rep.add(row{fig: "7. fence transition p99, 8 writer processes", ours: "see *fence* above", base: "—", ratio: "—",
 		goal: "< 50 ms", met: "fence's own benchmark"})
+	return finish(ctx, o, r, bin, rep, d)
+}
+
+// finish adds the daemon's RSS, its request times and the wire-log breakdown.
+func finish(ctx context.Context, o options, r *reaper, bin string, rep *report, d *daemon) error {
 	rss, hwm := d.rssKB()
 	rep.extra = append(rep.extra, fmt.Sprintf("Daemon VmRSS at the end: %.1f MB (VmHWM %.1f MB) with %d sessions.",
 		float64(rss)/1024, float64(hwm)/1024, d.count()), serverTimesMarkdown(d))
