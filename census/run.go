@@ -49,12 +49,21 @@ var relistOn = map[string]bool{
 // The census and the client may stop in either order: the client closes
 // its event stream itself when its Run returns, whether or not anybody
 // reads it, so nobody has to drain Events().
+//
+// Re-lists run on a goroutine of their own, at most one at a time, so that
+// notifications, connects and disconnects are handled while one is in
+// flight; Run waits for it before returning.
 func (c *Census) Run(ctx context.Context) error {
 	events := c.cl.Events()
 	reconcile := time.NewTicker(c.cfg.reconcile)
 	defer reconcile.Stop()
 	b := newBurst()
 	defer b.timer.Stop()
+	defer func() {
+		if b.inflight {
+			<-b.done
+		}
+	}()
 	probe := time.NewTimer(time.Hour)
 	probe.Stop()
 	defer probe.Stop()
@@ -75,54 +84,101 @@ func (c *Census) Run(ctx context.Context) error {
 				probe.Reset(probeEvery)
 			}
 		case <-c.kick:
-			b.trigger(c.cfg)
+			c.trigger(ctx, b)
 		case <-reconcile.C:
-			b.trigger(c.cfg)
+			c.trigger(ctx, b)
 		case <-b.timer.C:
 			b.pending = false
-			c.relistNow(ctx, b)
+			if b.inflight { // a stale fire after a connect started one
+				b.dirty = true
+			} else {
+				c.startRelist(ctx, b)
+			}
+		case err := <-b.done:
+			c.relistDone(ctx, b, err)
 		}
 	}
 }
 
-// burst coalesces triggers: one re-list once the burst has been quiet for
-// cfg.quiet, or cfg.maxDelay after its first trigger, whichever is first.
+// burst coalesces triggers into re-lists, never more than one in flight.
+//
+// Leading edge: a trigger after cfg.quiet without any starts a re-list at
+// once, so a lone session end is seen after one list round trip. Triggers
+// while a re-list is in flight set dirty; when it completes, one trailing
+// re-list follows once the burst has been quiet for cfg.quiet, or cfg.maxDelay
+// after the first trigger it covers, whichever is first. Triggers within
+// cfg.quiet of the previous one (a burst still going on) take the same
+// debounce. So a burst costs one leading re-list plus one per maxDelay of
+// its length, and a failed re-list is retried after cfg.retry.
 type burst struct {
-	timer   *time.Timer
-	pending bool
-	first   time.Time
+	timer    *time.Timer
+	pending  bool      // timer armed: a re-list (trailing or retry) will start
+	first    time.Time // first trigger the pending/dirty re-list covers
+	last     time.Time // last trigger
+	inflight bool
+	dirty    bool // a trigger arrived while in flight
+	urgent   bool // a connect arrived while in flight: re-list right after it
+	retrying bool // a failed re-list's retry is armed
+	done     chan error
 }
 
 func newBurst() *burst {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
-	return &burst{timer: t}
+	return &burst{timer: t, done: make(chan error, 1)}
 }
 
-func (b *burst) trigger(cfg config) {
+// trigger notes that the census may be behind tmux.
+func (c *Census) trigger(ctx context.Context, b *burst) {
 	now := time.Now()
-	if !b.pending {
+	idle := b.last.IsZero() || now.Sub(b.last) >= c.cfg.quiet
+	b.last = now
+	switch {
+	case b.inflight:
+		if !b.dirty {
+			b.dirty, b.first = true, now
+		}
+	case b.retrying:
+		// The armed retry covers this trigger.
+	case b.pending:
+		b.timer.Reset(max(0, min(c.cfg.quiet, b.first.Add(c.cfg.maxDelay).Sub(now))))
+	case idle:
+		c.startRelist(ctx, b) // leading edge
+	default:
 		b.pending, b.first = true, now
-	}
-	b.timer.Reset(min(cfg.quiet, b.first.Add(cfg.maxDelay).Sub(now)))
-}
-
-// retry schedules a re-list after d (a failed sync), unless one is pending.
-func (b *burst) retry(d time.Duration) {
-	if !b.pending {
-		b.pending, b.first = true, time.Now()
-		b.timer.Reset(d)
+		b.timer.Reset(c.cfg.quiet)
 	}
 }
 
-// relistNow runs a full sync; on failure while connected it retries later.
-func (c *Census) relistNow(ctx context.Context, b *burst) {
-	err := c.resync(ctx)
-	if err == nil || errors.Is(err, errStale) || errors.Is(err, tmuxctl.ErrNotConnected) || ctx.Err() != nil {
+// startRelist starts a full sync on its own goroutine.
+func (c *Census) startRelist(ctx context.Context, b *burst) {
+	b.inflight = true
+	go func() { b.done <- c.resync(ctx) }()
+}
+
+// relistDone handles the end of a re-list: a retry with backoff after a
+// failure while connected, else the trailing re-list if triggers arrived.
+func (c *Census) relistDone(ctx context.Context, b *burst, err error) {
+	b.inflight = false
+	if b.urgent {
+		b.urgent, b.dirty, b.retrying = false, false, false
+		c.startRelist(ctx, b)
 		return
 	}
-	c.log.Warn().Err(err).Msg("census re-list failed; retrying")
-	b.retry(c.cfg.retry)
+	if err != nil && !errors.Is(err, errStale) && !errors.Is(err, tmuxctl.ErrNotConnected) && ctx.Err() == nil {
+		c.log.Warn().Err(err).Msg("census re-list failed; retrying")
+		b.dirty, b.retrying = false, true
+		b.pending, b.first = true, time.Now()
+		b.timer.Reset(c.cfg.retry)
+		return
+	}
+	b.retrying = false
+	if b.dirty {
+		b.dirty = false
+		b.pending = true
+		now := time.Now()
+		b.timer.Reset(max(0, min(b.last.Add(c.cfg.quiet).Sub(now), b.first.Add(c.cfg.maxDelay).Sub(now))))
+	}
 }
 
 // handle applies one client event.
@@ -131,9 +187,13 @@ func (c *Census) handle(ctx context.Context, ev tmuxctl.Event, b *burst) {
 	case tmuxctl.Connected:
 		c.onConnected(ev.Info)
 		c.subscribe(ctx, ev.Info.ServerLife)
-		b.pending = false
+		b.pending, b.retrying = false, false
 		b.timer.Stop()
-		c.relistNow(ctx, b)
+		if b.inflight {
+			b.urgent = true // it belongs to the old epoch
+		} else {
+			c.startRelist(ctx, b)
+		}
 	case tmuxctl.Disconnected:
 		c.onDisconnected(ev.Err)
 	case tmuxctl.Notify:
@@ -143,7 +203,7 @@ func (c *Census) handle(ctx context.Context, ev tmuxctl.Event, b *burst) {
 			c.subLines.Add(1)
 		}
 		if relistOn[name] || ours {
-			b.trigger(c.cfg)
+			c.trigger(ctx, b)
 		}
 	}
 }

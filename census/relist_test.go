@@ -1,0 +1,141 @@
+package census
+
+import (
+	"context"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
+)
+
+// fakeTmux is a scripted tmuxClient: it answers the sync's commands from a
+// fixed session list, counts list-sessions commands, and can hold them (to
+// keep a re-list in flight) or fail them.
+type fakeTmux struct {
+	events chan tmuxctl.Event
+
+	mu      sync.Mutex
+	lines   []string // list-sessions -F listFormat lines
+	hold    chan struct{}
+	fail    error
+	lists   int // list-sessions commands received
+	running atomic.Int32
+	maxRun  atomic.Int32 // most list-sessions in flight at once
+}
+
+func newFake() *fakeTmux { return &fakeTmux{events: make(chan tmuxctl.Event, 1000)} }
+
+func (f *fakeTmux) Events() <-chan tmuxctl.Event { return f.events }
+
+func (f *fakeTmux) CommandIn(ctx context.Context, life tmuxctl.ServerLife, args ...string) (tmuxctl.Reply, error) {
+	if args[0] != "list-sessions" {
+		return tmuxctl.Reply{}, nil
+	}
+	n := f.running.Add(1)
+	defer f.running.Add(-1)
+	for {
+		m := f.maxRun.Load()
+		if n <= m || f.maxRun.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	f.mu.Lock()
+	f.lists++
+	hold, fail, lines := f.hold, f.fail, append([]string(nil), f.lines...)
+	f.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return tmuxctl.Reply{}, ctx.Err()
+		}
+	}
+	if fail != nil {
+		return tmuxctl.Reply{}, fail
+	}
+	return tmuxctl.Reply{Lines: lines}, nil
+}
+
+func (f *fakeTmux) listCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lists
+}
+
+func (f *fakeTmux) notify(name string) {
+	f.events <- tmuxctl.Event{Kind: tmuxctl.Notify, Note: tmuxctl.Notification{Name: name}}
+}
+
+// startFake runs a census on f with cfg, connected, and waits for the first sync.
+func startFake(t *testing.T, f *fakeTmux, cfg config) *Census {
+	t.Helper()
+	c := newCensus(f, nil, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = c.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	f.events <- tmuxctl.Event{Kind: tmuxctl.Connected, Info: tmuxctl.ServerInfo{ServerLife: tmuxctl.ServerLife{PID: os.Getpid(), StartTime: 1}, ControlSessionID: "$0"}}
+	eventually(t, "first sync", c.Synced)
+	return c
+}
+
+const fakeLine = "$1\t1700000000\t0\t%1\t100\t0\t\t\t\t\t\t\t\tone"
+
+// A lone notification re-lists at once (leading edge): with a quiet period
+// and a maximum delay of an hour, only the leading edge can run it.
+func TestLeadingEdgeRelist(t *testing.T) {
+	f := newFake()
+	f.lines = []string{fakeLine}
+	cfg := testConfig()
+	cfg.quiet, cfg.maxDelay = time.Hour, time.Hour
+	c := startFake(t, f, cfg)
+	sub := c.Subscribe(10)
+	defer sub.Close()
+	before := f.listCount()
+	f.mu.Lock()
+	f.lines = nil // the session ended
+	f.mu.Unlock()
+	f.notify("%sessions-changed")
+	if ch := next(t, sub); ch.Kind != Removed || ch.Session.ID != "$1" {
+		t.Fatalf("want $1 removed, got %+v", ch)
+	}
+	if n := f.listCount() - before; n != 1 {
+		t.Fatalf("one notification cost %d re-lists, want 1", n)
+	}
+}
+
+// A burst of notifications arriving while a re-list is in flight costs
+// exactly one more re-list after it, and never two at once.
+func TestBurstWhileInFlightOneTrailing(t *testing.T) {
+	f := newFake()
+	cfg := testConfig()
+	cfg.quiet, cfg.maxDelay = time.Millisecond, time.Millisecond
+	c := startFake(t, f, cfg)
+	before := f.listCount()
+	hold := make(chan struct{})
+	f.mu.Lock()
+	f.hold = hold
+	f.mu.Unlock()
+	f.notify("%sessions-changed") // leading edge: starts a re-list, held
+	eventually(t, "leading re-list in flight", func() bool { return f.listCount()-before == 1 })
+	for i := 0; i < 100; i++ {
+		f.notify("%unlinked-window-add")
+	}
+	eventually(t, "burst consumed", func() bool { return len(f.events) == 0 })
+	f.mu.Lock()
+	f.hold = nil
+	f.mu.Unlock()
+	close(hold)
+	eventually(t, "trailing re-list", func() bool { return f.listCount()-before == 2 })
+	time.Sleep(50 * cfg.maxDelay) // room for any further (wrong) re-list
+	if n := f.listCount() - before; n != 2 {
+		t.Fatalf("a 101-notification burst cost %d re-lists, want 2", n)
+	}
+	if m := f.maxRun.Load(); m != 1 {
+		t.Fatalf("%d re-lists were in flight at once", m)
+	}
+	_ = c
+}
