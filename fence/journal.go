@@ -129,6 +129,19 @@ func (s *Store) Reservation(ctx context.Context, resID string) (Reservation, boo
 	return r, ok, nil
 }
 
+// ReservationFor returns the identity's reservation row, if any: one keyed read.
+func (s *Store) ReservationFor(ctx context.Context, id Identity) (Reservation, bool, error) {
+	id, err := CanonicalIdentity(id)
+	if err != nil {
+		return Reservation{}, false, err
+	}
+	r, ok, err := rowFor(ctx, s.r, id)
+	if err != nil {
+		return Reservation{}, false, s.dbErr("reservation", err)
+	}
+	return r, ok, nil
+}
+
 // Reservations lists every reservation row, oldest claim first.
 func (s *Store) Reservations(ctx context.Context) ([]Reservation, error) {
 	rows, err := s.r.QueryContext(ctx, `SELECT `+resCols+` FROM reservations ORDER BY claimed_at, reservation_id`)

@@ -64,6 +64,8 @@ type Store struct {
 	selfMu  sync.Mutex
 	selfPID int
 	selfInc string
+
+	cache pubCache // the identities table in memory (cache.go)
 }
 
 // ErrFenceLost is the cause of every fence_lost error: the reservation row is

@@ -160,6 +160,7 @@ func (s *Store) Publish(ctx context.Context, r *Reservation, rec verdict.Record)
 		return Published{}, verdict.Record{}, err
 	}
 	r.Phase, r.UpdatedAt = PhasePublished, pub.PublishedAt
+	s.cache.put(pub)
 	return pub, rec, nil
 }
 
@@ -207,8 +208,10 @@ func (s *Store) MarkEnded(ctx context.Context, id Identity, gen uint64, rec verd
 		return false, verdict.Record{}, invalid("generation", "generation 0 is never published")
 	}
 	var done bool
+	var endedAt time.Time
 	err = s.write(ctx, "mark_ended", func(q queryer) error {
 		now := s.now()
+		endedAt = now
 		res, err := q.ExecContext(ctx, `UPDATE identities SET ended = 1, ended_at = ?
 			WHERE state_dir = ? AND session_id = ? AND generation = ? AND ended = 0`,
 			nanos(now), id.StateDir, id.SessionID, gen)
@@ -225,5 +228,6 @@ func (s *Store) MarkEnded(ctx context.Context, id Identity, gen uint64, rec verd
 	if err != nil || !done {
 		return false, verdict.Record{}, err
 	}
+	s.cache.ended(id, gen, endedAt)
 	return true, rec, nil
 }

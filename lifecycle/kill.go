@@ -84,16 +84,8 @@ func (m *Manager) publishedFor(ctx context.Context, ref Ref) (fence.Published, b
 	if ref.Identity != nil {
 		return m.fence.PublishedFor(ctx, *ref.Identity)
 	}
-	pubs, err := m.fence.Identities(ctx)
-	if err != nil {
-		return fence.Published{}, false, err
-	}
-	for _, p := range pubs {
-		if p.SessionName == ref.Name && !p.Ended {
-			return p, true, nil
-		}
-	}
-	return fence.Published{}, false, nil
+	// The fence's in-memory name index: one map read, not every identity row.
+	return m.fence.CachedPublishedByName(ctx, ref.Name)
 }
 
 // waitCensusGone waits (bounded) until the census no longer lists id, so a List

@@ -52,9 +52,9 @@ type ShowResult struct {
 var errNotSynced = errors.New("census not synced")
 
 // showVerdicts bounds how many of an identity's verdicts Show returns (the most
-// recent ones): a long-lived identity recreated many times must not make one
-// Show unbounded.
-const showVerdicts = 1000
+// recent ones, oldest first): a lookup reads at most this many records through
+// the fence's identity index, however long the identity's history.
+const showVerdicts = 100
 
 // List returns every session on the supervised server (the control session
 // excepted), managed ones joined with their published identity.
@@ -112,14 +112,12 @@ func (m *Manager) Show(ctx context.Context, ref Ref) (ShowResult, error) {
 		return ShowResult{}, err
 	}
 	out := ShowResult{Session: m.viewOf(&sess, &pub), Verdicts: []verdict.Record{}}
-	rows, err := m.fence.Reservations(ctx)
+	row, ok, err := m.fence.ReservationFor(ctx, pub.Identity)
 	if err != nil {
 		return out, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
 	}
-	for i := range rows {
-		if rows[i].Identity == pub.Identity {
-			out.Reservation = &rows[i]
-		}
+	if ok {
+		out.Reservation = &row
 	}
 	out.Verdicts, err = m.verdictsOf(ctx, pub.Identity)
 	return out, err
