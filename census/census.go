@@ -135,7 +135,8 @@ type config struct {
 	quiet      time.Duration // a burst is over after this long without a trigger
 	maxDelay   time.Duration // … or this long after its first trigger
 	reconcile  time.Duration // periodic full re-list
-	retry      time.Duration // after a failed sync
+	retry      time.Duration // after a failed sync (doubling per consecutive failure)
+	retryMax   time.Duration // … up to this
 	confirmPar int           // concurrent exact tag reads
 }
 
@@ -144,7 +145,8 @@ func defaultConfig() config {
 		quiet:      25 * time.Millisecond,
 		maxDelay:   250 * time.Millisecond,
 		reconcile:  30 * time.Second,
-		retry:      500 * time.Millisecond,
+		retry:      250 * time.Millisecond,
+		retryMax:   5 * time.Second,
 		confirmPar: 32,
 	}
 }

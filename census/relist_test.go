@@ -2,6 +2,7 @@ package census
 
 import (
 	"context"
+	"errors"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -138,4 +139,40 @@ func TestBurstWhileInFlightOneTrailing(t *testing.T) {
 		t.Fatalf("%d re-lists were in flight at once", m)
 	}
 	_ = c
+}
+
+// A failing re-list is retried with exponential backoff, one at a time, and
+// notifications do not bring the retry forward.
+func TestRetryBackoff(t *testing.T) {
+	f := newFake()
+	cfg := testConfig()
+	cfg.retry, cfg.retryMax = 20*time.Millisecond, 80*time.Millisecond
+	c := startFake(t, f, cfg)
+	_ = c
+	f.mu.Lock()
+	f.fail = errors.New("command timed out")
+	f.mu.Unlock()
+	before := f.listCount()
+	f.notify("%sessions-changed")
+	eventually(t, "first failure", func() bool { return f.listCount()-before >= 1 })
+	// Flood with notifications for a while: they must not add re-lists.
+	stop := time.Now().Add(600 * time.Millisecond)
+	for time.Now().Before(stop) {
+		f.notify("%sessions-changed")
+		time.Sleep(2 * time.Millisecond)
+	}
+	n := f.listCount() - before
+	// 600 ms of backoff 20, 40, 80, 80, … ms allows at most ~10 attempts;
+	// without backoff every notification (~300) could start one.
+	t.Logf("failed re-lists in 600 ms of notifications: %d", n)
+	if n > 12 || n < 2 {
+		t.Fatalf("%d re-list attempts; want a backed-off handful", n)
+	}
+	if m := f.maxRun.Load(); m != 1 {
+		t.Fatalf("%d re-lists were in flight at once", m)
+	}
+	f.mu.Lock()
+	f.fail = nil
+	f.mu.Unlock()
+	eventually(t, "recovered", func() bool { return c.Synced() && c.lastSync.Load() > 0 })
 }

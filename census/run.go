@@ -109,7 +109,8 @@ func (c *Census) Run(ctx context.Context) error {
 // after the first trigger it covers, whichever is first. Triggers within
 // cfg.quiet of the previous one (a burst still going on) take the same
 // debounce. So a burst costs one leading re-list plus one per maxDelay of
-// its length, and a failed re-list is retried after cfg.retry.
+// its length, and a failed re-list is retried with exponential backoff
+// (cfg.retry doubling up to cfg.retryMax), never sooner.
 type burst struct {
 	timer    *time.Timer
 	pending  bool      // timer armed: a re-list (trailing or retry) will start
@@ -118,7 +119,7 @@ type burst struct {
 	inflight bool
 	dirty    bool // a trigger arrived while in flight
 	urgent   bool // a connect arrived while in flight: re-list right after it
-	retrying bool // a failed re-list's retry is armed
+	failures int  // consecutive failed re-lists (backoff)
 	done     chan error
 }
 
@@ -138,8 +139,8 @@ func (c *Census) trigger(ctx context.Context, b *burst) {
 		if !b.dirty {
 			b.dirty, b.first = true, now
 		}
-	case b.retrying:
-		// The armed retry covers this trigger.
+	case b.failures > 0:
+		// Backing off: the armed retry covers this trigger; never sooner.
 	case b.pending:
 		b.timer.Reset(max(0, min(c.cfg.quiet, b.first.Add(c.cfg.maxDelay).Sub(now))))
 	case idle:
@@ -161,18 +162,23 @@ func (c *Census) startRelist(ctx context.Context, b *burst) {
 func (c *Census) relistDone(ctx context.Context, b *burst, err error) {
 	b.inflight = false
 	if b.urgent {
-		b.urgent, b.dirty, b.retrying = false, false, false
+		b.urgent, b.dirty, b.failures = false, false, 0
 		c.startRelist(ctx, b)
 		return
 	}
 	if err != nil && !errors.Is(err, errStale) && !errors.Is(err, tmuxctl.ErrNotConnected) && ctx.Err() == nil {
-		c.log.Warn().Err(err).Msg("census re-list failed; retrying")
-		b.dirty, b.retrying = false, true
+		b.failures++
+		d := c.cfg.retry << min(b.failures-1, 16)
+		if d > c.cfg.retryMax || d <= 0 {
+			d = c.cfg.retryMax
+		}
+		c.log.Warn().Err(err).Int("failures", b.failures).Dur("retry_in", d).Msg("census re-list failed; retrying")
+		b.dirty = false
 		b.pending, b.first = true, time.Now()
-		b.timer.Reset(c.cfg.retry)
+		b.timer.Reset(d)
 		return
 	}
-	b.retrying = false
+	b.failures = 0
 	if b.dirty {
 		b.dirty = false
 		b.pending = true
@@ -187,7 +193,7 @@ func (c *Census) handle(ctx context.Context, ev tmuxctl.Event, b *burst) {
 	case tmuxctl.Connected:
 		c.onConnected(ev.Info)
 		c.subscribe(ctx, ev.Info.ServerLife)
-		b.pending, b.retrying = false, false
+		b.pending, b.failures = false, 0
 		b.timer.Stop()
 		if b.inflight {
 			b.urgent = true // it belongs to the old epoch
