@@ -57,52 +57,61 @@ var errNotSynced = errors.New("census not synced")
 const showVerdicts = 100
 
 // List returns every session on the supervised server (the control session
-// excepted), managed ones joined with their published identity.
+// excepted), managed ones joined with their published identity. The identities
+// come from the fence's in-memory copy of its table (fence.CachedPublished):
+// reading every row from SQLite per request cost more than the join itself.
 func (m *Manager) List(ctx context.Context) (ListResult, error) {
-	pubs, err := m.fence.Identities(ctx)
+	snap := m.census.Snapshot()
+	behind, err := m.censusBehind(ctx, snap)
 	if err != nil {
 		return ListResult{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
 	}
-	snap := m.census.Snapshot()
-	if m.censusBehind(snap, pubs) && m.census.Refresh(ctx) == nil {
+	if behind && m.census.Refresh(ctx) == nil {
 		// A session published a moment ago may not be listed yet: a create
 		// followed by ls must show it.
 		snap = m.census.Snapshot()
 	}
 	out := ListResult{Census: CensusInfo{
 		Synced: snap.Synced, ServerPID: snap.Info.PID, TmuxVersion: snap.Info.Version,
-	}, Sessions: []View{}}
+	}, Sessions: make([]View, 0, len(snap.Sessions))}
 	if snap.Info.StartTime != 0 {
 		out.Census.ServerStartedAt = time.Unix(snap.Info.StartTime, 0).UTC()
 	}
-	byDigest := make(map[string]*fence.Published, len(pubs))
-	for i := range pubs {
-		byDigest[pubs[i].Identity.Digest()] = &pubs[i]
-	}
 	for i := range snap.Sessions {
 		s := &snap.Sessions[i]
-		out.Sessions = append(out.Sessions, m.viewOf(s, byDigest[s.Identity()]))
+		var pub *fence.Published
+		if d := s.Identity(); d != "" {
+			p, ok, err := m.fence.CachedPublished(ctx, d)
+			if err != nil {
+				return ListResult{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
+			}
+			if ok {
+				pub = &p
+			}
+		}
+		out.Sessions = append(out.Sessions, m.viewOf(s, pub))
 	}
 	return out, nil
 }
 
 // censusBehind reports whether a published, not-ended session of the census's
 // server life is missing from snap or listed without its tags.
-func (m *Manager) censusBehind(snap census.Snapshot, pubs []fence.Published) bool {
+func (m *Manager) censusBehind(ctx context.Context, snap census.Snapshot) (bool, error) {
 	if !snap.Synced {
-		return false
+		return false, nil
 	}
 	idents := make(map[string]string, len(snap.Sessions))
-	for _, s := range snap.Sessions {
-		idents[s.ID] = s.Identity()
+	for i := range snap.Sessions {
+		idents[snap.Sessions[i].ID] = snap.Sessions[i].Identity()
 	}
-	for _, p := range pubs {
-		if !p.Ended && p.ServerPID == snap.Info.PID && p.ServerStart == snap.Info.StartTime &&
+	behind := false
+	err := m.fence.CachedLive(ctx, func(p *fence.Published) {
+		if !behind && p.ServerPID == snap.Info.PID && p.ServerStart == snap.Info.StartTime &&
 			idents[p.TmuxID] != p.Identity.Digest() {
-			return true // not listed yet, or listed before its tags were set
+			behind = true // not listed yet, or listed before its tags were set
 		}
-	}
-	return false
+	})
+	return behind, err
 }
 
 // Show returns one session with its reservation row and verdicts.
