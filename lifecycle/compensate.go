@@ -22,8 +22,19 @@ const (
 // was created in) and confirm it gone, then release the row. When anything is
 // uncertain the row is abandoned instead, as evidence for recovery. It writes the
 // attempt's one failed verdict and returns the error to answer with.
+//
+// The tmux part (kill and confirm) may use up the whole compensateTimeout when
+// tmux is stuck; the fence writes after it (release, abandon) and the verdict
+// each run on a fresh detached context of their own (fenceCtx), so they happen
+// even then. Before, an abandon ran under the kill's expired deadline and
+// failed, leaving the row owned by the live daemon (identity_reserved_live for
+// every later create) until a restart.
 func (m *Manager) undo(ctx context.Context, a *attempt, cause error) error {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
+	d := m.compTimeout
+	if d <= 0 {
+		d = compensateTimeout
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
 	defer cancel()
 	comp := m.compensate(cctx, a)
 	code := verdict.CodeOf(cause)
@@ -52,15 +63,26 @@ func (m *Manager) compensate(ctx context.Context, a *attempt) string {
 	} else if a.sent {
 		return m.abandon(ctx, a)
 	}
-	if err := m.fence.Release(ctx, a.res.ID); err != nil {
+	fctx, cancel := fenceCtx(ctx)
+	defer cancel()
+	if err := m.fence.Release(fctx, a.res.ID); err != nil {
 		m.log.Warn().Err(err).Str("reservation", a.res.ID).Msg("compensation release failed")
 		return m.abandon(ctx, a)
 	}
 	return compReleased
 }
 
+// fenceCtx is the context of one undo or release write in the fence: detached
+// from ctx (which may have expired: the caller's, the saga's or the kill's) with
+// its own deadline.
+func fenceCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), fenceUndoTimeout)
+}
+
 func (m *Manager) abandon(ctx context.Context, a *attempt) string {
-	if err := m.fence.Abandon(ctx, a.res.ID); err != nil {
+	fctx, cancel := fenceCtx(ctx)
+	defer cancel()
+	if err := m.fence.Abandon(fctx, a.res.ID); err != nil {
 		m.log.Error().Err(err).Str("reservation", a.res.ID).Msg("abandon failed; the row stays owned by this process")
 	}
 	return compAbandoned

@@ -64,6 +64,9 @@ type tmuxAPI interface {
 // rollback half way.
 const (
 	compensateTimeout = 15 * time.Second
+	// fenceUndoTimeout bounds each release or abandon write, on a context of
+	// its own (fenceCtx), never what is left of the compensation's.
+	fenceUndoTimeout = 5 * time.Second
 	helperReadyWait   = 10 * time.Second
 	postmortemGrace   = time.Second
 	killConfirmWait   = 10 * time.Second
@@ -93,8 +96,9 @@ type Manager struct {
 	killing  map[string]killReason // by tmux id: sessions we are removing ourselves
 	creates  sync.WaitGroup
 
-	syncWaits  atomic.Int64  // creates that found the census unsynced and waited for it
-	cmdTimeout time.Duration // tmuxCommandTimeout; shorter in tests
+	syncWaits   atomic.Int64  // creates that found the census unsynced and waited for it
+	cmdTimeout  time.Duration // tmuxCommandTimeout; shorter in tests
+	compTimeout time.Duration // compensateTimeout; shorter in tests
 }
 
 // killReason records why we are removing a session, so the end detection loop
@@ -128,7 +132,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg: cfg, tmux: cfg.Tmux, census: cfg.Census, fence: cfg.Fence,
 		verdicts: cfg.Verdicts, log: log, fault: f, met: newMetrics(cfg.Metrics),
 		inflight: make(map[string]*attempt), killing: make(map[string]killReason),
-		cmdTimeout: tmuxCommandTimeout,
+		cmdTimeout: tmuxCommandTimeout, compTimeout: compensateTimeout,
 	}, nil
 }
 

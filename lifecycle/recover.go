@@ -153,7 +153,9 @@ func (m *Manager) recoverAtStart(ctx context.Context, row fence.Reservation) err
 	m.emit(ctx, recoveryRecord(res, err))
 	m.met.recovered(res.Branch.String())
 	if res.Reservation != nil {
-		return m.fence.Release(ctx, res.Reservation.ID)
+		fctx, cancel := fenceCtx(ctx)
+		defer cancel()
+		return m.fence.Release(fctx, res.Reservation.ID)
 	}
 	return nil
 }

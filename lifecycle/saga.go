@@ -223,11 +223,14 @@ func (m *Manager) publish(ctx context.Context, a *attempt) (CreateResult, error)
 	}
 	m.verdicts.Filed(filed)
 	m.fault.hit(FaultPublish)
-	if err := m.fence.Advance(ctx, &a.res, fence.PhasePublished, fence.Patch{}); err != nil {
+	// Published: the rest must happen even if the saga's deadline passes now.
+	fctx, cancel := fenceCtx(ctx)
+	defer cancel()
+	if err := m.fence.Advance(fctx, &a.res, fence.PhasePublished, fence.Patch{}); err != nil {
 		m.log.Warn().Err(err).Str("reservation", a.res.ID).Msg("advance to published failed after publish")
 	}
 	m.fault.hit(FaultPublished)
-	if err := m.fence.Release(ctx, a.res.ID); err != nil {
+	if err := m.fence.Release(fctx, a.res.ID); err != nil {
 		m.log.Warn().Err(err).Str("reservation", a.res.ID).Msg("release after publish failed")
 	}
 	return CreateResult{Status: verdict.VerdictPublished, Session: m.attemptView(a, pub)}, nil

@@ -1,0 +1,65 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// expiringTmux refuses the state tag only once the caller's context has expired,
+// and never answers kill-session (it blocks until its context ends): a create
+// whose caller gave up mid-saga, compensating against a stuck tmux.
+type expiringTmux struct {
+	tmuxAPI
+	caller context.Context
+}
+
+func (x *expiringTmux) CommandIn(ctx context.Context, life tmuxctl.ServerLife, args ...string) (tmuxctl.Reply, error) {
+	switch {
+	case args[0] == "set-option" && args[3] == TagState:
+		<-x.caller.Done()
+		return tmuxctl.Reply{}, &tmuxctl.CommandError{Command: "set-option", Lines: []string{"refused"}}
+	case args[0] == "kill-session":
+		<-ctx.Done()
+		return tmuxctl.Reply{}, fmt.Errorf("tmuxctl: kill-session: no reply: %w", ctx.Err())
+	}
+	return x.tmuxAPI.CommandIn(ctx, life, args...)
+}
+
+// TestUndoAfterCallerAndCompensationDeadlines: the caller's context expires
+// mid-saga, the step then fails, and the compensation's kill uses up the whole
+// compensation deadline. The row must still end abandoned — not left owned by
+// this live process, which refused every later create as identity_reserved_live
+// until a restart — and the next create recovers it and publishes.
+func TestUndoAfterCallerAndCompensationDeadlines(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	real := e.m.tmux
+	e.m.compTimeout = 300 * time.Millisecond // no Create has run yet
+	caller, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	e.m.tmux = &expiringTmux{tmuxAPI: real, caller: caller}
+	id, spec := e.identity("expired")
+	if _, err := e.m.Create(caller, CreateRequest{Identity: id, Spec: spec}); verdict.CodeOf(err) != verdict.CodeTagFailed {
+		t.Fatalf("create: %v", err)
+	}
+	if rec := lastVerdict(t, e, id); rec.Verdict != verdict.VerdictFailed || rec.Evidence["compensation"] != compAbandoned {
+		t.Fatalf("verdict %+v", rec)
+	}
+	rows, err := e.store.Reservations(context.Background())
+	if err != nil || len(rows) != 1 || !rows[0].Abandoned {
+		t.Fatalf("rows %+v %v: want the attempt's row abandoned", rows, err)
+	}
+	e.m.tmux = real
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: 5 * time.Second})
+	if err != nil || res.Status != verdict.VerdictPublished {
+		t.Fatalf("create after the failed one: %+v %v", res, err)
+	}
+	waitFor(t, "one session of the identity", func() bool {
+		s := e.sessions(id.Digest())
+		return len(s) == 1 && s[0] == res.Session.ID
+	})
+}
