@@ -80,13 +80,13 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (CreateResult, 
 	if c, err := fence.CanonicalIdentity(req.Identity); err == nil {
 		req.Identity = c // verdicts of every outcome name the identity one way
 	}
-	if !m.begin() {
-		err := ErrShuttingDown
-		m.emit(ctx, m.refusedRecord(req, err, start))
-		m.met.refused(err.Code)
+	if err := m.begin(); err != nil {
+		e := verdict.AsError(err)
+		m.emit(ctx, m.refusedRecord(req, e, start))
+		m.met.refused(e.Code)
 		return CreateResult{}, err
 	}
-	defer m.creates.Done()
+	defer m.end()
 	if err := m.waitCensus(ctx); err != nil {
 		// Without a synced census neither "existing" nor recovery can be
 		// decided: refuse (503) rather than guess.

@@ -72,6 +72,14 @@ const (
 	killConfirmWait   = 10 * time.Second
 	pollInterval      = 50 * time.Millisecond
 
+	// maxInflightCreates bounds the creates in flight at once (admitted, not yet
+	// answered). Beyond it a create is refused busy (503, exit 75) at once,
+	// before it touches the fence or tmux. Every saga sends O(sessions) commands
+	// to a single-threaded tmux, and a command that misses its deadline still
+	// runs there later: queueing more creates than tmux can answer only grows
+	// the backlog (the scale run collapsed at ~3,300 sessions that way).
+	maxInflightCreates = 32
+
 	// tmuxCommandTimeout bounds each tmux command of the saga and of
 	// compensation, under their overall deadlines: tmuxctl applies its own
 	// per-command default only to a context without a deadline, so without
@@ -95,6 +103,7 @@ type Manager struct {
 	inflight map[string]*attempt   // by reservation id: creates between Reserve and their verdict
 	killing  map[string]killReason // by tmux id: sessions we are removing ourselves
 	creates  sync.WaitGroup
+	slots    chan struct{} // admission: one token per create in flight (maxInflightCreates)
 
 	syncWaits   atomic.Int64  // creates that found the census unsynced and waited for it
 	cmdTimeout  time.Duration // tmuxCommandTimeout; shorter in tests
@@ -107,6 +116,10 @@ type killReason struct {
 	reason string // verdict.ReasonKilledByRequest or verdict.ReasonOrphanCleanup
 	byKill bool   // a Kill call writes the ended verdict itself
 }
+
+// ErrBusy refuses a create while maxInflightCreates creates are in flight.
+var ErrBusy = verdict.Errorf(verdict.CodeBusy, map[string]any{"max_inflight_creates": maxInflightCreates},
+	"too many creates in flight; retry later")
 
 // ErrShuttingDown refuses creates that arrive after Shutdown began.
 var ErrShuttingDown = verdict.Errorf(verdict.CodeBusy, nil, "supervisor is shutting down")
@@ -132,19 +145,32 @@ func New(cfg Config) (*Manager, error) {
 		cfg: cfg, tmux: cfg.Tmux, census: cfg.Census, fence: cfg.Fence,
 		verdicts: cfg.Verdicts, log: log, fault: f, met: newMetrics(cfg.Metrics),
 		inflight: make(map[string]*attempt), killing: make(map[string]killReason),
+		slots:    make(chan struct{}, maxInflightCreates),
 		cmdTimeout: tmuxCommandTimeout, compTimeout: compensateTimeout,
 	}, nil
 }
 
-// begin admits one create unless Shutdown has begun.
-func (m *Manager) begin() bool {
+// begin admits one create unless Shutdown has begun (ErrShuttingDown) or
+// maxInflightCreates are in flight (ErrBusy). An admitted create calls end.
+func (m *Manager) begin() error {
+	select {
+	case m.slots <- struct{}{}:
+	default:
+		return ErrBusy
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closing {
-		return false
+		<-m.slots
+		return ErrShuttingDown
 	}
 	m.creates.Add(1)
-	return true
+	return nil
+}
+
+func (m *Manager) end() {
+	m.creates.Done()
+	<-m.slots
 }
 
 func (m *Manager) track(a *attempt) {
