@@ -17,6 +17,7 @@ func BenchmarkEnd100(b *testing.B) {
 	info, _ := r.c.Info()
 	ctx := context.Background()
 	var lat []time.Duration
+	full0, ids0 := r.c.Relists(), r.c.idLists.Load()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		if i%100 == 0 { // (re)fill to 100 live sessions
@@ -50,6 +51,8 @@ func BenchmarkEnd100(b *testing.B) {
 		lat = append(lat, time.Since(t0))
 		sub.Close()
 	}
+	b.ReportMetric(float64(r.c.Relists()-full0)/float64(b.N), "full-lists/end")
+	b.ReportMetric(float64(r.c.idLists.Load()-ids0)/float64(b.N), "id-lists/end")
 	b.ReportMetric(float64(median(lat)), "end-p50-ns")
 	b.ReportMetric(float64(pct(lat, 0.99)), "end-p99-ns")
 }

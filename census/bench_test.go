@@ -91,12 +91,20 @@ func populate(b *testing.B, r *rig, n int) {
 // the raw `list-sessions -F` round trip on the same connection, interleaved
 // in the same run. "cold" is the first sync of a fresh census on that server
 // (every managed session's own tags read exactly once).
-func BenchmarkResync1000(b *testing.B) {
+//
+// "ids" is the id-only list that answers a burst of session ends
+// (relistIDs), raw and through the census, in the same loop.
+func BenchmarkResync1000(b *testing.B) { benchResync(b, 1000) }
+
+// BenchmarkResync2500 is the same at 2,500 sessions (the scale run's size).
+func BenchmarkResync2500(b *testing.B) { benchResync(b, 2500) }
+
+func benchResync(b *testing.B, n int) {
 	r := newRig(b, nil)
-	populate(b, r, 1000)
+	populate(b, r, n)
 	info, _ := r.c.Info()
 	ctx := context.Background()
-	var raw, warm, cold []time.Duration
+	var raw, warm, cold, ids, idsCensus []time.Duration
 	var confirms int64
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -109,9 +117,18 @@ func BenchmarkResync1000(b *testing.B) {
 			b.Fatal(err)
 		}
 		t2 := time.Now()
+		if _, err := r.cl.CommandIn(ctx, info.ServerLife, "list-sessions", "-F", "#{session_id}"); err != nil {
+			b.Fatal(err)
+		}
+		t3 := time.Now()
+		if err := r.c.relistIDs(ctx); err != nil {
+			b.Fatal(err)
+		}
+		ids, idsCensus = append(ids, t3.Sub(t2)), append(idsCensus, time.Since(t3))
+		t2 = time.Now()
 		fresh := newCensus(r.cl, nil, testConfig()) // not running: only its sync is used
 		fresh.info, fresh.online = info, true
-		if err := fresh.Refresh(ctx); err != nil || len(fresh.Snapshot().Sessions) != 1000 {
+		if err := fresh.Refresh(ctx); err != nil || len(fresh.Snapshot().Sessions) != n {
 			b.Fatalf("cold sync: %v", err)
 		}
 		raw, warm, cold = append(raw, t1.Sub(t0)), append(warm, t2.Sub(t1)), append(cold, time.Since(t2))
@@ -123,6 +140,9 @@ func BenchmarkResync1000(b *testing.B) {
 	b.ReportMetric(float64(median(cold)), "cold-p50-ns")
 	b.ReportMetric(float64(median(cold))/float64(median(raw)), "cold/raw")
 	b.ReportMetric(float64(confirms)/float64(b.N), "cold-exact-reads/op")
+	b.ReportMetric(float64(median(ids)), "ids-raw-p50-ns")
+	b.ReportMetric(float64(median(idsCensus)), "ids-census-p50-ns")
+	b.ReportMetric(float64(median(ids))/float64(median(raw)), "ids/raw")
 }
 
 func median(d []time.Duration) time.Duration {

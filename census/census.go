@@ -107,9 +107,12 @@ type Census struct {
 	syncMu sync.Mutex    // serialises full syncs
 	kick   chan struct{} // cap 1: "a re-list is wanted"
 
+	subSegs map[string]struct{} // segments of the last subscription value (Run only)
+
 	managed, unmanaged int // sessions in the indexes, by kind (Stats)
 
-	relists  atomic.Int64
+	relists  atomic.Int64 // full re-lists
+	idLists  atomic.Int64 // id-only lists (relistIDs)
 	confirms atomic.Int64
 	resyncs  atomic.Int64 // Resync marks queued to slow subscribers
 	subLines atomic.Int64 // census subscription lines received

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,7 +23,8 @@ type fakeTmux struct {
 	lines   []string // list-sessions -F listFormat lines
 	hold    chan struct{}
 	fail    error
-	lists   int // list-sessions commands received
+	lists   int // list-sessions commands received (full and id-only)
+	idLists int // id-only list-sessions commands received
 	running atomic.Int32
 	maxRun  atomic.Int32 // most list-sessions in flight at once
 }
@@ -46,6 +48,12 @@ func (f *fakeTmux) CommandIn(ctx context.Context, life tmuxctl.ServerLife, args 
 	f.mu.Lock()
 	f.lists++
 	hold, fail, lines := f.hold, f.fail, append([]string(nil), f.lines...)
+	if args[2] == "#{session_id}" {
+		f.idLists++
+		for i, l := range lines {
+			lines[i], _, _ = strings.Cut(l, "\t")
+		}
+	}
 	f.mu.Unlock()
 	if hold != nil {
 		select {
@@ -64,6 +72,23 @@ func (f *fakeTmux) listCount() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.lists
+}
+
+func (f *fakeTmux) counts() (full, ids int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lists - f.idLists, f.idLists
+}
+
+func (f *fakeTmux) setLines(lines ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lines = lines
+}
+
+func (f *fakeTmux) sub(value string) {
+	f.events <- tmuxctl.Event{Kind: tmuxctl.Notify, Note: tmuxctl.Notification{
+		Name: "%subscription-changed", Text: subName + " $0 - - - : " + value}}
 }
 
 func (f *fakeTmux) notify(name string) {
@@ -175,4 +200,110 @@ func TestRetryBackoff(t *testing.T) {
 	f.fail = nil
 	f.mu.Unlock()
 	eventually(t, "recovered", func() bool { return c.Synced() && c.lastSync.Load() > 0 })
+}
+
+const fakeLine2 = "$2\t1700000000\t0\t%2\t101\t0\t\t\t\t\t\t\t\ttwo"
+
+// Session ends cost an id-only list, not a full one; a new id in it falls
+// back to the full list, and any other notification takes the full list.
+func TestEndsUseIDList(t *testing.T) {
+	f := newFake()
+	f.lines = []string{fakeLine, fakeLine2}
+	cfg := testConfig()
+	cfg.quiet, cfg.maxDelay = 0, 0 // every trigger is a leading edge
+	c := startFake(t, f, cfg)
+	sub := c.Subscribe(10)
+	defer sub.Close()
+	full0, ids0 := f.counts()
+
+	f.setLines(fakeLine2)
+	f.notify("%sessions-changed")
+	if ch := next(t, sub); ch.Kind != Removed || ch.Session.ID != "$1" {
+		t.Fatalf("want $1 removed, got %+v", ch)
+	}
+	if full, ids := f.counts(); full != full0 || ids != ids0+1 {
+		t.Fatalf("an end cost %d full and %d id-only lists, want 0 and 1", full-full0, ids-ids0)
+	}
+
+	// A create also sends %sessions-changed: the new id forces the full list.
+	f.setLines(fakeLine2, fakeLine3)
+	f.notify("%sessions-changed")
+	if ch := next(t, sub); ch.Kind != Added || ch.Session.ID != "$3" {
+		t.Fatalf("want $3 added, got %+v", ch)
+	}
+	if full, ids := f.counts(); full != full0+1 || ids != ids0+2 {
+		t.Fatalf("a create cost %d full and %d id-only lists, want 1 and 2", full-full0, ids-ids0)
+	}
+}
+
+const fakeLine3 = "$3\t1700000000\t0\t%3\t102\t0\t\t\t\t\t\t\t\tthree"
+
+// A subscription change that only drops sessions costs an id-only list
+// while the census still holds one of them, nothing once it does not; any
+// other change costs a full list.
+func TestSubscriptionDropsOnly(t *testing.T) {
+	f := newFake()
+	f.lines = []string{fakeLine, fakeLine2}
+	cfg := testConfig()
+	cfg.quiet, cfg.maxDelay = 0, 0 // every trigger is a leading edge
+	c := startFake(t, f, cfg)
+	sub := c.Subscribe(10)
+	defer sub.Close()
+	settle := func(full, ids int) {
+		t.Helper()
+		eventually(t, "lists", func() bool { a, b := f.counts(); return a == full && b == ids })
+	}
+	full, ids := f.counts()
+	f.sub("$1/0//////%1.100.0..; $2/0//////%2.101.0..; ")
+	full++ // the first value of a connection is compared with nothing
+	settle(full, ids)
+
+	f.setLines(fakeLine2)
+	f.sub("$2/0//////%2.101.0..; ") // $1 ended, the census still holds it
+	if ch := next(t, sub); ch.Kind != Removed || ch.Session.ID != "$1" {
+		t.Fatalf("want $1 removed, got %+v", ch)
+	}
+	ids++
+	settle(full, ids)
+
+	f.notify("%sessions-changed") // the same end, seen by notification: id list
+	ids++
+	settle(full, ids)
+	f.sub("$2/0//////%2.101.0..; $9/0//////%9.1.0..; ")
+	full++ // a segment that was not there: full
+	settle(full, ids)
+	f.sub("$9/0//////%9.1.0..; ") // $2 dropped, but it is in the census: id list
+	ids++
+	settle(full, ids)
+	f.sub("") // $9 dropped: not in the census, nothing to do
+	f.sub("$2/1//////%2.101.0..; ")
+	full++ // attached changed: full
+	settle(full, ids)
+}
+
+// A notification that needs the full list, arriving while an id-only list
+// is in flight, makes the trailing re-list a full one.
+func TestFullTriggerDuringIDList(t *testing.T) {
+	f := newFake()
+	f.lines = []string{fakeLine}
+	cfg := testConfig()
+	cfg.quiet, cfg.maxDelay = time.Millisecond, time.Millisecond
+	startFake(t, f, cfg)
+	full0, ids0 := f.counts()
+	hold := make(chan struct{})
+	f.mu.Lock()
+	f.hold = hold
+	f.mu.Unlock()
+	f.notify("%sessions-changed") // leading edge: id-only, held
+	eventually(t, "id list in flight", func() bool { _, ids := f.counts(); return ids == ids0+1 })
+	f.notify("%session-renamed")
+	eventually(t, "consumed", func() bool { return len(f.events) == 0 })
+	f.mu.Lock()
+	f.hold = nil
+	f.mu.Unlock()
+	close(hold)
+	eventually(t, "trailing full re-list", func() bool { full, _ := f.counts(); return full == full0+1 })
+	if _, ids := f.counts(); ids != ids0+1 {
+		t.Fatalf("%d id-only lists, want 1", ids-ids0)
+	}
 }

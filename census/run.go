@@ -43,6 +43,19 @@ var relistOn = map[string]bool{
 	"unlinked-window-close":  true,
 }
 
+// endsOnly are the notifications a session end sends (FACTS §8: a bare
+// %sessions-changed, then %unlinked-window-close for its windows). A burst
+// made only of these (and of subscription changes that only drop sessions)
+// is answered by an id-only list (relistIDs) unless it shows a new id.
+// What such a burst could also carry — a window closing in a surviving
+// session — changes that session's subscription segment within a second,
+// which then costs a full re-list.
+var endsOnly = map[string]bool{
+	"sessions-changed":      true,
+	"unlinked-window-close": true,
+	"window-close":          true,
+}
+
 // Run consumes the client's events until ctx is done (then returns nil) or
 // the event channel closes. It is the only goroutine that reacts to
 // connects, disconnects and notifications; queries never wait for it.
@@ -84,9 +97,9 @@ func (c *Census) Run(ctx context.Context) error {
 				probe.Reset(probeEvery)
 			}
 		case <-c.kick:
-			c.trigger(ctx, b)
+			c.trigger(ctx, b, true)
 		case <-reconcile.C:
-			c.trigger(ctx, b)
+			c.trigger(ctx, b, true)
 		case <-b.timer.C:
 			b.pending = false
 			if b.inflight { // a stale fire after a connect started one
@@ -119,6 +132,8 @@ type burst struct {
 	inflight bool
 	dirty    bool // a trigger arrived while in flight
 	urgent   bool // a connect arrived while in flight: re-list right after it
+	full     bool // some trigger covered by the next re-list needs a full list
+	nextFull bool // … by the one after the in-flight one
 	failures int  // consecutive failed re-lists (backoff)
 	done     chan error
 }
@@ -129,9 +144,15 @@ func newBurst() *burst {
 	return &burst{timer: t, done: make(chan error, 1)}
 }
 
-// trigger notes that the census may be behind tmux.
-func (c *Census) trigger(ctx context.Context, b *burst) {
+// trigger notes that the census may be behind tmux; full is false when the
+// trigger can only mean that sessions ended.
+func (c *Census) trigger(ctx context.Context, b *burst, full bool) {
 	now := time.Now()
+	if b.inflight {
+		b.nextFull = b.nextFull || full
+	} else {
+		b.full = b.full || full
+	}
 	idle := b.last.IsZero() || now.Sub(b.last) >= c.cfg.quiet
 	b.last = now
 	switch {
@@ -151,18 +172,28 @@ func (c *Census) trigger(ctx context.Context, b *burst) {
 	}
 }
 
-// startRelist starts a full sync on its own goroutine.
+// startRelist starts a sync on its own goroutine: an id-only list when
+// every trigger it covers can only mean ended sessions, else a full one.
 func (c *Census) startRelist(ctx context.Context, b *burst) {
 	b.inflight = true
-	go func() { b.done <- c.resync(ctx) }()
+	full := b.full || b.failures > 0 || !c.Synced()
+	b.full = false
+	go func() {
+		if full {
+			b.done <- c.resync(ctx)
+		} else {
+			b.done <- c.relistIDs(ctx)
+		}
+	}()
 }
 
 // relistDone handles the end of a re-list: a retry with backoff after a
 // failure while connected, else the trailing re-list if triggers arrived.
 func (c *Census) relistDone(ctx context.Context, b *burst, err error) {
 	b.inflight = false
+	b.full, b.nextFull = b.full || b.nextFull, false
 	if b.urgent {
-		b.urgent, b.dirty, b.failures = false, false, 0
+		b.urgent, b.dirty, b.failures, b.full = false, false, 0, true
 		c.startRelist(ctx, b)
 		return
 	}
@@ -173,7 +204,7 @@ func (c *Census) relistDone(ctx context.Context, b *burst, err error) {
 			d = c.cfg.retryMax
 		}
 		c.log.Warn().Err(err).Int("failures", b.failures).Dur("retry_in", d).Msg("census re-list failed; retrying")
-		b.dirty = false
+		b.dirty, b.full = false, true
 		b.pending, b.first = true, time.Now()
 		b.timer.Reset(d)
 		return
@@ -192,8 +223,9 @@ func (c *Census) handle(ctx context.Context, ev tmuxctl.Event, b *burst) {
 	switch ev.Kind {
 	case tmuxctl.Connected:
 		c.onConnected(ev.Info)
+		c.subSegs = nil // the new subscription's first line is compared with nothing
 		c.subscribe(ctx, ev.Info.ServerLife)
-		b.pending, b.failures = false, 0
+		b.pending, b.failures, b.full = false, 0, true
 		b.timer.Stop()
 		if b.inflight {
 			b.urgent = true // it belongs to the old epoch
@@ -205,11 +237,16 @@ func (c *Census) handle(ctx context.Context, ev tmuxctl.Event, b *burst) {
 	case tmuxctl.Notify:
 		name := strings.TrimPrefix(ev.Note.Name, "%")
 		ours := name == "subscription-changed" && strings.HasPrefix(ev.Note.Text, subName+" ")
-		if ours {
+		switch {
+		case ours:
 			c.subLines.Add(1)
-		}
-		if relistOn[name] || ours {
-			c.trigger(ctx, b)
+			if dropped, only := c.subChanged(ev.Note.Text); !only {
+				c.trigger(ctx, b, true)
+			} else if dropped {
+				c.trigger(ctx, b, false)
+			}
+		case relistOn[name]:
+			c.trigger(ctx, b, !endsOnly[name])
 		}
 	}
 }
@@ -265,6 +302,45 @@ func (c *Census) awaitingDeath() bool {
 		return false
 	}
 	return true
+}
+
+// subChanged records a census subscription line and reports whether its
+// value differs from the previous one only by dropped sessions (only), and
+// whether some dropped session is still in the census (dropped). The value
+// is one segment per session, "$id/attached/tags…/panes… ", each led by
+// the session's unique id; when every segment of the new value was in the
+// old one, nothing but sessions disappearing changed. Anything else, the
+// first line of a connection included, is not "only". Run's goroutine only.
+func (c *Census) subChanged(text string) (dropped, only bool) {
+	_, val, ok := strings.Cut(text, " : ")
+	segs := map[string]struct{}{}
+	for _, f := range strings.Split(val, " ") {
+		if f != "" {
+			segs[f] = struct{}{}
+		}
+	}
+	old := c.subSegs
+	c.subSegs = segs
+	if !ok || old == nil {
+		return false, false
+	}
+	for f := range segs {
+		if _, was := old[f]; !was {
+			return false, false
+		}
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for f := range old {
+		if _, is := segs[f]; is {
+			continue
+		}
+		id, _, _ := strings.Cut(f, "/")
+		if _, known := c.sessions[id]; known {
+			return true, true
+		}
+	}
+	return false, true
 }
 
 // subscribe installs the census subscription on the current connection.

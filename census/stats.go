@@ -12,6 +12,7 @@ type Stats struct {
 	Synced    bool // a full sync completed in the current connection
 
 	Relists int64 // full re-lists run (connects, bursts, reconcile, Refresh)
+	IDLists int64 // id-only lists run for bursts that can only be session ends
 	// Confirms counts exact per-session tag reads (show-options); steady
 	// state adds none, so a climbing rate means shadowing or churn.
 	Confirms int64
@@ -33,6 +34,7 @@ func (c *Census) Stats() Stats {
 	st := Stats{Managed: c.managed, Unmanaged: c.unmanaged, Synced: c.synced}
 	c.mu.RUnlock()
 	st.Relists = c.relists.Load()
+	st.IDLists = c.idLists.Load()
 	st.Confirms = c.confirms.Load()
 	st.Resyncs = c.resyncs.Load()
 	st.SubscriptionLines = c.subLines.Load()

@@ -112,6 +112,63 @@ func (c *Census) resync(ctx context.Context) error {
 	return nil
 }
 
+// relistIDs applies ended sessions from an id-only list, which costs tmux
+// far less than the full list (no tags or pane fields per session). It
+// falls back to a full resync when the list shows an id the census does not
+// hold: only a full line tells a new session. Ids are never reused within a
+// server life (FACTS §8), so an id missing from the list is a session gone.
+func (c *Census) relistIDs(ctx context.Context) error {
+	c.syncMu.Lock()
+	c.mu.RLock()
+	life, epoch, connected := c.info.ServerLife, c.epoch, c.online
+	c.mu.RUnlock()
+	if !connected {
+		c.syncMu.Unlock()
+		return tmuxctl.ErrNotConnected
+	}
+	c.idLists.Add(1)
+	rep, err := c.cl.CommandIn(ctx, life, "list-sessions", "-F", "#{session_id}")
+	if err != nil {
+		c.syncMu.Unlock()
+		return err
+	}
+	listed := make(map[string]struct{}, len(rep.Lines))
+	fresh := false
+	c.mu.Lock()
+	for _, id := range rep.Lines {
+		listed[id] = struct{}{}
+		if _, ok := c.sessions[id]; !ok {
+			fresh = true
+		}
+	}
+	if !fresh {
+		if c.epoch != epoch || !c.online || c.info.ServerLife != life {
+			c.mu.Unlock()
+			c.syncMu.Unlock()
+			return errStale
+		}
+		var gone []*entry
+		for id, e := range c.sessions {
+			if _, ok := listed[id]; !ok {
+				gone = append(gone, e)
+			}
+		}
+		for _, e := range sortEntries(gone) {
+			c.unindexLocked(e)
+			delete(c.sessions, e.s.ID)
+			if !e.control {
+				c.emitLocked(Change{Kind: Removed, Session: e.s, Reason: ReasonGone, Life: life})
+			}
+		}
+	}
+	c.mu.Unlock()
+	c.syncMu.Unlock()
+	if fresh {
+		return c.resync(ctx)
+	}
+	return nil
+}
+
 // readList sends the list and the global reads pipelined and parses them.
 // Unless parseAll, a line identical to the one its session was last built
 // from is not parsed: the row only points at that entry (prev, same).
