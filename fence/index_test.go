@@ -159,7 +159,7 @@ func TestMigrateFromVersion1(t *testing.T) {
 	writeV1(t, w.path, a)
 	s := w.owner(100)
 	var v int
-	if err := s.r.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil || v != SchemaVersion || v != 2 {
+	if err := s.r.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil || v != SchemaVersion || v < 2 {
 		t.Fatalf("user_version %d (%v), want 2", v, err)
 	}
 	recs, err := s.VerdictsFor(ctx, a, 0)

@@ -3,6 +3,7 @@ package fence
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/verdict"
@@ -41,6 +42,40 @@ func (s *Store) RecordHelperStart(ctx context.Context, resID string, pid int, in
 		_, err = q.ExecContext(ctx, `UPDATE reservations SET helper_pid = ? WHERE reservation_id = ?`, pid, resID)
 		return err
 	})
+}
+
+// HelperSpec is what the pane helper needs of its reservation.
+type HelperSpec struct {
+	ReservationID string
+	Identity      Identity
+	Generation    uint64
+	Spec          Spec
+}
+
+// HelperSpec returns the spec of reservation resID, written with the row by
+// Reserve and kept after the row's release until the generation ends (schema 3),
+// so the pane helper reads it whether it starts before or after publication.
+// ok is false when there is none: the reservation was released unpublished, its
+// generation ended, or it never existed.
+func (s *Store) HelperSpec(ctx context.Context, resID string) (HelperSpec, bool, error) {
+	if err := checkReservationID(resID); err != nil {
+		return HelperSpec{}, false, err
+	}
+	var h HelperSpec
+	var specJSON string
+	err := s.r.QueryRowContext(ctx, `SELECT state_dir, session_id, generation, spec_json FROM specs
+		WHERE reservation_id = ?`, resID).Scan(&h.Identity.StateDir, &h.Identity.SessionID, &h.Generation, &specJSON)
+	if err == sql.ErrNoRows {
+		return HelperSpec{}, false, nil
+	}
+	if err != nil {
+		return HelperSpec{}, false, s.dbErr("spec", err)
+	}
+	if err := json.Unmarshal([]byte(specJSON), &h.Spec); err != nil {
+		return HelperSpec{}, false, s.dbErr("spec", err)
+	}
+	h.ReservationID = resID
+	return h, true, nil
 }
 
 // generationOf finds the identity and generation of reservation resID, from

@@ -140,6 +140,11 @@ func (s *Store) insertRow(ctx context.Context, q queryer, id Identity, spec Spec
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		id.StateDir, id.SessionID, resID, spec.StateFile, string(specJSON), pid, inc, int(PhaseReserved),
 		gen, nanos(now), nanos(now), nanos(r.LeaseUntil))
+	if err != nil {
+		return r, err
+	}
+	_, err = q.ExecContext(ctx, `INSERT INTO specs (reservation_id, state_dir, session_id, generation, spec_json)
+		VALUES (?, ?, ?, ?, ?)`, resID, id.StateDir, id.SessionID, gen, string(specJSON))
 	return r, err
 }
 
@@ -147,6 +152,12 @@ func (s *Store) insertRow(ctx context.Context, q queryer, id Identity, spec Spec
 func deleteRow(ctx context.Context, q queryer, resID string) (bool, error) {
 	res, err := q.ExecContext(ctx, `DELETE FROM reservations WHERE reservation_id = ?`, resID)
 	if err != nil {
+		return false, err
+	}
+	// The spec stays while its generation is published and not ended (the
+	// pane helper may still be about to read it); otherwise it goes too.
+	if _, err := q.ExecContext(ctx, `DELETE FROM specs WHERE reservation_id = ?1 AND NOT EXISTS
+		(SELECT 1 FROM identities WHERE reservation_id = ?1 AND ended = 0)`, resID); err != nil {
 		return false, err
 	}
 	n, err := res.RowsAffected()

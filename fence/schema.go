@@ -95,6 +95,20 @@ UPDATE verdicts SET
 	session_id = COALESCE(json_extract(record, '$.skc.identity.session_id'), '');
 CREATE INDEX verdicts_identity ON verdicts (state_dir, session_id, sequence);
 `,
+	// 3: the spec of each reservation outlives its row's release, so the pane
+	// helper can read it whether it starts before or after publication; it is
+	// deleted when the generation ends, or with a row released unpublished.
+	`
+CREATE TABLE specs (
+	reservation_id  TEXT    PRIMARY KEY,
+	state_dir       TEXT    NOT NULL,
+	session_id      TEXT    NOT NULL,
+	generation      INTEGER NOT NULL,
+	spec_json       TEXT    NOT NULL
+);
+INSERT INTO specs (reservation_id, state_dir, session_id, generation, spec_json)
+	SELECT reservation_id, state_dir, session_id, generation, spec_json FROM reservations;
+`,
 }
 
 // SchemaVersion is the user_version this binary writes and understands.

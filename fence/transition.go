@@ -222,6 +222,12 @@ func (s *Store) MarkEnded(ctx context.Context, id Identity, gen uint64, rec verd
 			return err
 		}
 		done = true
+		if _, err := q.ExecContext(ctx, `DELETE FROM specs WHERE reservation_id =
+			(SELECT reservation_id FROM identities WHERE state_dir = ? AND session_id = ?)
+			AND NOT EXISTS (SELECT 1 FROM reservations WHERE reservation_id = specs.reservation_id)`,
+			id.StateDir, id.SessionID); err != nil {
+			return err
+		}
 		rec, err = appendVerdict(ctx, q, rec, now)
 		return err
 	})

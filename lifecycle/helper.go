@@ -79,15 +79,18 @@ func parseHelperArgs(args []string) (helperArgs, error) {
 }
 
 func runHelper(ctx context.Context, st *fence.Store, a helperArgs) int {
-	row, ok, err := st.Reservation(ctx, a.resID)
+	// The spec outlives the row's release (fence.HelperSpec), so this works
+	// whether the helper starts before or after its generation is published.
+	h, ok, err := st.HelperSpec(ctx, a.resID)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "skc-supervisor helper:", err)
 		return helperNoFence
 	}
-	if !ok || row.Generation != a.generation {
+	if !ok || h.Generation != a.generation {
 		fmt.Fprintln(os.Stderr, "skc-supervisor helper: reservation not found; not starting the agent")
 		return helperGaveUp
 	}
+	row := fence.Reservation{ID: h.ReservationID, Identity: h.Identity, Generation: h.Generation, Spec: h.Spec}
 	pid := os.Getpid()
 	inc, err := fence.Incarnation(pid)
 	if err == nil {

@@ -7,9 +7,10 @@
 //   - The pane command is `<HelperPath> helper --home H --reservation R --generation G`:
 //     several argv words, so tmux execs it with no shell, and nothing user-controlled
 //     passes through tmux (argv, env, cwd and label stay in the fence).
-//   - The helper reads its spec from the reservation row, which Release deletes, so
-//     the saga waits (after tagging, before recording `tagged`) until the helper has
-//     recorded its start; a helper that cannot start fails the create (spawn_failed).
+//   - The helper reads its spec from the fence's specs table (fence.HelperSpec),
+//     which outlives the row's release until the generation ends, so the saga does
+//     not wait for the helper: a helper that cannot start shows as the session's
+//     end (owner_lost, or its postmortem's status), not as a failed create.
 //   - The helper learns of publication by polling the fence (every 20 ms for 3 s,
 //     then every 200 ms) rather than a tmux wait-for channel: the fence is the only
 //     evidence it may trust anyway, and a daemon that dies after publishing cannot
@@ -67,10 +68,10 @@ const (
 	// fenceUndoTimeout bounds each release or abandon write, on a context of
 	// its own (fenceCtx), never what is left of the compensation's.
 	fenceUndoTimeout = 5 * time.Second
-	helperReadyWait   = 10 * time.Second
-	postmortemGrace   = time.Second
-	killConfirmWait   = 10 * time.Second
-	pollInterval      = 50 * time.Millisecond
+	helperReadyWait  = 10 * time.Second // the helper's retries of its start record
+	postmortemGrace  = time.Second
+	killConfirmWait  = 10 * time.Second
+	pollInterval     = 50 * time.Millisecond
 
 	// maxInflightCreates bounds the creates in flight at once (admitted, not yet
 	// answered). Beyond it a create is refused busy (503, exit 75) at once,
@@ -145,7 +146,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg: cfg, tmux: cfg.Tmux, census: cfg.Census, fence: cfg.Fence,
 		verdicts: cfg.Verdicts, log: log, fault: f, met: newMetrics(cfg.Metrics),
 		inflight: make(map[string]*attempt), killing: make(map[string]killReason),
-		slots:    make(chan struct{}, maxInflightCreates),
+		slots:      make(chan struct{}, maxInflightCreates),
 		cmdTimeout: tmuxCommandTimeout, compTimeout: compensateTimeout,
 	}, nil
 }

@@ -41,11 +41,13 @@ func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retEr
 	if err := m.tag(ctx, a); err != nil {
 		return res, err
 	}
-	// After the tags, so the helper's start overlaps them; before tagged is
-	// recorded, so a create that publishes always has a helper holding its spec.
-	if err := m.waitHelper(ctx, a); err != nil {
-		return res, err
-	}
+	// No wait for the pane helper here: it reads its spec from the fence's
+	// specs table, which outlives the row's release until the generation ends,
+	// so it may start before or after publication (its gate — run the agent only
+	// once this generation is published and its own — is unchanged). A helper
+	// that cannot start is not detected by the create: its pane dies, and end
+	// detection writes the generation's ended verdict (owner_lost without a
+	// postmortem, or the postmortem's status, e.g. 127).
 	if err := m.advance(ctx, a, fence.PhaseTagged, fence.Patch{}); err != nil {
 		return res, err
 	}
@@ -143,31 +145,6 @@ func (m *Manager) spawnError(a *attempt, err error) error {
 			"tmux did not answer new-session within %v; outcome unknown: %w", m.cmdTimeout, err)
 	}
 	return verdict.Errorf(verdict.CodeTmuxUnavailable, nil, "new-session outcome unknown: %w", err)
-}
-
-// waitHelper waits until the pane helper has recorded its start. The helper reads
-// argv, env and cwd from the reservation row, which Release deletes right after
-// publication, so the row must outlive the helper's read; a helper that never
-// starts (bad binary, unreadable fence) fails the create instead of publishing a
-// session that can never run its agent.
-func (m *Manager) waitHelper(ctx context.Context, a *attempt) error {
-	deadline := time.Now().Add(helperReadyWait)
-	for {
-		row, ok, err := m.fence.Reservation(ctx, a.res.ID)
-		switch {
-		case err != nil:
-			return verdict.Errorf(verdict.CodeFenceUnavailable, nil, "read reservation: %w", err)
-		case !ok:
-			a.fenceLost = true
-			return verdict.Errorf(verdict.CodeFenceLost, nil, "reservation %s is gone", a.res.ID)
-		case row.HelperPID != 0:
-			return nil
-		}
-		if time.Now().After(deadline) || !sleepCtx(ctx, 5*time.Millisecond) {
-			return verdict.Errorf(verdict.CodeSpawnFailed, map[string]any{"pane_pid": a.panePID},
-				"the pane helper did not start within %v", helperReadyWait)
-		}
-	}
 }
 
 // tag sets the @skc-* tags by id, one set-option per command line (each costs

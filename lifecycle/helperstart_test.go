@@ -1,0 +1,41 @@
+package lifecycle
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// TestHelperThatCannotStartIsAnEnd: the saga no longer waits for the pane helper,
+// so a helper that cannot start (here: no such binary) is not a failed create but
+// the session's end — end detection writes the generation's ended verdict. (If the
+// pane is gone before the tags land, the create fails tag_failed and compensates
+// instead.) Either way no reservation row is left behind.
+func TestHelperThatCannotStartIsAnEnd(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	e.m.cfg.HelperPath = filepath.Join(e.home, "no-such-helper")
+	id, spec := e.identity("nohelper")
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec})
+	switch {
+	case err == nil:
+		if res.Status != verdict.VerdictPublished {
+			t.Fatalf("create: %+v", res)
+		}
+		rec := e.ended(t, id)
+		if rec.Session == nil || rec.Session.Generation != res.Session.Generation {
+			t.Fatalf("ended %+v, want generation %d", rec, res.Session.Generation)
+		}
+	case verdict.CodeOf(err) == verdict.CodeTagFailed:
+		if rec := lastVerdict(t, e, id); rec.Evidence["compensation"] != compReleased {
+			t.Fatalf("verdict %+v", rec)
+		}
+	default:
+		t.Fatalf("create: %v", err)
+	}
+	waitFor(t, "no session", func() bool { return len(e.sessions(id.Digest())) == 0 })
+	if rows, err := e.store.Reservations(context.Background()); err != nil || len(rows) != 0 {
+		t.Fatalf("rows left %+v %v", rows, err)
+	}
+}
