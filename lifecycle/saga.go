@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
@@ -148,34 +149,49 @@ func (m *Manager) spawnError(a *attempt, err error) error {
 }
 
 // tag sets the @skc-* tags by id, one set-option per command line (each costs
-// O(sessions) in tmux, so each is set exactly once). The identity tag goes last: a
-// session is "managed" only once it is fully tagged.
+// O(sessions) in tmux, so each is set exactly once). The four are sent at once,
+// pipelined on the control connection, and the saga waits for all four replies:
+// one round trip instead of four. Their order on the wire is not fixed, so a
+// session may briefly carry @skc-identity before its other tags; nothing relies on
+// the order — a session is authoritative only with the published generation's
+// tags, recorded after `tagged`, and recovery finds an attempt by its unique name.
 func (m *Manager) tag(ctx context.Context, a *attempt) error {
-	tags := [][2]string{
+	tags := [4][2]string{
 		{TagGeneration, strconv.FormatUint(a.res.Generation, 10)},
 		{TagReservation, a.res.ID},
 		{TagState, stateDigest(a.req.Spec.StateFile)},
 		{TagIdentity, a.digest},
 	}
-	for _, t := range tags {
-		_, err := m.commandIn(ctx, a.life, "set-option", "-t", a.tmuxID, t[0], t[1])
-		if err == nil {
-			continue
-		}
-		if timedOut(err) {
+	var errs [4]error
+	var wg sync.WaitGroup
+	for i := range tags {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			_, errs[i] = m.commandIn(ctx, a.life, "set-option", "-t", a.tmuxID, tags[i][0], tags[i][1])
+		}(i)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil && timedOut(err) {
 			// tmux is stuck: a kill could not be confirmed either, so undo
 			// abandons the row at once and recovery decides from live tmux.
 			a.uncertain = true
 			return verdict.Errorf(verdict.CodeTmuxUnavailable, map[string]any{"command": "set-option"},
-				"tmux did not answer set-option within %v: %w", m.cmdTimeout, err)
+				"tmux did not answer set-option %s within %v: %w", tags[i][0], m.cmdTimeout, err)
+		}
+	}
+	for i, err := range errs {
+		if err == nil {
+			continue
 		}
 		var ce *tmuxctl.CommandError
 		if !errors.As(err, &ce) {
 			// The connection failed: whether the tag landed is unknown, and so
 			// whether a kill can be confirmed; undo decides.
-			return verdict.Errorf(verdict.CodeTagFailed, nil, "set-option %s: %w", t[0], err)
+			return verdict.Errorf(verdict.CodeTagFailed, nil, "set-option %s: %w", tags[i][0], err)
 		}
-		return verdict.Errorf(verdict.CodeTagFailed, map[string]any{"tmux": ce.Lines}, "set-option %s: %w", t[0], err)
+		return verdict.Errorf(verdict.CodeTagFailed, map[string]any{"tmux": ce.Lines}, "set-option %s: %w", tags[i][0], err)
 	}
 	return nil
 }
