@@ -201,9 +201,9 @@ func stateDigest(stateFile string) string {
 	return hex.EncodeToString(h[:])
 }
 
-// publish publishes the generation (its verdict journaled in the same transaction),
-// then records the phase and releases the row. Once published, nothing undoes it:
-// later failures are logged and left to recovery.
+// publish publishes the generation (its verdict journaled and the row's phase
+// recorded in the same transaction), then releases the row. Once published,
+// nothing undoes it: later failures are logged and left to recovery.
 func (m *Manager) publish(ctx context.Context, a *attempt) (CreateResult, error) {
 	rec := m.publishedRecord(a)
 	pub, filed, err := m.fence.Publish(ctx, &a.res, rec)
@@ -219,9 +219,9 @@ func (m *Manager) publish(ctx context.Context, a *attempt) (CreateResult, error)
 	// Published: the rest must happen even if the saga's deadline passes now.
 	fctx, cancel := fenceCtx(ctx)
 	defer cancel()
-	if err := m.fence.Advance(fctx, &a.res, fence.PhasePublished, fence.Patch{}); err != nil {
-		m.log.Warn().Err(err).Str("reservation", a.res.ID).Msg("advance to published failed after publish")
-	}
+	// Publish moved the row to phase published in its own transaction; a
+	// further Advance to published would only re-confirm ownership, one more
+	// write transaction per create, so there is none. Release pins the id.
 	m.fault.hit(FaultPublished)
 	if err := m.fence.Release(fctx, a.res.ID); err != nil {
 		m.log.Warn().Err(err).Str("reservation", a.res.ID).Msg("release after publish failed")
