@@ -162,9 +162,9 @@ func BenchmarkBurst100(b *testing.B) {
 			cfg := defaultConfig()
 			r := newRig(b, &cfg)
 			r.tmux("set-option", "-g", "remain-on-exit", "on")
-			var relists int64
+			var relists, idLists int64
 			for i := 0; i < b.N; i++ {
-				before := r.c.Relists()
+				before, idsBefore := r.c.Relists(), r.c.idLists.Load()
 				names := createBurst(r, mode, "b"+strconv.Itoa(i)+"-")
 				eventually(b, "100 sessions with dead panes", func() bool {
 					snap := r.c.Snapshot()
@@ -177,6 +177,7 @@ func BenchmarkBurst100(b *testing.B) {
 				})
 				time.Sleep(2500 * time.Millisecond) // trailing subscription ticks
 				relists += r.c.Relists() - before
+				idLists += r.c.idLists.Load() - idsBefore
 				kill := []string{}
 				for k, name := range names {
 					if k > 0 {
@@ -188,6 +189,7 @@ func BenchmarkBurst100(b *testing.B) {
 				eventually(b, "burst killed", func() bool { return len(r.c.Snapshot().Sessions) == 0 })
 			}
 			b.ReportMetric(float64(relists)/float64(b.N), "relists/burst")
+			b.ReportMetric(float64(idLists)/float64(b.N), "id-lists/burst")
 		})
 	}
 }
