@@ -68,7 +68,10 @@ func (m *Manager) resolve(ctx context.Context, ref Ref) (fence.Published, census
 		return pub, census.Session{}, notFound
 	}
 	for i := 0; i < 2; i++ {
-		if s, found := m.census.ByID(pub.TmuxID); found && s.Identity() == pub.Identity.Digest() {
+		// A session listed before its tags were set (staleTags) is ours too:
+		// the fence records this tmux id in this server life, and ids are
+		// never reused within a life.
+		if s, found := m.census.ByID(pub.TmuxID); found && (s.Identity() == pub.Identity.Digest() || staleTags(&s)) {
 			return pub, s, nil
 		}
 		if i == 0 {

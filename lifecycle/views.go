@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/census"
@@ -60,9 +61,17 @@ const showVerdicts = 100
 // excepted), managed ones joined with their published identity. The identities
 // come from the fence's in-memory copy of its table (fence.CachedPublished):
 // reading every row from SQLite per request cost more than the join itself.
+//
+// The census may list a session a moment before its tags are set (it re-lists
+// on the leading edge of new-session's notification, and setting an option
+// notifies nothing), and a create no longer waits long enough after tagging to
+// hide that. Such a session is joined by its tmux id in the census's server life
+// with the generation the daemon published there (staleTags), so a List never
+// needs a full re-list for it; only a published session missing from the census
+// altogether makes it refresh.
 func (m *Manager) List(ctx context.Context) (ListResult, error) {
 	snap := m.census.Snapshot()
-	behind, err := m.censusBehind(ctx, snap)
+	byTmux, behind, err := m.liveInLife(ctx, snap)
 	if err != nil {
 		return ListResult{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
 	}
@@ -79,39 +88,64 @@ func (m *Manager) List(ctx context.Context) (ListResult, error) {
 	}
 	for i := range snap.Sessions {
 		s := &snap.Sessions[i]
-		var pub *fence.Published
 		if d := s.Identity(); d != "" {
 			p, ok, err := m.fence.CachedPublished(ctx, d)
 			if err != nil {
 				return ListResult{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
 			}
 			if ok {
-				pub = &p
+				out.Sessions = append(out.Sessions, m.viewOf(s, &p))
+				continue
 			}
+		} else if p, ok := byTmux[s.ID]; ok && staleTags(s) {
+			out.Sessions = append(out.Sessions, publishedView(s, p))
+			continue
 		}
-		out.Sessions = append(out.Sessions, m.viewOf(s, pub))
+		out.Sessions = append(out.Sessions, m.viewOf(s, nil))
 	}
 	return out, nil
 }
 
-// censusBehind reports whether a published, not-ended session of the census's
-// server life is missing from snap or listed without its tags.
-func (m *Manager) censusBehind(ctx context.Context, snap census.Snapshot) (bool, error) {
+// liveInLife returns the published, not-ended generations of the census's server
+// life by tmux id, and whether one of them is missing from snap.
+func (m *Manager) liveInLife(ctx context.Context, snap census.Snapshot) (map[string]fence.Published, bool, error) {
 	if !snap.Synced {
-		return false, nil
+		return nil, false, nil
 	}
-	idents := make(map[string]string, len(snap.Sessions))
+	ids := make(map[string]bool, len(snap.Sessions))
 	for i := range snap.Sessions {
-		idents[snap.Sessions[i].ID] = snap.Sessions[i].Identity()
+		ids[snap.Sessions[i].ID] = true
 	}
+	byTmux := make(map[string]fence.Published)
 	behind := false
 	err := m.fence.CachedLive(ctx, func(p *fence.Published) {
-		if !behind && p.ServerPID == snap.Info.PID && p.ServerStart == snap.Info.StartTime &&
-			idents[p.TmuxID] != p.Identity.Digest() {
-			behind = true // not listed yet, or listed before its tags were set
+		if p.ServerPID == snap.Info.PID && p.ServerStart == snap.Info.StartTime {
+			byTmux[p.TmuxID] = *p
+			behind = behind || !ids[p.TmuxID]
 		}
 	})
-	return behind, err
+	return byTmux, behind, err
+}
+
+// staleTags: the census listed s with none of the @skc-* tags — before the saga
+// set them, or the census has not re-read them since.
+func staleTags(s *census.Session) bool {
+	for k := range s.Tags {
+		if strings.HasPrefix(k, "@skc-") {
+			return false
+		}
+	}
+	return true
+}
+
+// publishedView is the View of session s, which the census lists without tags
+// (staleTags), as the published generation p living in it: p was published by
+// this daemon for that tmux id in this server life, after the saga set its tags.
+func publishedView(s *census.Session, p fence.Published) View {
+	return View{Name: s.Name, ID: s.ID, Managed: true,
+		StateDir: p.Identity.StateDir, SessionID: p.Identity.SessionID,
+		StateFile: p.StateFile, Label: p.Label, Generation: p.Generation, Authoritative: !p.Ended,
+		PanePID: s.PanePID, PaneDead: s.PaneDead, Attached: s.Attached, CreatedAt: s.Created.UTC()}
 }
 
 // Show returns one session with its reservation row and verdicts.
@@ -120,7 +154,11 @@ func (m *Manager) Show(ctx context.Context, ref Ref) (ShowResult, error) {
 	if err != nil {
 		return ShowResult{}, err
 	}
-	out := ShowResult{Session: m.viewOf(&sess, &pub), Verdicts: []verdict.Record{}}
+	v := m.viewOf(&sess, &pub)
+	if staleTags(&sess) {
+		v = publishedView(&sess, pub) // resolve matched it by tmux id in this life
+	}
+	out := ShowResult{Session: v, Verdicts: []verdict.Record{}}
 	row, ok, err := m.fence.ReservationFor(ctx, pub.Identity)
 	if err != nil {
 		return out, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)

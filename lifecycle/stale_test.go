@@ -1,0 +1,35 @@
+package lifecycle
+
+import (
+	"testing"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/census"
+	"github.com/skc-supervisor/skc-supervisor/fence"
+)
+
+// TestStaleTagsJoinByTmuxID: a session the census listed before the saga set its
+// tags is shown as the published generation living in that tmux id (managed,
+// authoritative), not as an unmanaged session; a session with any @skc-* tag is
+// judged by its tags as before.
+func TestStaleTagsJoinByTmuxID(t *testing.T) {
+	s := census.Session{ID: "$7", Name: "skc-x", PanePID: 42, Created: time.Unix(1700000000, 0), Tags: map[string]string{}}
+	p := fence.Published{Identity: fence.Identity{StateDir: "/s", SessionID: "a"}, Generation: 3,
+		TmuxID: "$7", SessionName: "skc-x", StateFile: "/s/a.jsonl", Label: "L"}
+	if !staleTags(&s) {
+		t.Fatal("a session without tags is not stale")
+	}
+	v := publishedView(&s, p)
+	if !v.Managed || !v.Authoritative || v.Generation != 3 || v.SessionID != "a" || v.StateFile != "/s/a.jsonl" ||
+		v.Label != "L" || v.PanePID != 42 || v.ID != "$7" {
+		t.Fatalf("view %+v", v)
+	}
+	p.Ended = true
+	if publishedView(&s, p).Authoritative {
+		t.Fatal("an ended generation is authoritative")
+	}
+	s.Tags[census.TagGeneration] = "3"
+	if staleTags(&s) {
+		t.Fatal("a session with an @skc- tag is stale")
+	}
+}
