@@ -307,3 +307,27 @@ func TestFullTriggerDuringIDList(t *testing.T) {
 		t.Fatalf("%d id-only lists, want 1", ids-ids0)
 	}
 }
+
+// A session end inside a burst (right after a create, say) is told by an
+// id-only list at once, not after the burst's debounce: with quiet and
+// maxDelay at one hour, only that path can report it.
+func TestEndInsideBurst(t *testing.T) {
+	f := newFake()
+	f.lines = []string{fakeLine, fakeLine2}
+	cfg := testConfig()
+	cfg.quiet, cfg.maxDelay = time.Hour, time.Hour
+	c := startFake(t, f, cfg)
+	sub := c.Subscribe(10)
+	defer sub.Close()
+	full0, ids0 := f.counts()
+	f.notify("%unlinked-window-add") // leading edge of a burst: a full list
+	eventually(t, "leading full list", func() bool { full, _ := f.counts(); return full == full0+1 })
+	f.setLines(fakeLine2)
+	f.notify("%sessions-changed") // $1 ended, inside the burst
+	if ch := next(t, sub); ch.Kind != Removed || ch.Session.ID != "$1" {
+		t.Fatalf("want $1 removed, got %+v", ch)
+	}
+	if full, ids := f.counts(); full != full0+1 || ids != ids0+1 {
+		t.Fatalf("%d full and %d id-only lists, want 1 and 1", full-full0, ids-ids0)
+	}
+}

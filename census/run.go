@@ -125,17 +125,21 @@ func (c *Census) Run(ctx context.Context) error {
 // its length, and a failed re-list is retried with exponential backoff
 // (cfg.retry doubling up to cfg.retryMax), never sooner.
 type burst struct {
-	timer    *time.Timer
-	pending  bool      // timer armed: a re-list (trailing or retry) will start
-	first    time.Time // first trigger the pending/dirty re-list covers
-	last     time.Time // last trigger
-	inflight bool
-	dirty    bool // a trigger arrived while in flight
-	urgent   bool // a connect arrived while in flight: re-list right after it
-	full     bool // some trigger covered by the next re-list needs a full list
-	nextFull bool // … by the one after the in-flight one
-	failures int  // consecutive failed re-lists (backoff)
-	done     chan error
+	timer      *time.Timer
+	pending    bool      // timer armed: a re-list (trailing or retry) will start
+	first      time.Time // first trigger the pending/dirty re-list covers
+	last       time.Time // last trigger
+	inflight   bool
+	dirty      bool          // a trigger arrived while in flight
+	urgent     bool          // a connect arrived while in flight: re-list right after it
+	full       bool          // some trigger covered by the next re-list needs a full list
+	nextFull   bool          // … by the one after the in-flight one
+	failures   int           // consecutive failed re-lists (backoff)
+	lightDirty bool          // a session-end trigger arrived while in flight
+	idFast     bool          // the one in flight is an id-only list started by an end mid-burst
+	idStart    time.Time     // when the last such list started
+	idCost     time.Duration // how long it took
+	done       chan error
 }
 
 func newBurst() *burst {
@@ -155,6 +159,12 @@ func (c *Census) trigger(ctx context.Context, b *burst, full bool) {
 	}
 	idle := b.last.IsZero() || now.Sub(b.last) >= c.cfg.quiet
 	b.last = now
+	if !full && !idle && !b.inflight && c.fastIDList(ctx, b, now) {
+		return
+	}
+	if !full && b.inflight {
+		b.lightDirty = true
+	}
 	switch {
 	case b.inflight:
 		if !b.dirty {
@@ -170,6 +180,19 @@ func (c *Census) trigger(ctx context.Context, b *burst, full bool) {
 		b.pending, b.first = true, now
 		b.timer.Reset(c.cfg.quiet)
 	}
+}
+
+// fastIDList starts an id-only list for a session end inside a burst (say,
+// right after a create), while the burst's own re-list stays debounced.
+// Such lists are spaced by five times their cost, so at most a fifth of
+// tmux's time goes to them however fast ends and creates come.
+func (c *Census) fastIDList(ctx context.Context, b *burst, now time.Time) bool {
+	if b.failures > 0 || now.Sub(b.idStart) < max(2*time.Millisecond, 5*b.idCost) {
+		return false
+	}
+	b.inflight, b.idFast, b.idStart = true, true, now
+	go func() { b.done <- c.listIDs(ctx, false) }()
+	return true
 }
 
 // startRelist starts a sync on its own goroutine: an id-only list when
@@ -192,8 +215,19 @@ func (c *Census) startRelist(ctx context.Context, b *burst) {
 func (c *Census) relistDone(ctx context.Context, b *burst, err error) {
 	b.inflight = false
 	b.full, b.nextFull = b.full || b.nextFull, false
+	if b.idFast {
+		b.idFast, b.idCost = false, time.Since(b.idStart)
+		if errors.Is(err, errNewIDs) { // the new ids need the full list, debounced
+			err = nil
+			b.full = true
+			if !b.pending && !b.dirty {
+				b.pending, b.first = true, b.idStart
+				b.timer.Reset(c.cfg.quiet)
+			}
+		}
+	}
 	if b.urgent {
-		b.urgent, b.dirty, b.failures, b.full = false, false, 0, true
+		b.urgent, b.dirty, b.failures, b.full, b.lightDirty = false, false, 0, true, false
 		c.startRelist(ctx, b)
 		return
 	}
@@ -210,11 +244,19 @@ func (c *Census) relistDone(ctx context.Context, b *burst, err error) {
 		return
 	}
 	b.failures = 0
+	if b.dirty && b.lightDirty && !b.full && c.fastIDList(ctx, b, time.Now()) {
+		b.dirty, b.lightDirty = false, false // only ends arrived: this list is the trailing one
+		return
+	}
 	if b.dirty {
 		b.dirty = false
 		b.pending = true
 		now := time.Now()
 		b.timer.Reset(max(0, min(b.last.Add(c.cfg.quiet).Sub(now), b.first.Add(c.cfg.maxDelay).Sub(now))))
+	}
+	if b.lightDirty { // an end arrived during that list: tell it now
+		b.lightDirty = false
+		c.fastIDList(ctx, b, time.Now())
 	}
 }
 

@@ -118,6 +118,15 @@ func (c *Census) resync(ctx context.Context) error {
 // hold: only a full line tells a new session. Ids are never reused within a
 // server life (FACTS §8), so an id missing from the list is a session gone.
 func (c *Census) relistIDs(ctx context.Context) error {
+	return c.listIDs(ctx, true)
+}
+
+// errNewIDs is listIDs' answer, without fallback, to an id it does not hold.
+var errNewIDs = errors.New("census: the id-only list shows a new session")
+
+// listIDs is relistIDs; without fallback a new id is not read in full but
+// returned as errNewIDs (the removals are applied all the same).
+func (c *Census) listIDs(ctx context.Context, fallback bool) error {
 	c.syncMu.Lock()
 	c.mu.RLock()
 	life, epoch, connected := c.info.ServerLife, c.epoch, c.online
@@ -141,7 +150,7 @@ func (c *Census) relistIDs(ctx context.Context) error {
 			fresh = true
 		}
 	}
-	if !fresh {
+	{
 		if c.epoch != epoch || !c.online || c.info.ServerLife != life {
 			c.mu.Unlock()
 			c.syncMu.Unlock()
@@ -163,8 +172,11 @@ func (c *Census) relistIDs(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 	c.syncMu.Unlock()
-	if fresh {
+	if fresh && fallback {
 		return c.resync(ctx)
+	}
+	if fresh {
+		return errNewIDs
 	}
 	return nil
 }
