@@ -58,7 +58,9 @@ const (
 	CodeInternal Code = "internal"
 	// CodeDaemonUnreachable: the CLI cannot reach the daemon (client side only).
 	CodeDaemonUnreachable Code = "daemon_unreachable"
-	// CodeBusy: another daemon holds SKC_HOME.
+	// CodeBusy: the supervisor cannot take this now — another daemon holds
+	// SKC_HOME, too many creates are in flight, or it is shutting down. Retrying
+	// later is the right answer, hence one code and exit 75 (EX_TEMPFAIL).
 	CodeBusy Code = "busy"
 )
 
@@ -126,7 +128,7 @@ var classes = map[Code]Class{
 	CodeTimeout:                        {http.StatusGatewayTimeout, ExitFailed, "deadline_exceeded", StatusError},
 	CodeInternal:                       {http.StatusInternalServerError, ExitFailed, "internal_error", StatusError},
 	CodeDaemonUnreachable:              {http.StatusServiceUnavailable, ExitDaemonUnreachable, "daemon_unreachable", StatusError},
-	CodeBusy:                           {http.StatusServiceUnavailable, ExitBusy, "home_locked", StatusError},
+	CodeBusy:                           {http.StatusServiceUnavailable, ExitBusy, "busy", StatusError},
 }
 
 // Codes lists every code in documentation order.
