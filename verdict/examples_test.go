@@ -108,7 +108,7 @@ func reasonExamples() []Record {
 func codeInVerdicts(c Code) bool {
 	switch c {
 	case CodeInvalidRequest, CodeNotFound, CodePermissionDenied, CodeBodyTooLarge,
-		CodeDaemonUnreachable, CodeBusy:
+		CodeDaemonUnreachable:
 		return false
 	}
 	return true
