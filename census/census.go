@@ -92,17 +92,18 @@ type Census struct {
 	log zerolog.Logger
 	cfg config
 
-	mu       sync.RWMutex
-	info     tmuxctl.ServerInfo
-	online   bool
-	synced   bool
-	epoch    uint64 // bumped on every Connected/Disconnected; a sync applies only in its epoch
-	sessions map[string]*entry
-	byName   map[string]string              // name → id
-	byIdent  map[string]map[string]struct{} // identity digest → ids
-	seq      uint64
-	subs     map[*Subscription]struct{}
-	syncedCh chan struct{} // closed while synced; replaced when the census goes unsynced
+	mu        sync.RWMutex
+	info      tmuxctl.ServerInfo
+	online    bool
+	synced    bool
+	epoch     uint64 // bumped on every Connected/Disconnected; a sync applies only in its epoch
+	lifeEnded bool   // a server life ended since the last sync: the next one emits Resync (c.mu)
+	sessions  map[string]*entry
+	byName    map[string]string              // name → id
+	byIdent   map[string]map[string]struct{} // identity digest → ids
+	seq       uint64
+	subs      map[*Subscription]struct{}
+	syncedCh  chan struct{} // closed while synced; replaced when the census goes unsynced
 
 	syncMu sync.Mutex    // serialises full syncs
 	kick   chan struct{} // cap 1: "a re-list is wanted"

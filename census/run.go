@@ -101,7 +101,7 @@ func (c *Census) Run(ctx context.Context) error {
 		case <-reconcile.C:
 			c.trigger(ctx, b, true)
 		case <-b.timer.C:
-			b.pending = false
+			b.pending, b.hurry = false, false
 			if b.inflight { // a stale fire after a connect started one
 				b.dirty = true
 			} else {
@@ -127,6 +127,7 @@ func (c *Census) Run(ctx context.Context) error {
 type burst struct {
 	timer      *time.Timer
 	pending    bool      // timer armed: a re-list (trailing or retry) will start
+	hurry      bool      // … as soon as the id-list spacing allows (soonIDList): triggers do not push it back
 	first      time.Time // first trigger the pending/dirty re-list covers
 	last       time.Time // last trigger
 	inflight   bool
@@ -159,7 +160,7 @@ func (c *Census) trigger(ctx context.Context, b *burst, full bool) {
 	}
 	idle := b.last.IsZero() || now.Sub(b.last) >= c.cfg.quiet
 	b.last = now
-	if !full && !idle && !b.inflight && c.fastIDList(ctx, b, now) {
+	if !full && !idle && !b.inflight && c.soonIDList(ctx, b, now) {
 		return
 	}
 	if !full && b.inflight {
@@ -172,6 +173,8 @@ func (c *Census) trigger(ctx context.Context, b *burst, full bool) {
 		}
 	case b.failures > 0:
 		// Backing off: the armed retry covers this trigger; never sooner.
+	case b.pending && b.hurry:
+		// Due as soon as the spacing allows: never later.
 	case b.pending:
 		b.timer.Reset(max(0, min(c.cfg.quiet, b.first.Add(c.cfg.maxDelay).Sub(now))))
 	case idle:
@@ -186,12 +189,50 @@ func (c *Census) trigger(ctx context.Context, b *burst, full bool) {
 // right after a create), while the burst's own re-list stays debounced.
 // Such lists are spaced by five times their cost, so at most a fifth of
 // tmux's time goes to them however fast ends and creates come.
+//
+// A new id in it is read at once with the full list (relistIDs), in the same
+// slot and counted in its cost, never left to the burst's debounce:
+// %sessions-changed is also what a create sends, every further trigger of a
+// burst pushes the trailing re-list back (up to maxDelay), and a session the
+// census never listed can never be reported Removed — neither when it is
+// killed a moment after its create, nor when the server exits.
 func (c *Census) fastIDList(ctx context.Context, b *burst, now time.Time) bool {
-	if b.failures > 0 || now.Sub(b.idStart) < max(2*time.Millisecond, 5*b.idCost) {
+	if b.failures > 0 || now.Before(c.idListDue(b)) {
 		return false
 	}
 	b.inflight, b.idFast, b.idStart = true, true, now
-	go func() { b.done <- c.listIDs(ctx, false) }()
+	go func() { b.done <- c.relistIDs(ctx) }()
+	return true
+}
+
+// idListDue is the earliest time the next mid-burst id-only list may start.
+func (c *Census) idListDue(b *burst) time.Time {
+	return b.idStart.Add(max(2*time.Millisecond, 5*b.idCost))
+}
+
+// soonIDList answers a trigger that may mean sessions ended or were created:
+// the id-only list now (fastIDList) or, while the spacing holds it back, a
+// re-list as soon as the spacing allows one, not at the end of the burst's
+// debounce, which further triggers keep pushing back. It reports whether it
+// covered the trigger; failing re-lists keep their backoff (false).
+func (c *Census) soonIDList(ctx context.Context, b *burst, now time.Time) bool {
+	if c.fastIDList(ctx, b, now) {
+		return true
+	}
+	if b.failures > 0 {
+		return false
+	}
+	if b.pending && b.hurry {
+		return true // already due as soon as the spacing allows
+	}
+	wait := max(0, c.idListDue(b).Sub(now))
+	if b.pending {
+		wait = min(wait, max(0, min(c.cfg.quiet, b.first.Add(c.cfg.maxDelay).Sub(now))))
+	} else {
+		b.pending, b.first = true, now
+	}
+	b.hurry = true
+	b.timer.Reset(wait)
 	return true
 }
 
@@ -217,14 +258,6 @@ func (c *Census) relistDone(ctx context.Context, b *burst, err error) {
 	b.full, b.nextFull = b.full || b.nextFull, false
 	if b.idFast {
 		b.idFast, b.idCost = false, time.Since(b.idStart)
-		if errors.Is(err, errNewIDs) { // the new ids need the full list, debounced
-			err = nil
-			b.full = true
-			if !b.pending && !b.dirty {
-				b.pending, b.first = true, b.idStart
-				b.timer.Reset(c.cfg.quiet)
-			}
-		}
 	}
 	if b.urgent {
 		b.urgent, b.dirty, b.failures, b.full, b.lightDirty = false, false, 0, true, false
@@ -239,7 +272,7 @@ func (c *Census) relistDone(ctx context.Context, b *burst, err error) {
 		}
 		c.log.Warn().Err(err).Int("failures", b.failures).Dur("retry_in", d).Msg("census re-list failed; retrying")
 		b.dirty, b.full = false, true
-		b.pending, b.first = true, time.Now()
+		b.pending, b.hurry, b.first = true, false, time.Now()
 		b.timer.Reset(d)
 		return
 	}
@@ -249,14 +282,14 @@ func (c *Census) relistDone(ctx context.Context, b *burst, err error) {
 		return
 	}
 	if b.dirty {
-		b.dirty = false
+		b.dirty, b.hurry = false, false
 		b.pending = true
 		now := time.Now()
 		b.timer.Reset(max(0, min(b.last.Add(c.cfg.quiet).Sub(now), b.first.Add(c.cfg.maxDelay).Sub(now))))
 	}
-	if b.lightDirty { // an end arrived during that list: tell it now
+	if b.lightDirty { // an end (or a create) arrived during that list: tell it now
 		b.lightDirty = false
-		c.fastIDList(ctx, b, time.Now())
+		c.soonIDList(ctx, b, time.Now())
 	}
 }
 
@@ -267,7 +300,7 @@ func (c *Census) handle(ctx context.Context, ev tmuxctl.Event, b *burst) {
 		c.onConnected(ev.Info)
 		c.subSegs = nil // the new subscription's first line is compared with nothing
 		c.subscribe(ctx, ev.Info.ServerLife)
-		b.pending, b.failures, b.full = false, 0, true
+		b.pending, b.hurry, b.failures, b.full = false, false, 0, true
 		b.timer.Stop()
 		if b.inflight {
 			b.urgent = true // it belongs to the old epoch
@@ -294,13 +327,17 @@ func (c *Census) handle(ctx context.Context, ev tmuxctl.Event, b *burst) {
 }
 
 // onConnected starts a new epoch. A new server life drops every session of
-// the old one (Removed, life_changed): ids restart at $0 in a new life.
+// the old one (Removed, life_changed): ids restart at $0 in a new life. The
+// old life may also have had sessions the census never listed (created after
+// its last list, during a burst's debounce, say), which ended with it unseen:
+// the new life's first sync tells subscribers so with a Resync.
 func (c *Census) onConnected(info tmuxctl.ServerInfo) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.epoch++
 	if c.info.PID != 0 && c.info.ServerLife != info.ServerLife {
 		c.dropAllLocked(ReasonLifeChanged)
+		c.lifeEnded = true
 	}
 	c.info = info
 	c.online = true

@@ -114,19 +114,12 @@ func (c *Census) resync(ctx context.Context) error {
 
 // relistIDs applies ended sessions from an id-only list, which costs tmux
 // far less than the full list (no tags or pane fields per session). It
-// falls back to a full resync when the list shows an id the census does not
-// hold: only a full line tells a new session. Ids are never reused within a
-// server life (FACTS §8), so an id missing from the list is a session gone.
+// falls back to a full resync at once when the list shows an id the census
+// does not hold: only a full line tells a new session, and a session the
+// census never listed can never be reported Removed. Ids are never reused
+// within a server life (FACTS §8), so an id missing from the list is a
+// session gone.
 func (c *Census) relistIDs(ctx context.Context) error {
-	return c.listIDs(ctx, true)
-}
-
-// errNewIDs is listIDs' answer, without fallback, to an id it does not hold.
-var errNewIDs = errors.New("census: the id-only list shows a new session")
-
-// listIDs is relistIDs; without fallback a new id is not read in full but
-// returned as errNewIDs (the removals are applied all the same).
-func (c *Census) listIDs(ctx context.Context, fallback bool) error {
 	c.syncMu.Lock()
 	c.mu.RLock()
 	life, epoch, connected := c.info.ServerLife, c.epoch, c.online
@@ -172,11 +165,8 @@ func (c *Census) listIDs(ctx context.Context, fallback bool) error {
 	}
 	c.mu.Unlock()
 	c.syncMu.Unlock()
-	if fresh && fallback {
-		return c.resync(ctx)
-	}
 	if fresh {
-		return errNewIDs
+		return c.resync(ctx)
 	}
 	return nil
 }
@@ -505,6 +495,10 @@ func (c *Census) apply(epoch uint64, life tmuxctl.ServerLife, entries []*entry) 
 			c.emitLocked(Change{Kind: Removed, Session: e.s, Reason: ReasonGone, Life: life})
 		}
 	}
+	if c.lifeEnded { // see onConnected: what ended unlisted needs a reconcile
+		c.lifeEnded = false
+		c.emitLocked(Change{Kind: Resync, Life: life})
+	}
 	c.setSyncedLocked()
 	return nil
 }
@@ -584,4 +578,58 @@ func clip(s string) string {
 		return fmt.Sprintf("%s… (%d bytes)", s[:200], len(s))
 	}
 	return s
+}
+
+// Admit makes sure the census holds session id of server life life, reading
+// it by id (two small commands, whatever the server's size) when it does not,
+// and reports whether it does now. The supervisor calls it for a session it
+// has just created: the census can report Removed only for a session it has
+// listed, and a burst's re-list is debounced (every trigger pushes it back,
+// up to maxDelay) and id-only lists are spaced, which is longer than a create
+// takes — a kill, or the server's exit, right after the create would
+// otherwise end a session the feed never knew. It runs under the sync lock,
+// so that no list read before the session existed can drop it afterwards.
+func (c *Census) Admit(ctx context.Context, life tmuxctl.ServerLife, id string) (bool, error) {
+	if !validID(id) {
+		return false, fmt.Errorf("census: admit: bad session id %q", id)
+	}
+	for !c.syncMu.TryLock() { // a list stuck on a frozen tmux must not hold a create past its deadline
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+	defer c.syncMu.Unlock()
+	c.mu.RLock()
+	_, held := c.sessions[id]
+	epoch, ok := c.epoch, c.online && c.synced && c.info.ServerLife == life
+	c.mu.RUnlock()
+	if held {
+		return true, nil
+	}
+	if !ok {
+		return false, errStale // the next full sync of this life lists it
+	}
+	e, err := c.exactEntry(ctx, life, row{s: Session{ID: id}, broken: true})
+	if err != nil || e == nil {
+		return false, err // nil, nil: the session is gone already
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.epoch != epoch || !c.online || c.info.ServerLife != life {
+		return false, errStale
+	}
+	if _, held := c.sessions[id]; held {
+		return true, nil
+	}
+	if id == c.info.ControlSessionID {
+		e.control = true
+	}
+	c.sessions[id] = e
+	c.indexLocked(e)
+	if !e.control {
+		c.emitLocked(Change{Kind: Added, Session: e.s, Life: life})
+	}
+	return true, nil
 }

@@ -113,6 +113,11 @@ func TestServerKilledAndNewLife(t *testing.T) {
 	if snap := r.c.Snapshot(); len(snap.Sessions) != 0 {
 		t.Fatalf("new life: want no sessions, got %+v", snap.Sessions)
 	}
+	// The old life's end is also told as a Resync mark (sessions it never
+	// listed ended with it), once, at the new life's first sync.
+	if ch := next(t, sub); ch.Kind != Resync || ch.Life != now.ServerLife {
+		t.Fatalf("want one Resync mark in the new life, got %+v", ch)
+	}
 	r.tmux("new-session", "-d", "-s", "after", "cat")
 	ch := next(t, sub)
 	if ch.Kind != Added || ch.Session.Name != "after" || ch.Life != now.ServerLife {

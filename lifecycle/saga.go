@@ -42,6 +42,13 @@ func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retEr
 	if err := m.tag(ctx, a); err != nil {
 		return res, err
 	}
+	// The census must hold the session before the create answers, or a kill or
+	// the server's exit right after it ends a session its change feed never
+	// knew, and no ended verdict is written (census.Admit). Best effort: a
+	// failure leaves it to the census's own lists, as before.
+	if _, err := m.census.Admit(ctx, a.life, a.tmuxID); err != nil {
+		m.log.Debug().Err(err).Str("tmux_id", a.tmuxID).Msg("census admit failed")
+	}
 	// No wait for the pane helper here: it reads its spec from the fence's
 	// specs table, which outlives the row's release until the generation ends,
 	// so it may start before or after publication (its gate — run the agent only
