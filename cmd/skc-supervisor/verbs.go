@@ -159,21 +159,8 @@ func runList(cli *CLI, args []string) int {
 	if err != nil {
 		return cli.fail(o, err)
 	}
-	c, err := cli.client(o)
-	if err != nil {
-		return cli.fail(o, err)
-	}
-	defer c.Close()
-	res, err := c.List(cli.ctx)
-	if err != nil {
-		return cli.fail(o, err)
-	}
-	if o.json {
-		cli.printJSON(res)
-		return verdict.ExitOK
-	}
-	printList(cli.stdout, res)
-	return verdict.ExitOK
+	return respond(cli, o, func(c *api.Client) (api.ListResponse, error) { return c.List(cli.ctx) },
+		func(res api.ListResponse) { printList(cli.stdout, res) })
 }
 
 func runShow(cli *CLI, args []string) int {
@@ -181,27 +168,17 @@ func runShow(cli *CLI, args []string) int {
 	if err != nil {
 		return cli.fail(o, err)
 	}
-	c, err := cli.client(o)
-	if err != nil {
-		return cli.fail(o, err)
-	}
-	defer c.Close()
-	res, err := c.Show(cli.ctx, ref)
-	if err != nil {
-		return cli.fail(o, err)
-	}
-	if o.json {
+	return respond(cli, o, func(c *api.Client) (api.ShowResponse, error) {
+		res, err := c.Show(cli.ctx, ref)
+		// CONTRACT.md: "reservation" is null and "verdicts" a list, never absent.
 		if len(res.Reservation) == 0 {
 			res.Reservation = []byte("null")
 		}
 		if res.Verdicts == nil {
 			res.Verdicts = []verdict.Record{}
 		}
-		cli.printJSON(res)
-		return verdict.ExitOK
-	}
-	printShow(cli.stdout, res)
-	return verdict.ExitOK
+		return res, err
+	}, func(res api.ShowResponse) { printShow(cli.stdout, res) })
 }
 
 func runKill(cli *CLI, args []string) int {
@@ -209,21 +186,8 @@ func runKill(cli *CLI, args []string) int {
 	if err != nil {
 		return cli.fail(o, err)
 	}
-	c, err := cli.client(o)
-	if err != nil {
-		return cli.fail(o, err)
-	}
-	defer c.Close()
-	res, err := c.Kill(cli.ctx, ref)
-	if err != nil {
-		return cli.fail(o, err)
-	}
-	if o.json {
-		cli.printJSON(res)
-		return verdict.ExitOK
-	}
-	printKill(cli.stdout, ref, res)
-	return verdict.ExitOK
+	return respond(cli, o, func(c *api.Client) (api.KillResponse, error) { return c.Kill(cli.ctx, ref) },
+		func(res api.KillResponse) { printKill(cli.stdout, ref, res) })
 }
 
 func runFence(cli *CLI, args []string) int {
@@ -232,21 +196,8 @@ func runFence(cli *CLI, args []string) int {
 	if _, err := parseArgs(fs, args); err != nil {
 		return cli.fail(o, err)
 	}
-	c, err := cli.client(o)
-	if err != nil {
-		return cli.fail(o, err)
-	}
-	defer c.Close()
-	res, err := c.Fence(cli.ctx)
-	if err != nil {
-		return cli.fail(o, err)
-	}
-	if o.json {
-		cli.printJSON(res)
-		return verdict.ExitOK
-	}
-	printFence(cli.stdout, res)
-	return verdict.ExitOK
+	return respond(cli, o, func(c *api.Client) (api.FenceResponse, error) { return c.Fence(cli.ctx) },
+		func(res api.FenceResponse) { printFence(cli.stdout, res) })
 }
 
 func runVerdicts(cli *CLI, args []string) int {
@@ -273,5 +224,25 @@ func runVerdicts(cli *CLI, args []string) int {
 	if err != nil && cli.ctx.Err() == nil {
 		return cli.fail(o, err)
 	}
+	return verdict.ExitOK
+}
+
+// respond is every simple verb's second half: one request to the daemon, then its
+// answer as the one JSON document with --json, or as text for people.
+func respond[T any](cli *CLI, o opts, call func(*api.Client) (T, error), text func(T)) int {
+	c, err := cli.client(o)
+	if err != nil {
+		return cli.fail(o, err)
+	}
+	defer c.Close()
+	res, err := call(c)
+	if err != nil {
+		return cli.fail(o, err)
+	}
+	if o.json {
+		cli.printJSON(res)
+		return verdict.ExitOK
+	}
+	text(res)
 	return verdict.ExitOK
 }
