@@ -105,7 +105,7 @@ type Census struct {
 	subs      map[*Subscription]struct{}
 	syncedCh  chan struct{} // closed while synced; replaced when the census goes unsynced
 
-	syncMu sync.Mutex    // serialises full syncs
+	syncMu syncLock      // serialises lists and admissions
 	kick   chan struct{} // cap 1: "a re-list is wanted"
 
 	subSegs map[string]struct{} // segments of the last subscription value (Run only)
@@ -171,6 +171,7 @@ func newCensus(cl tmuxClient, log *zerolog.Logger, cfg config) *Census {
 		subs:     map[*Subscription]struct{}{},
 		syncedCh: make(chan struct{}),
 		kick:     make(chan struct{}, 1),
+		syncMu:   newSyncLock(),
 	}
 	if log != nil {
 		c.log = log.With().Str("component", "census").Logger()

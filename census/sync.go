@@ -392,21 +392,32 @@ func (c *Census) readExact(ctx context.Context, life tmuxctl.ServerLife, rows []
 func (c *Census) exactEntry(ctx context.Context, life tmuxctl.ServerLife, r row) (*entry, error) {
 	c.confirms.Add(1)
 	s := r.s
-	if r.broken {
-		rep, err := c.cl.CommandIn(ctx, life, "display-message", "-p", "-t", s.ID, baseFormat)
-		if err != nil || len(rep.Lines) != 1 {
+	if !r.broken {
+		rep, err := c.cl.CommandIn(ctx, life, "show-options", "-t", s.ID)
+		if err != nil {
 			return nil, goneOr(err)
 		}
-		f := strings.SplitN(rep.Lines[0], "\t", 9)
-		if len(f) != 9 || f[0] != s.ID || !parseBase(&s, f[:8]) {
-			return nil, nil // CANFAIL: an empty expansion means the target is gone
-		}
-		s.Name = f[8]
+		return c.exactFrom(s, r, rep), nil
 	}
-	rep, err := c.cl.CommandIn(ctx, life, "show-options", "-t", s.ID)
-	if err != nil {
+	// Both reads at once: one round trip, not two (a create's admission waits
+	// for it). A session gone in between fails both with an error block.
+	reps, err := c.pipeline(ctx, life, [][]string{
+		{"display-message", "-p", "-t", s.ID, baseFormat},
+		{"show-options", "-t", s.ID},
+	})
+	if err != nil || len(reps[0].Lines) != 1 {
 		return nil, goneOr(err)
 	}
+	f := strings.SplitN(reps[0].Lines[0], "\t", 9)
+	if len(f) != 9 || f[0] != s.ID || !parseBase(&s, f[:8]) {
+		return nil, nil // CANFAIL: an empty expansion means the target is gone
+	}
+	s.Name = f[8]
+	return c.exactFrom(s, r, reps[1]), nil
+}
+
+// exactFrom builds the entry of session s from its own show-options reply.
+func (c *Census) exactFrom(s Session, r row, rep tmuxctl.Reply) *entry {
 	opts := parseOptions(rep.Lines)
 	e := &entry{s: s, line: r.line, exact: tagsOf(opts)}
 	if len(opts) > 0 {
@@ -417,7 +428,7 @@ func (c *Census) exactEntry(ctx context.Context, life tmuxctl.ServerLife, r row)
 	if r.broken {
 		e.line = "" // never take the fast path on a line that did not parse
 	}
-	return e, nil
+	return e
 }
 
 // goneOr maps a command error about a missing session to "gone" (nil) and
@@ -593,12 +604,8 @@ func (c *Census) Admit(ctx context.Context, life tmuxctl.ServerLife, id string) 
 	if !validID(id) {
 		return false, fmt.Errorf("census: admit: bad session id %q", id)
 	}
-	for !c.syncMu.TryLock() { // a list stuck on a frozen tmux must not hold a create past its deadline
-		select {
-		case <-ctx.Done():
-			return false, ctx.Err()
-		case <-time.After(time.Millisecond):
-		}
+	if err := c.syncMu.LockCtx(ctx); err != nil { // a list stuck on a frozen tmux must not hold a create past its deadline
+		return false, err
 	}
 	defer c.syncMu.Unlock()
 	c.mu.RLock()
@@ -606,7 +613,7 @@ func (c *Census) Admit(ctx context.Context, life tmuxctl.ServerLife, id string) 
 	epoch, ok := c.epoch, c.online && c.synced && c.info.ServerLife == life
 	c.mu.RUnlock()
 	if held {
-		return true, nil
+		return true, nil // the list the create's own %sessions-changed started saw it
 	}
 	if !ok {
 		return false, errStale // the next full sync of this life lists it

@@ -18,7 +18,6 @@ package fence
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -58,6 +57,7 @@ type Options struct {
 type Store struct {
 	path string
 	w    *sql.DB // writer: one connection, BEGIN IMMEDIATE
+	wr   writer  // that connection, held, with its prepared statements (writer.go)
 	r    *sql.DB // readers (WAL: never blocked by the writer)
 	opt  Options
 
@@ -120,7 +120,7 @@ func Open(path string, opt Options) (*Store, error) {
 		return nil, err
 	}
 	enableOFD()
-	s := &Store{path: path, opt: opt}
+	s := &Store{path: path, opt: opt, wr: newWriter()}
 	var err error
 	if s.w, err = sql.Open("sqlite", dsn(path, opt, true)); err != nil {
 		return nil, unavailable(path, "open", err)
@@ -211,7 +211,7 @@ func (s *Store) Close() error {
 		errs = append(errs, s.r.Close())
 	}
 	if s.w != nil {
-		errs = append(errs, s.w.Close())
+		errs = append(errs, s.wr.close(), s.w.Close())
 	}
 	return errors.Join(errs...)
 }
@@ -346,11 +346,11 @@ type queryer interface {
 // BEGIN, COMMIT and ROLLBACK are issued by hand so a failed COMMIT is always
 // rolled back before the connection goes back to the pool.
 func (s *Store) write(ctx context.Context, op string, fn func(q queryer) error) error {
-	conn, err := s.w.Conn(ctx)
+	conn, err := s.wr.acquire(ctx, s.w)
 	if err != nil {
 		return s.dbErr(op, err)
 	}
-	defer conn.Close()
+	defer s.wr.release()
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		if !isBusy(err) {
 			// A caller's context cancelled while BEGIN ran can leave the
@@ -359,11 +359,11 @@ func (s *Store) write(ctx context.Context, op string, fn func(q queryer) error) 
 			// "cannot start a transaction within a transaction". Discard the
 			// connection (closing it rolls back whatever it holds). Busy is
 			// the common failure and opens nothing: keep the connection.
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+			s.wr.discard()
 		}
 		return s.dbErr(op, err)
 	}
-	err = fn(conn)
+	err = fn(stmtQueryer{&s.wr})
 	if err == nil && testHookBeforeCommit != nil {
 		testHookBeforeCommit(op)
 	}
@@ -378,8 +378,7 @@ func (s *Store) write(ctx context.Context, op string, fn func(q queryer) error) 
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		if _, rerr := conn.ExecContext(rctx, "ROLLBACK"); rerr != nil {
-			// Discard the connection: its transaction state is unknown.
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+			s.wr.discard() // its transaction state is unknown
 		}
 		return s.dbErr(op, err)
 	}

@@ -1,0 +1,116 @@
+package fence
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+)
+
+// writer is the daemon's one write connection, held for the Store's whole life
+// rather than taken from the pool per transaction, so that every statement of a
+// transition is prepared once on it and reused: parsing and planning were about
+// a third of a transition's CPU (BENCHMARKS.md, fence). sem serialises the
+// transactions; waiting on it honours the caller's context, as waiting for the
+// pool's one connection did.
+type writer struct {
+	sem   chan struct{}
+	conn  *sql.Conn
+	stmts map[string]*sql.Stmt
+}
+
+func newWriter() writer { return writer{sem: make(chan struct{}, 1)} }
+
+// acquire waits for the writer and returns its connection, opening one from db
+// when none is held (first use, or after a discard).
+func (w *writer) acquire(ctx context.Context, db *sql.DB) (*sql.Conn, error) {
+	select {
+	case w.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if w.conn != nil {
+		return w.conn, nil
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		<-w.sem
+		return nil, err
+	}
+	w.conn, w.stmts = conn, map[string]*sql.Stmt{}
+	return conn, nil
+}
+
+// release lets the next transaction have the writer.
+func (w *writer) release() { <-w.sem }
+
+// discard drops the held connection (closing it rolls back whatever it holds)
+// and its statements; the next acquire opens a fresh one. Called with the
+// writer acquired, when the connection's transaction state is unknown.
+func (w *writer) discard() {
+	if w.conn == nil {
+		return
+	}
+	for _, st := range w.stmts {
+		_ = st.Close()
+	}
+	_ = w.conn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = w.conn.Close()
+	w.conn, w.stmts = nil, nil
+}
+
+// close releases the held connection for good (Store.Close). It waits for a
+// transaction in flight to finish.
+func (w *writer) close() error {
+	w.sem <- struct{}{}
+	defer func() { <-w.sem }()
+	if w.conn == nil {
+		return nil
+	}
+	for _, st := range w.stmts {
+		_ = st.Close()
+	}
+	err := w.conn.Close()
+	w.conn, w.stmts = nil, nil
+	return err
+}
+
+// stmtQueryer runs a transition's statements on the writer's connection, each
+// prepared on first use and kept.
+type stmtQueryer struct{ w *writer }
+
+func (q stmtQueryer) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	if st := q.w.stmts[query]; st != nil {
+		return st, nil
+	}
+	st, err := q.w.conn.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	q.w.stmts[query] = st
+	return st, nil
+}
+
+func (q stmtQueryer) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	st, err := q.stmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+func (q stmtQueryer) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	st, err := q.stmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+func (q stmtQueryer) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	st, err := q.stmt(ctx, query)
+	if err != nil {
+		// Unprepared, so the *sql.Row carries the same error to Scan.
+		return q.w.conn.QueryRowContext(ctx, query, args...)
+	}
+	return st.QueryRowContext(ctx, args...)
+}
