@@ -10,7 +10,9 @@ import (
 )
 
 // BenchmarkLookupList measures, in process (no HTTP), Show by name and List plus
-// its JSON encoding with n live sessions on a real tmux server and fence.
+// its JSON encoding with n live sessions on a real tmux server and fence, and
+// the encoded forms the API serves (AppendShowJSON, AppendListJSON).
+// api/backend's BenchmarkReads measures the same through HTTP against tmux forks.
 //
 //	go test -run '^$' -bench LookupList -benchtime 200x ./lifecycle/
 func BenchmarkLookupList(b *testing.B) {
@@ -34,6 +36,24 @@ func BenchmarkLookupList(b *testing.B) {
 	b.Run("show", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			if _, err := e.m.Show(context.Background(), Ref{Name: names[i%n]}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("show-json", func(b *testing.B) {
+		var buf []byte
+		for i := 0; i < b.N; i++ {
+			var err error
+			if buf, err = e.m.AppendShowJSON(context.Background(), buf[:0], Ref{Name: names[i%n]}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("list-json", func(b *testing.B) {
+		var buf []byte
+		for i := 0; i < b.N; i++ {
+			var err error
+			if buf, err = e.m.AppendListJSON(context.Background(), buf[:0]); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -70,58 +70,102 @@ const showVerdicts = 100
 // needs a full re-list for it; only a published session missing from the census
 // altogether makes it refresh.
 func (m *Manager) List(ctx context.Context) (ListResult, error) {
-	snap := m.census.Snapshot()
-	byTmux, behind, err := m.liveInLife(ctx, snap)
+	var out ListResult
+	info, err := m.listViews(ctx, &listScratch{}, nil, func(v *View) { out.Sessions = append(out.Sessions, *v) })
 	if err != nil {
-		return ListResult{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
+		return ListResult{}, err
 	}
-	if behind && m.census.Refresh(ctx) == nil {
-		// A session published a moment ago may not be listed yet: a create
-		// followed by ls must show it.
-		snap = m.census.Snapshot()
-	}
-	out := ListResult{Census: CensusInfo{
-		Synced: snap.Synced, ServerPID: snap.Info.PID, TmuxVersion: snap.Info.Version,
-	}, Sessions: make([]View, 0, len(snap.Sessions))}
-	if snap.Info.StartTime != 0 {
-		out.Census.ServerStartedAt = time.Unix(snap.Info.StartTime, 0).UTC()
-	}
-	for i := range snap.Sessions {
-		s := &snap.Sessions[i]
-		if d := s.Identity(); d != "" {
-			p, ok, err := m.fence.CachedPublished(ctx, d)
-			if err != nil {
-				return ListResult{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
-			}
-			if ok {
-				out.Sessions = append(out.Sessions, m.viewOf(s, &p))
-				continue
-			}
-		} else if p, ok := byTmux[s.ID]; ok && staleTags(s) {
-			out.Sessions = append(out.Sessions, publishedView(s, p))
-			continue
-		}
-		out.Sessions = append(out.Sessions, m.viewOf(s, nil))
+	out.Census = info
+	if out.Sessions == nil {
+		out.Sessions = []View{}
 	}
 	return out, nil
 }
 
-// liveInLife returns the published, not-ended generations of the census's server
-// life by tmux id, and whether one of them is missing from snap.
-func (m *Manager) liveInLife(ctx context.Context, snap census.Snapshot) (map[string]fence.Published, bool, error) {
+// listScratch is what a list reuses from one call to the next (AppendListJSON
+// keeps one): the snapshot's buffer, and its tmux ids (true: listed without
+// tags, see staleTags).
+type listScratch struct {
+	snap []census.Session
+	ids  map[string]bool
+}
+
+// listViews calls begin (when not nil) with the census's description, then fn
+// with the View of every session of the census's snapshot, in tmux id order,
+// and returns the description. View pointers are valid during the call only.
+func (m *Manager) listViews(ctx context.Context, sc *listScratch, begin func(CensusInfo), fn func(v *View)) (CensusInfo, error) {
+	snap := m.census.SnapshotShared(sc.snap)
+	byTmux, behind, err := m.liveInLife(ctx, snap, sc)
+	if err == nil && behind && m.census.Refresh(ctx) == nil {
+		// A session published a moment ago may not be listed yet: a create
+		// followed by ls must show it.
+		snap = m.census.SnapshotShared(snap.Sessions)
+		byTmux, _, err = m.liveInLife(ctx, snap, sc)
+	}
+	sc.snap = snap.Sessions
+	if err != nil {
+		return CensusInfo{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
+	}
+	info := CensusInfo{Synced: snap.Synced, ServerPID: snap.Info.PID, TmuxVersion: snap.Info.Version}
+	if snap.Info.StartTime != 0 {
+		info.ServerStartedAt = time.Unix(snap.Info.StartTime, 0).UTC()
+	}
+	if begin != nil {
+		begin(info)
+	}
+	v := new(View) // one for the whole list: fn must not keep it
+	for i := range snap.Sessions {
+		var err error
+		if *v, err = m.listView(ctx, &snap.Sessions[i], byTmux); err != nil {
+			return CensusInfo{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
+		}
+		fn(v)
+	}
+	return info, nil
+}
+
+// listView is one session's View in a list: joined with its identity's
+// published record by its tag, or by its tmux id when its tags are stale.
+func (m *Manager) listView(ctx context.Context, s *census.Session, byTmux map[string]fence.Published) (View, error) {
+	if d := s.Identity(); d != "" {
+		p, ok, err := m.fence.CachedPublished(ctx, d)
+		if err != nil || ok {
+			return m.viewOf(s, &p), err
+		}
+	} else if p, ok := byTmux[s.ID]; ok && staleTags(s) {
+		return publishedView(s, p), nil
+	}
+	return m.viewOf(s, nil), nil
+}
+
+// liveInLife reports whether a published, not-ended generation of the census's
+// server life is missing from snap, and returns those of them that live in a
+// session of snap listed without tags (staleTags), by tmux id.
+func (m *Manager) liveInLife(ctx context.Context, snap census.Snapshot, sc *listScratch) (map[string]fence.Published, bool, error) {
 	if !snap.Synced {
 		return nil, false, nil
 	}
-	ids := make(map[string]bool, len(snap.Sessions))
-	for i := range snap.Sessions {
-		ids[snap.Sessions[i].ID] = true
+	if sc.ids == nil {
+		sc.ids = make(map[string]bool, len(snap.Sessions))
 	}
-	byTmux := make(map[string]fence.Published)
+	clear(sc.ids)
+	for i := range snap.Sessions {
+		s := &snap.Sessions[i]
+		sc.ids[s.ID] = s.Identity() == "" && staleTags(s)
+	}
+	var byTmux map[string]fence.Published
 	behind := false
-	err := m.fence.CachedLive(ctx, func(p *fence.Published) {
-		if p.ServerPID == snap.Info.PID && p.ServerStart == snap.Info.StartTime {
+	err := m.fence.CachedLiveEach(ctx, func(p *fence.Published) {
+		if p.ServerPID != snap.Info.PID || p.ServerStart != snap.Info.StartTime {
+			return
+		}
+		stale, listed := sc.ids[p.TmuxID]
+		behind = behind || !listed
+		if stale {
+			if byTmux == nil {
+				byTmux = map[string]fence.Published{}
+			}
 			byTmux[p.TmuxID] = *p
-			behind = behind || !ids[p.TmuxID]
 		}
 	})
 	return byTmux, behind, err
@@ -148,26 +192,37 @@ func publishedView(s *census.Session, p fence.Published) View {
 		PanePID: s.PanePID, PaneDead: s.PaneDead, Attached: s.Attached, CreatedAt: s.Created.UTC()}
 }
 
-// Show returns one session with its reservation row and verdicts.
+// Show returns one session with its reservation row and verdicts. The fence's
+// part comes through its read cache (fence.CachedIdentityReads), which is as
+// fresh as a direct read: see AppendShowJSON.
 func (m *Manager) Show(ctx context.Context, ref Ref) (ShowResult, error) {
+	v, reads, err := m.showParts(ctx, ref)
+	if err != nil {
+		return ShowResult{Verdicts: []verdict.Record{}}, err
+	}
+	out := ShowResult{Session: v, Reservation: reads.Reservation}
+	if out.Verdicts, err = reads.Verdicts(); err != nil {
+		return ShowResult{Verdicts: []verdict.Record{}}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
+	}
+	return out, nil
+}
+
+// showParts resolves ref and reads what Show answers: the session's View and
+// the fence's reads of its identity.
+func (m *Manager) showParts(ctx context.Context, ref Ref) (View, fence.IdentityReads, error) {
 	pub, sess, err := m.resolve(ctx, ref)
 	if err != nil {
-		return ShowResult{}, err
+		return View{}, fence.IdentityReads{}, err
 	}
 	v := m.viewOf(&sess, &pub)
 	if staleTags(&sess) {
 		v = publishedView(&sess, pub) // resolve matched it by tmux id in this life
 	}
-	out := ShowResult{Session: v, Verdicts: []verdict.Record{}}
-	row, ok, err := m.fence.ReservationFor(ctx, pub.Identity)
+	reads, err := m.fence.CachedIdentityReads(ctx, pub.Identity, showVerdicts)
 	if err != nil {
-		return out, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
+		return View{}, fence.IdentityReads{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
 	}
-	if ok {
-		out.Reservation = &row
-	}
-	out.Verdicts, err = m.verdictsOf(ctx, pub.Identity)
-	return out, err
+	return v, reads, nil
 }
 
 // verdictsOf returns the identity's most recent verdicts (up to showVerdicts),

@@ -1,0 +1,141 @@
+package lifecycle
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"runtime"
+	"sync"
+	"weak"
+
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// AppendListJSON appends `ls --json` — json.Marshal of List's result, byte for
+// byte — to dst, without building the result: each session's JSON is kept from
+// the last list and reused while its View is unchanged, so a list of 1,000
+// sessions copies bytes instead of encoding 300 KB. The View is the whole input
+// of its encoding, so reuse needs no invalidation and is never stale: a session
+// whose census row or published record changed has a different View.
+func (m *Manager) AppendListJSON(ctx context.Context, dst []byte) ([]byte, error) {
+	vc := m.viewCache()
+	vc.mu.Lock()
+	defer vc.mu.Unlock()
+	vc.gen++
+	start := len(dst)
+	n := 0
+	var encErr error
+	begin := func(info CensusInfo) {
+		head, err := json.Marshal(info)
+		encErr = err
+		dst = append(dst, `{"census":`...)
+		dst = append(dst, head...)
+		dst = append(dst, `,"sessions":[`...)
+	}
+	_, err := m.listViews(ctx, &vc.scratch, begin, func(v *View) {
+		b, err := vc.encoded(v)
+		if err != nil || encErr != nil {
+			encErr = cmp.Or(encErr, err)
+			return
+		}
+		if n > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, b...)
+		n++
+	})
+	if err == nil && encErr != nil {
+		err = verdict.Errorf(verdict.CodeInternal, nil, "encode list: %w", encErr)
+	}
+	if err != nil {
+		return dst[:start], err
+	}
+	dst = append(dst, "]}"...)
+	vc.sweep(n)
+	return dst, nil
+}
+
+// AppendShowJSON appends `show --json` — json.Marshal of Show's result, byte
+// for byte — to dst. The reservation row and verdicts come encoded from the
+// fence's read cache, which PRAGMA data_version keeps exact (a read after any
+// committed write sees it); only the session object is encoded here.
+func (m *Manager) AppendShowJSON(ctx context.Context, dst []byte, ref Ref) ([]byte, error) {
+	v, reads, err := m.showParts(ctx, ref)
+	if err != nil {
+		return dst, err
+	}
+	sess, err := json.Marshal(&v)
+	if err != nil {
+		return dst, verdict.Errorf(verdict.CodeInternal, nil, "encode session: %w", err)
+	}
+	dst = append(dst, `{"session":`...)
+	dst = append(dst, sess...)
+	dst = append(dst, `,"reservation":`...)
+	dst = append(dst, reads.ReservationJSON...)
+	dst = append(dst, `,"verdicts":`...)
+	dst = append(dst, reads.VerdictsJSON...)
+	return append(dst, '}'), nil
+}
+
+// viewCache is a Manager's list state: each session's last View with its
+// encoding, by tmux id, and the list's reusable buffers. mu serialises lists.
+type viewCache struct {
+	mu      sync.Mutex
+	gen     uint64 // the list in progress
+	byID    map[string]*encodedView
+	scratch listScratch
+}
+
+type encodedView struct {
+	v    View
+	json []byte
+	seen uint64 // the last list that used it
+}
+
+// encoded returns v's JSON, from the cache when v is unchanged.
+func (vc *viewCache) encoded(v *View) ([]byte, error) {
+	e := vc.byID[v.ID]
+	if e != nil && e.v == *v {
+		e.seen = vc.gen
+		return e.json, nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	if e == nil {
+		e = &encodedView{}
+		vc.byID[v.ID] = e
+	}
+	e.v, e.json, e.seen = *v, b, vc.gen
+	return b, nil
+}
+
+// sweep forgets sessions the last list did not show, once they are a good
+// part of the cache (so a list of n sessions holds at most about 2n entries).
+func (vc *viewCache) sweep(listed int) {
+	if len(vc.byID) <= 2*listed+64 {
+		return
+	}
+	for id, e := range vc.byID {
+		if e.seen != vc.gen {
+			delete(vc.byID, id)
+		}
+	}
+}
+
+// viewCaches holds each Manager's viewCache without keeping the Manager alive
+// (its struct is not this file's to extend); a collected Manager drops its own.
+var viewCaches sync.Map // weak.Pointer[Manager] → *viewCache
+
+func (m *Manager) viewCache() *viewCache {
+	key := weak.Make(m)
+	if vc, ok := viewCaches.Load(key); ok {
+		return vc.(*viewCache)
+	}
+	vc, loaded := viewCaches.LoadOrStore(key, &viewCache{byID: map[string]*encodedView{}})
+	if !loaded {
+		runtime.AddCleanup(m, func(k weak.Pointer[Manager]) { viewCaches.Delete(k) }, key)
+	}
+	return vc.(*viewCache)
+}
