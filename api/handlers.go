@@ -45,6 +45,10 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
+	if enc, ok := s.cfg.Service.(EncodedReads); ok {
+		writeEncoded(w, func(dst []byte) ([]byte, error) { return enc.AppendListJSON(r.Context(), dst) })
+		return
+	}
 	res, err := s.cfg.Service.List(r.Context())
 	if err != nil {
 		writeError(w, err)
@@ -70,6 +74,10 @@ func (s *Server) handleShow(w http.ResponseWriter, r *http.Request) {
 	ref, err := refFrom(r)
 	if err != nil {
 		writeError(w, err)
+		return
+	}
+	if enc, ok := s.cfg.Service.(EncodedReads); ok {
+		writeEncoded(w, func(dst []byte) ([]byte, error) { return enc.AppendShowJSON(r.Context(), dst, ref) })
 		return
 	}
 	res, err := s.cfg.Service.Show(r.Context(), ref)

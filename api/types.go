@@ -123,6 +123,17 @@ type Info struct {
 	Home      string    `json:"home"`
 }
 
+// EncodedReads is optional for a Service: one that implements it answers
+// GET /v1/sessions and GET /v1/sessions/{name} (and GET /v1/identity) already
+// encoded, so the handler copies bytes instead of encoding a 300 KB list per
+// request. Each method appends exactly the JSON document json.Marshal makes of
+// List's or Show's response (no trailing newline) to dst and returns it; on
+// error it returns a *verdict.Error, as Service's methods do.
+type EncodedReads interface {
+	AppendListJSON(ctx context.Context, dst []byte) ([]byte, error)
+	AppendShowJSON(ctx context.Context, dst []byte, ref Ref) ([]byte, error)
+}
+
 // Service is what the handlers need from the daemon. Errors are
 // *verdict.Error; their code decides the HTTP status through verdict.Classify.
 type Service interface {

@@ -20,7 +20,10 @@ type Service struct {
 	Verdicts *verdict.Writer
 }
 
-var _ api.Service = (*Service)(nil)
+var (
+	_ api.Service      = (*Service)(nil)
+	_ api.EncodedReads = (*Service)(nil)
+)
 
 // Create runs the create saga for a validated spec.
 func (s *Service) Create(ctx context.Context, spec api.CreateSpec) (api.CreateResponse, error) {
@@ -47,6 +50,17 @@ func (s *Service) List(ctx context.Context) (api.ListResponse, error) {
 		out.Sessions = append(out.Sessions, session(v))
 	}
 	return out, nil
+}
+
+// AppendListJSON appends the list, encoded (lifecycle.Manager.AppendListJSON).
+func (s *Service) AppendListJSON(ctx context.Context, dst []byte) ([]byte, error) {
+	return s.Manager.AppendListJSON(ctx, dst)
+}
+
+// AppendShowJSON appends one session's description, encoded
+// (lifecycle.Manager.AppendShowJSON).
+func (s *Service) AppendShowJSON(ctx context.Context, dst []byte, ref api.Ref) ([]byte, error) {
+	return s.Manager.AppendShowJSON(ctx, dst, lifecycleRef(ref))
 }
 
 // Show describes one session.
