@@ -40,14 +40,15 @@ import (
 // lookup copies bytes.
 
 // Bounds of the read cache: its verdicts' encoded bytes (beyond it the cache
-// starts over), the verdicts its first read loads, and the backlog of new
-// verdicts one refresh reads (a longer one starts over instead).
+// starts over) and the backlog of new verdicts one refresh reads (a longer one
+// starts over instead).
 const (
 	readCacheBytes = 16 << 20
 	readCacheTail  = 1024
 )
 
-// readCacheBulk is a variable so that tests can make the journal outgrow it.
+// readCacheBulk bounds the verdicts the cache's first read loads. It is a
+// variable so that tests can make the journal outgrow it.
 var readCacheBulk = 16384
 
 // IdentityReads is what `show` needs of the fence for one identity. The byte
