@@ -17,21 +17,22 @@ const subName = "skc-census"
 
 // subFormat loops over every session server-side; tmux evaluates it once a
 // second and sends a line only when the value changes. It carries only safe
-// tokens (ids, digits, tag values), because the value is not escaped: a
-// hand-set tag holding a newline would spill onto bare lines, which tmuxctl
-// skips, and the next re-list reads it exactly anyway. The value itself is
-// not parsed: any change means "re-list", which keeps one source of truth.
+// tokens (ids, digits, tag values), because the value is not escaped: a hand-
+// set tag holding a newline would spill onto bare lines, which tmuxctl skips,
+// and the next re-list reads it exactly anyway. The value itself is not parsed:
+// any change means "re-list", which keeps one source of truth.
 //
-// It is kept short on purpose. tmux 3.3a builds the #{S:} value by strlcat,
-// so each evaluation costs the square of its length: with all five tags and
-// every pane's id, pid and exit fields (about 190 bytes per session) it cost
-// tmux 30–40 % of a core at 4,000 idle sessions; this one, about 20 bytes per
-// session, 2.4–4× less (BenchmarkSubscriptionCost, BENCHMARKS.md). What it leaves out has a notification of its own (clients
-// attaching, panes and windows changing) or is a hand edit that the periodic
-// reconcile (30 s) and every authority decision (Inspect re-reads tmux)
-// catch: @skc-reservation, @skc-state and @skc-control, the identity beyond
-// its last four hex digits, a pane respawned by hand. A pane's death under
-// remain-on-exit, which has no notification, is in it.
+// It is kept short on purpose. tmux 3.3a builds the #{S:} value by strlcat, so
+// each evaluation costs the square of its length: with all five tags and every
+// pane's id, pid and exit fields (about 190 bytes per session) it cost tmux
+// 30–40 % of a core at 4,000 idle sessions; this one, about 20 bytes per
+// session, 2.4–4× less (BenchmarkSubscriptionCost, BENCHMARKS.md). What it
+// leaves out has a notification of its own (clients attaching, panes and
+// windows changing) or is a hand edit that the periodic reconcile (30 s) and
+// every authority decision (Inspect re-reads tmux) catch: @skc-reservation,
+// @skc-state and @skc-control, the identity beyond its last four hex digits, a
+// pane respawned by hand. A pane's death under remain-on-exit, which has no
+// notification, is in it.
 const subFormat = "#{S:#{session_id}/#{session_attached}/#{=-4:@skc-identity}/#{@skc-generation}/" +
 	"#{W:#{P:#{pane_dead}}} }"
 
