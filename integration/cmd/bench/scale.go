@@ -144,7 +144,9 @@ func censusRow(ctx context.Context, rep *report, d *daemon) error {
 		for range cl.Events() { // closed once drained
 		}
 	}()
-	wctx, wcancel := context.WithTimeout(ctx, 120*time.Second)
+	// A joining census reads every session's own tags once (census.needExact:
+	// a new id is read exactly), 4,000 show-options on a server that is busy.
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer wcancel()
 	if err := c.WaitSynced(wctx); err != nil {
 		return fmt.Errorf("census on %s: %w", filepath.Base(d.tmuxSock), err)
