@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 )
 
 // SnapshotShared is Snapshot without the deep copy, for readers that only read:
@@ -96,4 +98,13 @@ func keyLess(s []Session, a, b idKey) bool {
 		return a.n < b.n
 	}
 	return s[a.i].ID < s[b.i].ID
+}
+
+// Version returns what SnapshotShared's Seq, Synced and Info would be now, without
+// copying anything. Every change to the sessions a snapshot lists is emitted on
+// the change feed with the next Seq, so an equal version lists equal sessions.
+func (c *Census) Version() (seq uint64, synced bool, info tmuxctl.ServerInfo) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.seq, c.synced, c.info
 }

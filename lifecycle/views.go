@@ -8,6 +8,7 @@ import (
 
 	"github.com/skc-supervisor/skc-supervisor/census"
 	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
@@ -90,12 +91,23 @@ type listScratch struct {
 	ids  map[string]bool
 }
 
+// listHead is what a list learns before its sessions: the census's description,
+// and the snapshot's version and whether the census was found behind the fence.
+type listHead struct {
+	info   CensusInfo
+	seq    uint64
+	synced bool
+	server tmuxctl.ServerInfo
+	behind bool
+}
+
 // listViews calls begin (when not nil) with the census's description, then fn
 // with the View of every session of the census's snapshot, in tmux id order,
 // and returns the description. View pointers are valid during the call only.
-func (m *Manager) listViews(ctx context.Context, sc *listScratch, begin func(CensusInfo), fn func(v *View)) (CensusInfo, error) {
+func (m *Manager) listViews(ctx context.Context, sc *listScratch, begin func(listHead), fn func(v *View)) (CensusInfo, error) {
 	snap := m.census.SnapshotShared(sc.snap)
 	byTmux, behind, err := m.liveInLife(ctx, snap, sc)
+	wasBehind := behind
 	if err == nil && behind && m.census.Refresh(ctx) == nil {
 		// A session published a moment ago may not be listed yet: a create
 		// followed by ls must show it.
@@ -111,7 +123,7 @@ func (m *Manager) listViews(ctx context.Context, sc *listScratch, begin func(Cen
 		info.ServerStartedAt = time.Unix(snap.Info.StartTime, 0).UTC()
 	}
 	if begin != nil {
-		begin(info)
+		begin(listHead{info: info, seq: snap.Seq, synced: snap.Synced, server: snap.Info, behind: wasBehind})
 	}
 	v := new(View) // one for the whole list: fn must not keep it
 	for i := range snap.Sessions {

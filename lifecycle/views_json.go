@@ -8,6 +8,8 @@ import (
 	"sync"
 	"weak"
 
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
@@ -17,19 +19,32 @@ import (
 // sessions copies bytes instead of encoding 300 KB. The View is the whole input
 // of its encoding, so reuse needs no invalidation and is never stale: a session
 // whose census row or published record changed has a different View.
+//
+// The whole answer is reused, without looking at any session, while the census
+// and the fence's identities are at the versions it was built from: every
+// input of a list is one or the other. A list that found the census behind
+// the fence (and refreshed it) is not reused.
 func (m *Manager) AppendListJSON(ctx context.Context, dst []byte) ([]byte, error) {
 	vc := m.viewCache()
 	vc.mu.Lock()
 	defer vc.mu.Unlock()
+	// The versions are read before the list is built, so a change that
+	// races the build moves them and the next list builds again.
+	gen, hooked := fence.CachedGeneration()
+	seq, synced, server := m.census.Version()
+	if hooked && vc.memo != nil && vc.memoKey == (listKey{seq, synced, server, gen}) {
+		return append(dst, vc.memo...), nil
+	}
 	vc.gen++
 	start := len(dst)
 	n := 0
 	var encErr error
-	begin := func(info CensusInfo) {
-		head, err := json.Marshal(info)
-		encErr = err
+	var head listHead
+	begin := func(h listHead) {
+		b, err := json.Marshal(h.info)
+		head, encErr = h, err
 		dst = append(dst, `{"census":`...)
-		dst = append(dst, head...)
+		dst = append(dst, b...)
 		dst = append(dst, `,"sessions":[`...)
 	}
 	_, err := m.listViews(ctx, &vc.scratch, begin, func(v *View) {
@@ -52,7 +67,22 @@ func (m *Manager) AppendListJSON(ctx context.Context, dst []byte) ([]byte, error
 	}
 	dst = append(dst, "]}"...)
 	vc.sweep(n)
+	memo := vc.memo[:0] // its buffer is reused
+	vc.memo = nil
+	if hooked && !head.behind {
+		vc.memo = append(memo, dst[start:]...)
+		vc.memoKey = listKey{head.seq, head.synced, head.server, gen}
+	}
 	return dst, nil
+}
+
+// listKey is what a list's JSON is a function of: the census's version
+// (census.Version) and the fence's in-memory identities' (fence.CachedGeneration).
+type listKey struct {
+	seq    uint64
+	synced bool
+	server tmuxctl.ServerInfo
+	gen    uint64
 }
 
 // AppendShowJSON appends `show --json` — json.Marshal of Show's result, byte
@@ -78,12 +108,17 @@ func (m *Manager) AppendShowJSON(ctx context.Context, dst []byte, ref Ref) ([]by
 }
 
 // viewCache is a Manager's list state: each session's last View with its
-// encoding, by tmux id, and the list's reusable buffers. mu serialises lists.
+// encoding, by tmux id, the list's reusable buffers, and the last list's JSON
+// with its versions (reused whole while both are unchanged; only once the
+// fence reports its cache changes, see fence.CachedGeneration). mu serialises
+// lists.
 type viewCache struct {
 	mu      sync.Mutex
 	gen     uint64 // the list in progress
 	byID    map[string]*encodedView
 	scratch listScratch
+	memo    []byte // nil: none to reuse
+	memoKey listKey
 }
 
 type encodedView struct {
