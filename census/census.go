@@ -106,6 +106,11 @@ type Census struct {
 	syncedCh  chan struct{} // closed while synced; replaced when the census goes unsynced
 
 	syncMu syncLock      // serialises lists and admissions
+	// listed is the life and tmux command number of the last list applied
+	// (c.mu): an admission of a session created before it, which that list
+	// did not show, is of a session gone already (admit.go).
+	listedLife tmuxctl.ServerLife
+	listedNum  uint64
 	kick   chan struct{} // cap 1: "a re-list is wanted"
 
 	subSegs map[string]struct{} // segments of the last subscription value (Run only)
@@ -126,6 +131,11 @@ type entry struct {
 	line    string  // the raw list line it was built from
 	exact   tagVals // the session's own tag values, read with show-options
 	control bool    // the hidden control session: kept for shadow checks, never exposed
+	// admitted is tmux's command number of the new-session that created an
+	// entry put in by AdmitCreated, until a list shows it (0 otherwise): a
+	// list tmux ran before that number cannot know the session, so its
+	// absence there does not remove it (admit.go).
+	admitted uint64
 }
 
 // tmuxClient is what the census uses of *tmuxctl.Client; tests feed a fake.

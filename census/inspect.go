@@ -128,7 +128,7 @@ func checkEvidence(ev Evidence) error {
 // the name, those whose listed identity matches, and any whose listed tags
 // cannot be trusted (shadowed, malformed, or not as the census knows them).
 func (c *Census) freshCandidates(ctx context.Context, life tmuxctl.ServerLife, ev Evidence) ([]Session, error) {
-	rows, g, err := c.readList(ctx, life, true)
+	rows, g, _, err := c.readList(ctx, life, true)
 	if err != nil {
 		return nil, err
 	}

@@ -97,7 +97,7 @@ func (c *Census) resync(ctx context.Context) error {
 	}
 	c.relists.Add(1)
 	began := time.Now()
-	rows, g, err := c.readList(ctx, life, false)
+	rows, g, num, err := c.readList(ctx, life, false)
 	if err != nil {
 		return err
 	}
@@ -105,7 +105,7 @@ func (c *Census) resync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := c.apply(epoch, life, entries); err != nil {
+	if err := c.applyAt(epoch, life, entries, num); err != nil {
 		return err
 	}
 	c.lastSync.Store(int64(time.Since(began)))
@@ -151,10 +151,11 @@ func (c *Census) relistIDs(ctx context.Context) error {
 		}
 		var gone []*entry
 		for id, e := range c.sessions {
-			if _, ok := listed[id]; !ok {
+			if _, ok := listed[id]; !ok && !createdAfter(e, rep.Number) {
 				gone = append(gone, e)
 			}
 		}
+		c.noteListedLocked(life, rep.Number)
 		for _, e := range sortEntries(gone) {
 			c.unindexLocked(e)
 			delete(c.sessions, e.s.ID)
@@ -174,7 +175,7 @@ func (c *Census) relistIDs(ctx context.Context) error {
 // readList sends the list and the global reads pipelined and parses them.
 // Unless parseAll, a line identical to the one its session was last built
 // from is not parsed: the row only points at that entry (prev, same).
-func (c *Census) readList(ctx context.Context, life tmuxctl.ServerLife, parseAll bool) ([]row, globals, error) {
+func (c *Census) readList(ctx context.Context, life tmuxctl.ServerLife, parseAll bool) ([]row, globals, uint64, error) {
 	replies, err := c.pipeline(ctx, life, [][]string{
 		{"list-sessions", "-F", listFormat},
 		{"show-options", "-s"},
@@ -182,7 +183,7 @@ func (c *Census) readList(ctx context.Context, life tmuxctl.ServerLife, parseAll
 		{"show-options", "-g"},
 	})
 	if err != nil {
-		return nil, globals{}, err
+		return nil, globals{}, 0, err
 	}
 	var g globals
 	g.shadow = len(parseOptions(replies[1].Lines)) > 0 || len(parseOptions(replies[2].Lines)) > 0
@@ -206,7 +207,7 @@ func (c *Census) readList(ctx context.Context, life tmuxctl.ServerLife, parseAll
 		rows = append(rows, r)
 	}
 	distrustDuplicates(rows)
-	return rows, g, nil
+	return rows, g, replies[0].Number, nil
 }
 
 // distrustDuplicates marks every row of an id listed twice as broken, so
@@ -469,6 +470,12 @@ func tagsOf(m map[string]string) tagVals {
 // apply replaces the census contents with entries and emits the differences,
 // unless the epoch the sync started in has ended.
 func (c *Census) apply(epoch uint64, life tmuxctl.ServerLife, entries []*entry) error {
+	return c.applyAt(epoch, life, entries, 0)
+}
+
+// applyAt is apply for a list tmux ran as command number num (0: unknown,
+// which keeps no admitted entry through it).
+func (c *Census) applyAt(epoch uint64, life tmuxctl.ServerLife, entries []*entry, num uint64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.epoch != epoch || !c.online || c.info.ServerLife != life {
@@ -495,10 +502,11 @@ func (c *Census) apply(epoch uint64, life tmuxctl.ServerLife, entries []*entry) 
 	}
 	var gone []*entry
 	for id, e := range c.sessions {
-		if _, ok := seen[id]; !ok {
+		if _, ok := seen[id]; !ok && !createdAfter(e, num) {
 			gone = append(gone, e)
 		}
 	}
+	c.noteListedLocked(life, num)
 	for _, e := range sortEntries(gone) {
 		c.unindexLocked(e)
 		delete(c.sessions, e.s.ID)

@@ -64,7 +64,9 @@ type attempt struct {
 	life    tmuxctl.ServerLife
 	tmuxID  string
 	panePID int
+	paneID  string
 	created time.Time
+	spawned uint64 // tmux's command number of the new-session (census.AdmitCreated)
 	start   time.Time
 	stop    context.CancelFunc
 
@@ -347,19 +349,26 @@ func (m *Manager) newSessionArgs(a *attempt) []string {
 	}
 }
 
+// spawnReply is what new-session's -P line says of the new session.
+type spawnReply struct {
+	id, paneID string
+	panePID    int
+	created    time.Time
+}
+
 // parseSpawn reads new-session's -P line: id, pane pid, pane id, created.
-func parseSpawn(r tmuxctl.Reply) (id string, panePID int, created time.Time, err error) {
+func parseSpawn(r tmuxctl.Reply) (spawnReply, error) {
 	if len(r.Lines) != 1 {
-		return "", 0, time.Time{}, fmt.Errorf("new-session: %d reply lines", len(r.Lines))
+		return spawnReply{}, fmt.Errorf("new-session: %d reply lines", len(r.Lines))
 	}
 	f := strings.Split(r.Lines[0], "\t")
-	if len(f) != 4 || !strings.HasPrefix(f[0], "$") {
-		return "", 0, time.Time{}, fmt.Errorf("new-session: unexpected reply %q", r.Lines[0])
+	if len(f) != 4 || !strings.HasPrefix(f[0], "$") || !strings.HasPrefix(f[2], "%") {
+		return spawnReply{}, fmt.Errorf("new-session: unexpected reply %q", r.Lines[0])
 	}
 	pid, err1 := strconv.Atoi(f[1])
 	sec, err2 := strconv.ParseInt(f[3], 10, 64)
 	if err1 != nil || err2 != nil {
-		return "", 0, time.Time{}, fmt.Errorf("new-session: unexpected reply %q", r.Lines[0])
+		return spawnReply{}, fmt.Errorf("new-session: unexpected reply %q", r.Lines[0])
 	}
-	return f[0], pid, time.Unix(sec, 0), nil
+	return spawnReply{id: f[0], paneID: f[2], panePID: pid, created: time.Unix(sec, 0)}, nil
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/skc-supervisor/skc-supervisor/census"
 	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
@@ -44,9 +45,11 @@ func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retEr
 	}
 	// The census must hold the session before the create answers, or a kill or
 	// the server's exit right after it ends a session its change feed never
-	// knew, and no ended verdict is written (census.Admit). Best effort: a
-	// failure leaves it to the census's own lists, as before.
-	if _, err := m.census.Admit(ctx, a.life, a.tmuxID); err != nil {
+	// knew, and no ended verdict is written. It is admitted from what the saga
+	// knows, ordered against the census's lists by tmux's command numbers
+	// (census.AdmitCreated): no tmux read, no wait for a list in flight.
+	// Best effort: a failure leaves it to the census's own lists, as before.
+	if _, err := m.census.AdmitCreated(a.life, m.createdSession(a), a.spawned); err != nil {
 		m.log.Debug().Err(err).Str("tmux_id", a.tmuxID).Msg("census admit failed")
 	}
 	// No wait for the pane helper here: it reads its spec from the fence's
@@ -105,14 +108,14 @@ func (m *Manager) spawn(ctx context.Context, a *attempt) error {
 	if err != nil {
 		return m.spawnError(a, err)
 	}
-	id, pid, created, err := parseSpawn(reply)
+	sp, err := parseSpawn(reply)
 	if err != nil {
 		// tmux answered, so a session exists, but we cannot name it by id:
 		// recovery finds it by its unique attempt name.
 		a.uncertain = true
 		return verdict.Errorf(verdict.CodeSpawnFailed, nil, "%w", err)
 	}
-	a.tmuxID, a.panePID, a.created = id, pid, created
+	a.tmuxID, a.panePID, a.paneID, a.created, a.spawned = sp.id, sp.panePID, sp.paneID, sp.created, reply.Number
 	return nil
 }
 
@@ -163,12 +166,7 @@ func (m *Manager) spawnError(a *attempt, err error) error {
 // the order — a session is authoritative only with the published generation's
 // tags, recorded after `tagged`, and recovery finds an attempt by its unique name.
 func (m *Manager) tag(ctx context.Context, a *attempt) error {
-	tags := [4][2]string{
-		{TagGeneration, strconv.FormatUint(a.res.Generation, 10)},
-		{TagReservation, a.res.ID},
-		{TagState, stateDigest(a.req.Spec.StateFile)},
-		{TagIdentity, a.digest},
-	}
+	tags := a.tags()
 	var errs [4]error
 	var wg sync.WaitGroup
 	for i := range tags {
@@ -201,6 +199,27 @@ func (m *Manager) tag(ctx context.Context, a *attempt) error {
 		return verdict.Errorf(verdict.CodeTagFailed, map[string]any{"tmux": ce.Lines}, "set-option %s: %w", tags[i][0], err)
 	}
 	return nil
+}
+
+// createdSession is the census's view of the attempt's session right after
+// its tags were set.
+func (m *Manager) createdSession(a *attempt) census.Session {
+	s := census.Session{ID: a.tmuxID, Name: a.name, Created: a.created.UTC(), PaneID: a.paneID, PanePID: a.panePID,
+		Tags: make(map[string]string, 4)}
+	for _, t := range a.tags() {
+		s.Tags[t[0]] = t[1]
+	}
+	return s
+}
+
+// tags are the @skc-* tags of the attempt's session, name and value.
+func (a *attempt) tags() [4][2]string {
+	return [4][2]string{
+		{TagGeneration, strconv.FormatUint(a.res.Generation, 10)},
+		{TagReservation, a.res.ID},
+		{TagState, stateDigest(a.req.Spec.StateFile)},
+		{TagIdentity, a.digest},
+	}
 }
 
 func stateDigest(stateFile string) string {

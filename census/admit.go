@@ -1,0 +1,90 @@
+package census
+
+import (
+	"fmt"
+
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
+)
+
+// AdmitCreated puts a session the caller has just created into the census
+// from what the caller knows of it, without asking tmux and without waiting
+// for a list in flight, and reports whether the census holds it now. num is
+// tmux's command number of the new-session that created it (its reply's
+// %begin number).
+//
+// Why this is enough: tmux numbers every command it runs from one
+// server-wide counter, in the order it runs them (FACTS §1), and a list's
+// reply carries its number too. A list numbered before num ran before the
+// session existed, so its not showing the session proves nothing, and the
+// census keeps an admitted entry through such a list (createdAfter). A list
+// numbered after num shows the session if it was alive then: if that list
+// has been applied already without it, the session is gone and is not
+// admitted (false, nil); if it is applied later, it removes the entry and
+// reports Removed like any end. Either way an end right after a create is
+// never missed, which is what admission is for (see Admit).
+//
+// s must carry the session's id, name, creation time, active pane and the
+// tags the caller set on it; the next list replaces it with what tmux shows.
+func (c *Census) AdmitCreated(life tmuxctl.ServerLife, s Session, num uint64) (bool, error) {
+	if !validID(s.ID) {
+		return false, fmt.Errorf("census: admit: bad session id %q", s.ID)
+	}
+	if num == 0 {
+		return false, fmt.Errorf("census: admit %s: no command number", s.ID)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, held := c.sessions[s.ID]; held {
+		return true, nil
+	}
+	if !c.online || !c.synced || c.info.ServerLife != life {
+		return false, errStale // the next full sync of this life lists it
+	}
+	if c.listedLife == life && c.listedNum != 0 && numBefore(num, c.listedNum) {
+		return false, nil // a list run after its creation did not show it: gone
+	}
+	e := &entry{s: s, exact: tagsOf(s.Tags), admitted: num}
+	e.s.Tags = copyTags(s.Tags)
+	e.s.Managed = e.s.Tags[TagIdentity] != ""
+	e.control = s.ID == c.info.ControlSessionID
+	c.sessions[s.ID] = e
+	c.indexLocked(e)
+	if !e.control {
+		c.emitLocked(Change{Kind: Added, Session: e.s, Life: life})
+	}
+	return true, nil
+}
+
+// createdAfter reports whether e was admitted by AdmitCreated for a session
+// tmux created after it ran the list numbered num: that list cannot show it.
+func createdAfter(e *entry, num uint64) bool {
+	return e.admitted != 0 && num != 0 && numBefore(num, e.admitted)
+}
+
+// noteListedLocked records the number of a list just applied. c.mu is held.
+func (c *Census) noteListedLocked(life tmuxctl.ServerLife, num uint64) {
+	if num == 0 {
+		return
+	}
+	if c.listedLife != life || c.listedNum == 0 || numBefore(c.listedNum, num) {
+		c.listedLife, c.listedNum = life, num
+	}
+}
+
+// numBefore compares tmux command numbers, which are a C u_int: serial
+// number arithmetic (RFC 1982), so a server that has run more than 2^32
+// commands still compares numbers close in time correctly.
+func numBefore(a, b uint64) bool {
+	return int32(uint32(a)-uint32(b)) < 0
+}
+
+func copyTags(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,105 @@
+package census
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
+)
+
+// AdmitCreated is ordered against lists by tmux's command numbers: a list run
+// before the session's new-session keeps it, a list run after it removes it
+// (Removed), and a session that an already applied later list did not show
+// is not admitted at all.
+func TestAdmitCreatedOrdersAgainstLists(t *testing.T) {
+	life := tmuxctl.ServerLife{Socket: "s", PID: 10, StartTime: 1}
+	c := offline(life)
+	sub := c.Subscribe(16)
+	defer sub.Close()
+	if err := c.applyAt(c.epoch, life, nil, 50); err != nil {
+		t.Fatal(err)
+	}
+	s := Session{ID: "$5", Name: "n", Tags: map[string]string{TagIdentity: digest(5)}}
+	if ok, err := c.AdmitCreated(life, s, 100); !ok || err != nil {
+		t.Fatalf("AdmitCreated: %v %v", ok, err)
+	}
+	if got, ok := c.ByID("$5"); !ok || !got.Managed || len(c.ByIdentity(digest(5))) != 1 {
+		t.Fatalf("admitted session: %+v %v", got, ok)
+	}
+	if err := c.applyAt(c.epoch, life, nil, 90); err != nil { // ran before the new-session
+		t.Fatal(err)
+	}
+	if _, ok := c.ByID("$5"); !ok {
+		t.Fatal("a list run before the session existed removed it")
+	}
+	if err := c.applyAt(c.epoch, life, nil, 110); err != nil { // ran after: the session is gone
+		t.Fatal(err)
+	}
+	if _, ok := c.ByID("$5"); ok {
+		t.Fatal("a list run after the create did not remove the gone session")
+	}
+	for _, want := range []string{"added $5", "removed $5"} {
+		ch := <-sub.C()
+		if got := ch.Kind.String() + " " + ch.Session.ID; got != want {
+			t.Fatalf("change %q, want %q", got, want)
+		}
+	}
+	// Created (number 105) before the list just applied (110), which did not
+	// show it: it is gone, and admitting it would leave a ghost.
+	if ok, err := c.AdmitCreated(life, Session{ID: "$6", Name: "m"}, 105); ok || err != nil {
+		t.Fatalf("AdmitCreated of a session a later list did not show: %v %v", ok, err)
+	}
+	if ok, err := c.AdmitCreated(tmuxctl.ServerLife{Socket: "s", PID: 11, StartTime: 2}, Session{ID: "$7"}, 120); ok || err == nil {
+		t.Fatalf("AdmitCreated in another server life: %v %v", ok, err)
+	}
+	if _, err := c.AdmitCreated(life, Session{ID: "7"}, 120); err == nil {
+		t.Fatal("AdmitCreated accepted a bad id")
+	}
+}
+
+func TestNumBeforeWraps(t *testing.T) {
+	for _, c := range []struct {
+		a, b uint64
+		want bool
+	}{{1, 2, true}, {2, 1, false}, {5, 5, false}, {0xfffffff0, 5, true}, {5, 0xfffffff0, false}} {
+		if got := numBefore(c.a, c.b); got != c.want {
+			t.Errorf("numBefore(%#x, %#x) = %v, want %v", c.a, c.b, got, c.want)
+		}
+	}
+}
+
+// Against real tmux, inside a burst (the census's own re-list debounced): a
+// session created over the control connection and admitted from its
+// new-session reply, then killed at once, is reported Removed.
+func TestAdmitCreatedEndRightAfterCreate(t *testing.T) {
+	r := newRig(t, slowRelists())
+	sub := r.c.Subscribe(64)
+	defer sub.Close()
+	info, _ := r.c.Info()
+	r.tmux("new-session", "-d", "-s", "lead", "cat") // leading edge: the burst begins
+	eventually(t, "lead listed", func() bool { _, ok := r.c.ByName("lead"); return ok })
+	ctx := context.Background()
+	rep, err := r.cl.CommandIn(ctx, info.ServerLife, "new-session", "-d", "-P", "-F", "#{session_id}\t#{pane_id}", "-s", "brief", "cat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, pane, _ := strings.Cut(rep.Lines[0], "\t")
+	s := Session{ID: id, Name: "brief", PaneID: pane, Tags: map[string]string{TagIdentity: digest(1)}}
+	if ok, err := r.c.AdmitCreated(info.ServerLife, s, rep.Number); !ok || err != nil {
+		t.Fatalf("AdmitCreated %s: %v %v", id, ok, err)
+	}
+	r.tmux("kill-session", "-t", id)
+	for {
+		ch := next(t, sub)
+		if ch.Kind == Removed && ch.Session.ID == id {
+			if ch.Reason != ReasonGone || ch.Session.Name != "brief" {
+				t.Fatalf("Removed %+v", ch)
+			}
+			break
+		}
+	}
+	if _, ok := r.c.ByID(id); ok {
+		t.Fatal("the ended session is still in the census")
+	}
+}
