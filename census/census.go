@@ -105,13 +105,13 @@ type Census struct {
 	subs      map[*Subscription]struct{}
 	syncedCh  chan struct{} // closed while synced; replaced when the census goes unsynced
 
-	syncMu syncLock      // serialises lists and admissions
+	syncMu syncLock // serialises lists and admissions
 	// listed is the life and tmux command number of the last list applied
 	// (c.mu): an admission of a session created before it, which that list
 	// did not show, is of a session gone already (admit.go).
 	listedLife tmuxctl.ServerLife
 	listedNum  uint64
-	kick   chan struct{} // cap 1: "a re-list is wanted"
+	kick       chan struct{} // cap 1: "a re-list is wanted"
 
 	subSegs map[string]struct{} // segments of the last subscription value (Run only)
 
