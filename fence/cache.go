@@ -48,6 +48,7 @@ func (c *pubCache) putLocked(p Published) {
 	if !p.Ended {
 		c.byName[p.SessionName] = d
 	}
+	cacheChanged() // lifecycle reuses a whole ls answer until this moves
 }
 
 func (c *pubCache) ended(id Identity, gen uint64, at time.Time) {
@@ -66,6 +67,7 @@ func (c *pubCache) ended(id Identity, gen uint64, at time.Time) {
 	if c.byName[p.SessionName] == d {
 		delete(c.byName, p.SessionName)
 	}
+	cacheChanged()
 }
 
 // ensure loads the cache from the table once. The write lock is held across the

@@ -207,6 +207,7 @@ func (s *Store) Close() error {
 	}
 	inflight.Unlock()
 	var errs []error
+	closeReadCache(s) // its held reader connection goes back before the pool closes
 	if s.r != nil {
 		errs = append(errs, s.r.Close())
 	}
