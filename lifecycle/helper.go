@@ -50,13 +50,13 @@ func RunHelper(args []string) int {
 		fmt.Fprintln(os.Stderr, "skc-supervisor helper:", err)
 		return helperUsage
 	}
-	st, err := fence.Open(filepath.Join(a.home, "fence.sqlite"), fence.Options{})
+	path := filepath.Join(a.home, "fence.sqlite")
+	st, err := fence.Open(path, fence.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "skc-supervisor helper:", err)
 		return helperNoFence
 	}
-	defer st.Close()
-	return runHelper(context.Background(), st, a)
+	return runHelper(context.Background(), st, a, func() (*fence.Store, error) { return fence.Open(path, fence.Options{}) })
 }
 
 func parseHelperArgs(args []string) (helperArgs, error) {
@@ -78,39 +78,57 @@ func parseHelperArgs(args []string) (helperArgs, error) {
 	return a, nil
 }
 
-func runHelper(ctx context.Context, st *fence.Store, a helperArgs) int {
-	// The spec outlives the row's release (fence.HelperSpec), so this works
-	// whether the helper starts before or after its generation is published.
-	h, ok, err := st.HelperSpec(ctx, a.resID)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "skc-supervisor helper:", err)
-		return helperNoFence
-	}
-	if !ok || h.Generation != a.generation {
-		fmt.Fprintln(os.Stderr, "skc-supervisor helper: reservation not found; not starting the agent")
-		return helperGaveUp
-	}
-	row := fence.Reservation{ID: h.ReservationID, Identity: h.Identity, Generation: h.Generation, Spec: h.Spec}
-	pid := os.Getpid()
-	inc, err := fence.Incarnation(pid)
-	if err == nil {
-		err = recordStart(ctx, st, a.resID, pid, inc)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "skc-supervisor helper: record start:", err)
-		return helperGaveUp
-	}
-	if !waitPublished(ctx, st, row) {
-		fmt.Fprintln(os.Stderr, "skc-supervisor helper: not published for this reservation; not starting the agent")
-		return helperGaveUp
+// runHelper owns st: it closes it before the agent runs and opens the fence
+// again (reopen) only to record the postmortem. A helper lives as long as its
+// agent, and an open fence holds SQLite's file locks: with one per live
+// session, every lock call of every fence user walks a kernel list of
+// thousands (≈150 µs per call at 1,000 sessions; each read and write makes
+// several), which made the daemon's own reads and writes O(sessions).
+func runHelper(ctx context.Context, st *fence.Store, a helperArgs, reopen func() (*fence.Store, error)) int {
+	code, row, pid, inc, ok := startHelper(ctx, st, a)
+	st.Close()
+	if !ok {
+		return code
 	}
 	env := append(os.Environ(), row.Spec.Env...)
 	ex := runAgent(row.Spec.Argv, env, row.Spec.Cwd)
 	if ex.Err != nil {
 		fmt.Fprintln(os.Stderr, "skc-supervisor helper: start agent:", ex.Err)
 	}
-	recordPostmortem(st, row, pid, inc, ex)
+	recordPostmortem(reopen, row, pid, inc, ex)
 	return ex.Code
+}
+
+// startHelper reads the helper's spec, records its start and waits for its
+// generation's publication; ok says to run the agent, otherwise code is the
+// helper's exit code.
+func startHelper(ctx context.Context, st *fence.Store, a helperArgs) (code int, row fence.Reservation, pid int, inc string, ok bool) {
+	// The spec outlives the row's release (fence.HelperSpec), so this works
+	// whether the helper starts before or after its generation is published.
+	h, found, err := st.HelperSpec(ctx, a.resID)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "skc-supervisor helper:", err)
+		return helperNoFence, row, 0, "", false
+	}
+	if !found || h.Generation != a.generation {
+		fmt.Fprintln(os.Stderr, "skc-supervisor helper: reservation not found; not starting the agent")
+		return helperGaveUp, row, 0, "", false
+	}
+	row = fence.Reservation{ID: h.ReservationID, Identity: h.Identity, Generation: h.Generation, Spec: h.Spec}
+	pid = os.Getpid()
+	inc, err = fence.Incarnation(pid)
+	if err == nil {
+		err = recordStart(ctx, st, a.resID, pid, inc)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "skc-supervisor helper: record start:", err)
+		return helperGaveUp, row, 0, "", false
+	}
+	if !waitPublished(ctx, st, row) {
+		fmt.Fprintln(os.Stderr, "skc-supervisor helper: not published for this reservation; not starting the agent")
+		return helperGaveUp, row, 0, "", false
+	}
+	return 0, row, pid, inc, true
 }
 
 // recordStart records the helper's start, retrying while the fence is contended
@@ -153,9 +171,10 @@ func waitPublished(ctx context.Context, st *fence.Store, row fence.Reservation) 
 	}
 }
 
-// recordPostmortem writes the agent's end to the fence, retrying briefly: it is the
-// only record of an exit that happens while the daemon is down.
-func recordPostmortem(st *fence.Store, row fence.Reservation, pid int, inc string, ex agentExit) {
+// recordPostmortem writes the agent's end to the fence, opened again for it,
+// retrying briefly: it is the only record of an exit that happens while the
+// daemon is down.
+func recordPostmortem(reopen func() (*fence.Store, error), row fence.Reservation, pid int, inc string, ex agentExit) {
 	pm := fence.Postmortem{
 		ReservationID: row.ID, Identity: row.Identity, Generation: row.Generation,
 		HelperPID: pid, HelperIncarnation: inc, AgentPID: ex.PID,
@@ -169,10 +188,21 @@ func recordPostmortem(st *fence.Store, row fence.Reservation, pid int, inc strin
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	var st *fence.Store
+	defer func() {
+		if st != nil {
+			st.Close()
+		}
+	}()
 	for {
-		err := st.RecordPostmortem(ctx, pm)
+		var err error
+		if st == nil {
+			st, err = reopen()
+		}
 		if err == nil {
-			return
+			if err = st.RecordPostmortem(ctx, pm); err == nil {
+				return
+			}
 		}
 		if !sleepCtx(ctx, 50*time.Millisecond) {
 			fmt.Fprintln(os.Stderr, "skc-supervisor helper: postmortem not recorded:", err)
