@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -243,20 +244,27 @@ func listFigure(ctx context.Context, d *daemon, reps int) (api, forked samples, 
 }
 
 // lookupFigure is figure 3: GET /v1/sessions/{name} against a `tmux
-// has-session -t =NAME` fork on the daemon's tmux server, interleaved.
-func lookupFigure(ctx context.Context, d *daemon, reps int) (api, forked samples, err error) {
+// has-session -t =NAME` fork on the daemon's tmux server, interleaved, with
+// GET /v1/ping in the same loop: the round trip of an HTTP request that does
+// nothing, the floor any lookup through the API stands on.
+func lookupFigure(ctx context.Context, d *daemon, reps int) (api, forked, ping samples, err error) {
 	for i := 0; i < reps && ctx.Err() == nil; i++ {
 		s := d.pick(i * 7)
 		dt, err := timed(func() error { return d.lookup(ctx, s.Name) })
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		api = append(api, dt)
 		dt, err = timed(func() error { _, err := forkTmux(ctx, d.tmuxSock, "has-session", "-t", "="+s.Name); return err })
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		forked = append(forked, dt)
+		dt, err = timed(func() error { _, _, err := d.do(ctx, http.MethodGet, "/v1/ping", nil); return err })
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		ping = append(ping, dt)
 	}
-	return api, forked, ctx.Err()
+	return api, forked, ping, ctx.Err()
 }
