@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -22,14 +23,13 @@ const (
 	helperGaveUp  = 75 // its reservation was released or taken over: an orphan never runs an agent
 )
 
-// Poll cadence of the helper's wait for publication: quick at first (publication
-// normally follows within milliseconds), then slow, so a helper left in an orphan
-// session costs almost nothing until recovery removes it.
-const (
-	helperFastPoll   = 20 * time.Millisecond
-	helperFastPeriod = 3 * time.Second
-	helperSlowPoll   = 200 * time.Millisecond
-)
+// helperPoll is how often a helper waiting for its publication re-reads the
+// fence on its own. The daemon wakes it right after publishing (wake.go), so
+// this only bounds the wait when that wake is lost (a daemon that died right
+// after publishing; its successor wakes the helpers it adopts). Polling every
+// 20 ms instead made the helpers of a burst of creates, each preparing two
+// SQLite queries per poll, a tenth of the machine's CPU while they waited.
+const helperPoll = 200 * time.Millisecond
 
 // helperArgs are the helper's command-line arguments: the reservation evidence,
 // nothing user-controlled.
@@ -37,6 +37,7 @@ type helperArgs struct {
 	home       string
 	resID      string
 	generation uint64
+	wake       <-chan os.Signal // the daemon's wake-ups (nil: poll only)
 }
 
 // RunHelper is `skc-supervisor helper --home H --reservation R --generation G`, the
@@ -50,6 +51,13 @@ func RunHelper(args []string) int {
 		fmt.Fprintln(os.Stderr, "skc-supervisor helper:", err)
 		return helperUsage
 	}
+	// Listen for the daemon's wake before the first look at the fence: a wake
+	// sent earlier is ignored (SIGURG's default), but then that first look
+	// already sees the publication it announced.
+	wake := make(chan os.Signal, 1)
+	signal.Notify(wake, wakeSignal)
+	defer signal.Stop(wake)
+	a.wake = wake
 	path := filepath.Join(a.home, "fence.sqlite")
 	st, err := fence.Open(path, fence.Options{})
 	if err != nil {
@@ -124,7 +132,7 @@ func startHelper(ctx context.Context, st *fence.Store, a helperArgs) (code int, 
 		fmt.Fprintln(os.Stderr, "skc-supervisor helper: record start:", err)
 		return helperGaveUp, row, 0, "", false
 	}
-	if !waitPublished(ctx, st, row) {
+	if !waitPublished(ctx, st, row, a.wake) {
 		fmt.Fprintln(os.Stderr, "skc-supervisor helper: not published for this reservation; not starting the agent")
 		return helperGaveUp, row, 0, "", false
 	}
@@ -150,8 +158,9 @@ func recordStart(ctx context.Context, st *fence.Store, resID string, pid int, in
 // identity's published one (true), or the reservation is gone without publishing —
 // released or reclaimed by someone else (false). A wake-up proves nothing, so the
 // fence is the only evidence read.
-func waitPublished(ctx context.Context, st *fence.Store, row fence.Reservation) bool {
-	start := time.Now()
+func waitPublished(ctx context.Context, st *fence.Store, row fence.Reservation, wake <-chan os.Signal) bool {
+	t := time.NewTimer(helperPoll)
+	defer t.Stop()
 	for {
 		if pub, ok, err := st.PublishedByReservation(ctx, row.ID); err == nil && ok {
 			return pub.Generation == row.Generation && !pub.Ended
@@ -161,12 +170,12 @@ func waitPublished(ctx context.Context, st *fence.Store, row fence.Reservation) 
 			pub, ok, err := st.PublishedByReservation(ctx, row.ID)
 			return err == nil && ok && pub.Generation == row.Generation && !pub.Ended
 		}
-		d := helperSlowPoll
-		if time.Since(start) < helperFastPeriod {
-			d = helperFastPoll
-		}
-		if !sleepCtx(ctx, d) {
+		t.Reset(helperPoll)
+		select {
+		case <-ctx.Done():
 			return false
+		case <-wake:
+		case <-t.C:
 		}
 	}
 }

@@ -171,6 +171,11 @@ func (m *Manager) adoptOrEnd(ctx context.Context, p fence.Published) error {
 	}
 	switch auth {
 	case census.Authoritative:
+		if sess != nil {
+			// Its helper may be waiting for a publication this daemon's
+			// predecessor made and died before waking it for.
+			m.wakeHelper(sess.PanePID, sess.ID)
+		}
 		m.emit(ctx, verdict.Record{
 			Action: verdict.ActionAdopt, Outcome: verdict.OutcomeSuccess,
 			Reason: verdict.ReasonDaemonRestart, Verdict: verdict.VerdictAdopted,

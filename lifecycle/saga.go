@@ -252,6 +252,7 @@ func (m *Manager) publish(ctx context.Context, a *attempt) (CreateResult, error)
 	if err := m.fence.Release(fctx, a.res.ID); err != nil {
 		m.log.Warn().Err(err).Str("reservation", a.res.ID).Msg("release after publish failed")
 	}
+	m.wakeHelper(a.panePID, a.tmuxID)
 	return CreateResult{Status: verdict.VerdictPublished, Session: m.attemptView(a, pub)}, nil
 }
 
