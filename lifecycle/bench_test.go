@@ -91,7 +91,7 @@ func BenchmarkEndLookup(b *testing.B) {
 
 // publishFake walks one identity through the fence's saga to published and
 // released, as if tmux session tmuxID of life held it.
-func publishFake(b *testing.B, s *fence.Store, id fence.Identity, tmuxID string, life tmuxctl.ServerLife) {
+func publishFake(b testing.TB, s *fence.Store, id fence.Identity, tmuxID string, life tmuxctl.ServerLife) {
 	ctx := context.Background()
 	rr, err := s.Reserve(ctx, id, fence.Spec{StateFile: filepath.Join(id.StateDir, id.SessionID+".jsonl"), Argv: []string{"x"}})
 	if err != nil || rr.Outcome != fence.Reserved {

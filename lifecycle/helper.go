@@ -29,7 +29,7 @@ const (
 // after publishing; its successor wakes the helpers it adopts). Polling every
 // 20 ms instead made the helpers of a burst of creates, each preparing two
 // SQLite queries per poll, a tenth of the machine's CPU while they waited.
-const helperPoll = 200 * time.Millisecond
+var helperPoll = 200 * time.Millisecond // a var only so a test can make the wake the only way out
 
 // helperArgs are the helper's command-line arguments: the reservation evidence,
 // nothing user-controlled.

@@ -1,0 +1,81 @@
+package lifecycle
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// A helper waiting for its publication re-reads the fence when woken: with its
+// own poll made an hour long, the wake after the publish is the only way it
+// can return, and a wake before it (nothing published yet) does not end the
+// wait.
+func TestHelperWokenAfterPublish(t *testing.T) {
+	old := helperPoll
+	helperPoll = time.Hour
+	t.Cleanup(func() { helperPoll = old })
+	home := newHome(t)
+	st, err := fence.Open(filepath.Join(home, "fence.sqlite"), fence.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	dir := filepath.Join(home, "state")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	id := fence.Identity{StateDir: dir, SessionID: "woken"}
+	ctx := context.Background()
+	rr, err := st.Reserve(ctx, id, fence.Spec{StateFile: filepath.Join(dir, "woken.jsonl"), Argv: []string{"x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := rr.Reservation
+	// Unbuffered, so each send returns only once the helper has read the
+	// fence and is waiting: the first wake is spurious (nothing published),
+	// the second follows the publish.
+	wake := make(chan os.Signal)
+	done := make(chan bool, 1)
+	go func() { done <- waitPublished(ctx, st, row, wake) }()
+	wake <- syscall.SIGURG
+	advancePublish(t, st, &row)
+	wake <- syscall.SIGURG
+	select {
+	case ok := <-done:
+		if !ok {
+			t.Fatal("waitPublished: false after its generation was published")
+		}
+	case <-time.After(time.Minute): // a bound against hanging, not a speed claim
+		t.Fatal("the helper did not re-read the fence when woken")
+	}
+}
+
+// advancePublish takes r through the saga's phases and publishes it.
+func advancePublish(t *testing.T, s *fence.Store, r *fence.Reservation) {
+	t.Helper()
+	ctx := context.Background()
+	life := tmuxctl.ServerLife{PID: 4242, StartTime: 1700000000}
+	for _, st := range []struct {
+		to fence.Phase
+		p  fence.Patch
+	}{
+		{fence.PhaseHelperInvoked, fence.Patch{AttemptName: "skc-" + r.ID}},
+		{fence.PhaseSpawned, fence.Patch{TmuxID: "$1", PanePID: 1, ServerPID: life.PID, ServerStart: life.StartTime}},
+		{fence.PhaseTagged, fence.Patch{}},
+	} {
+		if err := s.Advance(ctx, r, st.to, st.p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := verdict.Record{Action: verdict.ActionCreate, Outcome: verdict.OutcomeSuccess, Verdict: verdict.VerdictPublished}
+	if _, _, err := s.Publish(ctx, r, rec); err != nil {
+		t.Fatal(err)
+	}
+}
