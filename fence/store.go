@@ -181,7 +181,14 @@ func (s *Store) OFD() bool { return sqlite.OFDLockingEnabled() }
 // pool connection is configured the same way.
 func dsn(path string, opt Options, writer bool) string {
 	q := url.Values{}
-	q.Add("_pragma", "busy_timeout("+strconv.FormatInt(opt.BusyTimeout.Milliseconds(), 10)+")")
+	busy := opt.BusyTimeout
+	if writer {
+		// The writer waits for the write lock in beginImmediate, in steps of
+		// tens of microseconds: SQLite's own busy handler sleeps 1 ms at
+		// least, for a lock another writer (a pane helper) holds ~0.1 ms.
+		busy = 0
+	}
+	q.Add("_pragma", "busy_timeout("+strconv.FormatInt(busy.Milliseconds(), 10)+")")
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(NORMAL)")
 	q.Add("_pragma", "foreign_keys(1)")
@@ -352,7 +359,7 @@ func (s *Store) write(ctx context.Context, op string, fn func(q queryer) error) 
 		return s.dbErr(op, err)
 	}
 	defer s.wr.release()
-	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+	if err := s.beginImmediate(ctx, conn); err != nil {
 		if !isBusy(err) {
 			// A caller's context cancelled while BEGIN ran can leave the
 			// transaction open although BEGIN reported the cancellation; on
