@@ -21,7 +21,6 @@ type breakdown struct {
 	newSession         samples // new-session sent → its %end
 	helperGap          samples // new-session %end → first set-option sent (fence `spawned` + wait for the helper)
 	tags               samples // first set-option sent → last set-option's %end (4 tags)
-	admit              samples // last tag's %end → the census admission's read answered (when it read)
 	outside            samples // api − (new-session sent → last tag %end): reserve, helper_invoked, publish, release, HTTP
 	cmdRTT             map[string]samples
 	relistsDuringBurst int
@@ -166,8 +165,8 @@ func splitWire(line string) (time.Time, string, string, bool) {
 }
 
 // attribute splits each create into its tmux steps: new-session, then the
-// four set-option of that session (pipelined, so in any order on the wire),
-// then the census admission's read of the session, if it needed one.
+// four set-option of that session (pipelined, so in any order on the wire).
+// The census admission reads nothing from tmux (census.AdmitCreated).
 func (bd *breakdown) attribute(cmds []wireCmd) {
 	bd.cmdRTT = map[string]samples{}
 	k := 0
@@ -178,29 +177,22 @@ func (bd *breakdown) attribute(cmds []wireCmd) {
 		if c.verb != "new-session" || !strings.Contains(c.line, "helper") || c.done.IsZero() || k >= len(bd.api) {
 			continue
 		}
-		first, last, n, next := tagSpan(cmds, i+1)
+		first, last, n := tagSpan(cmds, i+1)
 		if n != 4 {
 			continue
 		}
 		bd.newSession = append(bd.newSession, c.done.Sub(c.sent))
 		bd.helperGap = append(bd.helperGap, first.Sub(c.done))
 		bd.tags = append(bd.tags, last.Sub(first))
-		end := last
-		if a, ok := admitRead(cmds, next); ok && a.done.After(last) {
-			bd.admit = append(bd.admit, a.done.Sub(last))
-			end = a.done
-		}
-		bd.outside = append(bd.outside, bd.api[k]-end.Sub(c.sent))
+		bd.outside = append(bd.outside, bd.api[k]-last.Sub(c.sent))
 		k++
 	}
 	bd.relistsDuringBurst = len(bd.cmdRTT["list-sessions"])
 }
 
 // tagSpan finds the four @skc- set-options after index from (before the next
-// new-session): the first one sent, the last reply, how many, and the index
-// after the last.
-func tagSpan(cmds []wireCmd, from int) (first, last time.Time, n, next int) {
-	next = from
+// new-session): the first one sent, the last reply, and how many.
+func tagSpan(cmds []wireCmd, from int) (first, last time.Time, n int) {
 	for j := from; j < len(cmds) && n < 4; j++ {
 		t := cmds[j]
 		if t.verb == "new-session" {
@@ -215,24 +207,9 @@ func tagSpan(cmds []wireCmd, from int) (first, last time.Time, n, next int) {
 		if t.done.After(last) {
 			last = t.done
 		}
-		n, next = n+1, j+1
+		n++
 	}
-	return first, last, n, next
-}
-
-// admitRead is the census admission's read of a new session (show-options -t)
-// right after its tags, when the census had not listed it yet.
-func admitRead(cmds []wireCmd, from int) (wireCmd, bool) {
-	for j := from; j < len(cmds) && j < from+8; j++ {
-		t := cmds[j]
-		if t.verb == "new-session" {
-			break
-		}
-		if t.verb == "show-options" && strings.Contains(t.line, "-t") && !t.done.IsZero() {
-			return t, true
-		}
-	}
-	return wireCmd{}, false
+	return first, last, n
 }
 
 // verbs lists the measured verbs, most frequent first.

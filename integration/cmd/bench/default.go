@@ -187,7 +187,6 @@ func (bd breakdown) markdown() string {
 		{"`new-session` round trip (tmux: fork, utempter, pty)", bd.newSession},
 		{"after `new-session`: fence `spawned`", bd.helperGap},
 		{"4 × `set-option` tags, pipelined (tmux)", bd.tags},
-		{fmt.Sprintf("census admission's read of the new session (%d of %d creates needed one)", len(bd.admit), len(bd.tags)), bd.admit},
 		{"rest: HTTP, validation, reserve, `helper_invoked`, `tagged`, publish, release", bd.outside},
 	} {
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", s.name, ms(s.v.p50()), ms(s.v.p99()))
