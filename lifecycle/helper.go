@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -46,6 +47,12 @@ type helperArgs struct {
 // fence) as its child, forwards signals, and records a postmortem before it exits
 // with the agent's status (128+n for signal n; 127 when the agent cannot be found).
 func RunHelper(args []string) int {
+	// One P: the helper mostly waits (for publication, then for its agent),
+	// and every OS thread it starts is a task against the kernel's pid_max for
+	// as long as the session lives: with the default GOMAXPROCS an idle helper
+	// kept 8 threads, with one 6, and the scale run stopped at ~3,750 sessions
+	// when the machine ran out of pids (pid_max 32,768, fork: EAGAIN).
+	runtime.GOMAXPROCS(1)
 	a, err := parseHelperArgs(args)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "skc-supervisor helper:", err)
