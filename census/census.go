@@ -114,6 +114,7 @@ type Census struct {
 	kick       chan struct{} // cap 1: "a re-list is wanted"
 
 	subSegs map[string]struct{} // segments of the last subscription value (Run only)
+	subSeen map[string]string   // id → its last segment, for ids in that value or in the census (Run only)
 
 	managed, unmanaged int // sessions in the indexes, by kind (Stats)
 

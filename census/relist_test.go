@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,8 +24,11 @@ type fakeTmux struct {
 	lines   []string // list-sessions -F listFormat lines
 	hold    chan struct{}
 	fail    error
-	lists   int // list-sessions commands received (full and id-only)
-	idLists int // id-only list-sessions commands received
+	lists   int             // list-sessions commands received (full and id-only)
+	idLists int             // id-only list-sessions commands received
+	reads   int             // display-message reads by id
+	gone    map[string]bool // ids display-message no longer finds (killed after the list)
+	num     uint64          // tmux's command counter: every reply gets the next number
 	running atomic.Int32
 	maxRun  atomic.Int32 // most list-sessions in flight at once
 }
@@ -34,6 +38,13 @@ func newFake() *fakeTmux { return &fakeTmux{events: make(chan tmuxctl.Event, 100
 func (f *fakeTmux) Events() <-chan tmuxctl.Event { return f.events }
 
 func (f *fakeTmux) CommandIn(ctx context.Context, life tmuxctl.ServerLife, args ...string) (tmuxctl.Reply, error) {
+	if args[0] == "display-message" {
+		return f.displayByID(args[3]), nil
+	}
+	f.mu.Lock()
+	f.num++
+	num := f.num
+	f.mu.Unlock()
 	if args[0] != "list-sessions" {
 		return tmuxctl.Reply{}, nil
 	}
@@ -65,7 +76,26 @@ func (f *fakeTmux) CommandIn(ctx context.Context, life tmuxctl.ServerLife, args 
 	if fail != nil {
 		return tmuxctl.Reply{}, fail
 	}
-	return tmuxctl.Reply{Lines: lines}, nil
+	return tmuxctl.Reply{Lines: lines, Number: num}, nil
+}
+
+// displayByID answers `display-message -p -t ID baseFormat` from the fake's
+// list lines (base fields and name), empty when the id is not listed.
+func (f *fakeTmux) displayByID(id string) tmuxctl.Reply {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reads++
+	f.num++
+	if f.gone[id] {
+		return tmuxctl.Reply{Number: f.num}
+	}
+	for _, l := range f.lines {
+		fs := strings.Split(l, "\t")
+		if fs[0] == id {
+			return tmuxctl.Reply{Lines: []string{strings.Join(append(fs[:8:8], fs[len(fs)-1]), "\t")}, Number: f.num}
+		}
+	}
+	return tmuxctl.Reply{}
 }
 
 func (f *fakeTmux) listCount() int {
@@ -204,8 +234,8 @@ func TestRetryBackoff(t *testing.T) {
 
 const fakeLine2 = "$2\t1700000000\t0\t%2\t101\t0\t\t\t\t\t\t\t\ttwo"
 
-// Session ends cost an id-only list, not a full one; a new id in it falls
-// back to the full list, and any other notification takes the full list.
+// Session ends cost an id-only list, not a full one; a new id in it is read
+// by id, and any other notification takes the full list.
 func TestEndsUseIDList(t *testing.T) {
 	f := newFake()
 	f.lines = []string{fakeLine, fakeLine2}
@@ -225,22 +255,23 @@ func TestEndsUseIDList(t *testing.T) {
 		t.Fatalf("an end cost %d full and %d id-only lists, want 0 and 1", full-full0, ids-ids0)
 	}
 
-	// A create also sends %sessions-changed: the new id forces the full list.
+	// A create also sends %sessions-changed: the new id is read by id, not
+	// with the full list.
 	f.setLines(fakeLine2, fakeLine3)
 	f.notify("%sessions-changed")
-	if ch := next(t, sub); ch.Kind != Added || ch.Session.ID != "$3" {
+	if ch := next(t, sub); ch.Kind != Added || ch.Session.ID != "$3" || ch.Session.Name != "three" || ch.Session.PanePID != 102 {
 		t.Fatalf("want $3 added, got %+v", ch)
 	}
-	if full, ids := f.counts(); full != full0+1 || ids != ids0+2 {
-		t.Fatalf("a create cost %d full and %d id-only lists, want 1 and 2", full-full0, ids-ids0)
+	if full, ids := f.counts(); full != full0 || ids != ids0+2 {
+		t.Fatalf("a create cost %d full and %d id-only lists, want 0 and 2", full-full0, ids-ids0)
 	}
 }
 
 const fakeLine3 = "$3\t1700000000\t0\t%3\t102\t0\t\t\t\t\t\t\t\tthree"
 
-// A subscription change that only drops sessions costs an id-only list
-// while the census still holds one of them, nothing once it does not; any
-// other change costs a full list.
+// A subscription change that only drops or adds sessions costs an id-only
+// list while the census still holds a dropped one or lacks an added one,
+// nothing otherwise; a change of a session's segment costs a full list.
 func TestSubscriptionDropsOnly(t *testing.T) {
 	f := newFake()
 	f.lines = []string{fakeLine, fakeLine2}
@@ -270,7 +301,7 @@ func TestSubscriptionDropsOnly(t *testing.T) {
 	ids++
 	settle(full, ids)
 	f.sub("$2/0//////%2.101.0..; $9/0//////%9.1.0..; ")
-	full++ // a segment that was not there: full
+	ids++ // a new session's segment, unknown to the census: id list
 	settle(full, ids)
 	f.sub("$9/0//////%9.1.0..; ") // $2 dropped, but it is in the census: id list
 	ids++
@@ -320,7 +351,7 @@ func TestEndInsideBurst(t *testing.T) {
 	sub := c.Subscribe(10)
 	defer sub.Close()
 	full0, ids0 := f.counts()
-	f.notify("%unlinked-window-add") // leading edge of a burst: a full list
+	f.notify("%session-renamed") // leading edge of a burst: a full list
 	eventually(t, "leading full list", func() bool { full, _ := f.counts(); return full == full0+1 })
 	f.setLines(fakeLine2)
 	f.notify("%sessions-changed") // $1 ended, inside the burst
@@ -329,5 +360,69 @@ func TestEndInsideBurst(t *testing.T) {
 	}
 	if full, ids := f.counts(); full != full0+1 || ids != ids0+1 {
 		t.Fatalf("%d full and %d id-only lists, want 1 and 1", full-full0, ids-ids0)
+	}
+}
+
+// More new ids in an id-only list than maxFreshReads cost one full list, not
+// a read per id.
+func TestManyFreshIDsCostFullList(t *testing.T) {
+	f := newFake()
+	f.lines = []string{fakeLine}
+	cfg := testConfig()
+	cfg.quiet, cfg.maxDelay = 0, 0
+	c := startFake(t, f, cfg)
+	full0, ids0 := f.counts()
+	lines := []string{fakeLine}
+	for i := 10; i < 10+maxFreshReads+1; i++ {
+		lines = append(lines, "$"+strconv.Itoa(i)+"\t1700000000\t0\t%"+strconv.Itoa(i)+"\t1\t0\t\t\t\t\t\t\t\tn"+strconv.Itoa(i))
+	}
+	f.setLines(lines...)
+	f.notify("%sessions-changed")
+	eventually(t, "all listed", func() bool { return len(c.Snapshot().Sessions) == len(lines) })
+	f.mu.Lock()
+	reads := f.reads
+	f.mu.Unlock()
+	if full, ids := f.counts(); full != full0+1 || ids != ids0+1 || reads != 0 {
+		t.Fatalf("%d new ids cost %d full lists, %d id-only, %d reads by id; want 1, 1, 0",
+			maxFreshReads+1, full-full0, ids-ids0, reads)
+	}
+}
+
+// A session an id-only list showed but that is gone when read by id (killed
+// right after its create) is not held, and that list does not count against
+// its creator's AdmitCreated: the creator admits it, and the next list reports
+// it Removed — its end is never lost.
+func TestFreshGoneBeforeReadStillAdmitted(t *testing.T) {
+	f := newFake()
+	f.lines = []string{fakeLine}
+	cfg := testConfig()
+	cfg.quiet, cfg.maxDelay = 0, 0
+	c := startFake(t, f, cfg)
+	sub := c.Subscribe(10)
+	defer sub.Close()
+	_, ids0 := f.counts()
+	f.mu.Lock()
+	f.gone = map[string]bool{"$3": true}
+	f.num++ // the new-session that created $3
+	created := f.num
+	f.mu.Unlock()
+	f.setLines(fakeLine, fakeLine3)
+	f.notify("%sessions-changed")
+	eventually(t, "id list and read", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.idLists == ids0+1 && f.reads == 1
+	})
+	info, _ := c.Info()
+	if ok, err := c.AdmitCreated(info.ServerLife, Session{ID: "$3", Name: "three"}, created); !ok || err != nil {
+		t.Fatalf("AdmitCreated after a list that showed it: %v %v", ok, err)
+	}
+	if ch := next(t, sub); ch.Kind != Added || ch.Session.ID != "$3" {
+		t.Fatalf("want $3 added, got %+v", ch)
+	}
+	f.setLines(fakeLine)
+	f.notify("%sessions-changed")
+	if ch := next(t, sub); ch.Kind != Removed || ch.Session.ID != "$3" {
+		t.Fatalf("want $3 removed, got %+v", ch)
 	}
 }

@@ -54,17 +54,22 @@ var relistOn = map[string]bool{
 	"unlinked-window-close":  true,
 }
 
-// endsOnly are the notifications a session end sends (FACTS §8: a bare
-// %sessions-changed, then %unlinked-window-close for its windows). A burst
-// made only of these (and of subscription changes that only drop sessions)
-// is answered by an id-only list (relistIDs) unless it shows a new id.
-// What such a burst could also carry — a window closing in a surviving
+// endsOnly are the notifications a session's end or creation sends (FACTS
+// §8: a bare %sessions-changed, then %unlinked-window-close for an end's
+// windows or %unlinked-window-add for a new session's). A burst made only of
+// these (and of subscription changes that only add or drop sessions) is
+// answered by an id-only list (relistIDs): a missing id is a session gone, a
+// new id is read by id (or, many at once, with the full list). What such a
+// burst could also carry — a window opening or closing in a surviving
 // session — changes that session's subscription segment within a second,
-// which then costs a full re-list.
+// which then costs a full re-list. Before creations took this path too,
+// every create cost a full list: 0.3 s of tmux's time at 3,750 sessions,
+// which every end behind it waited for.
 var endsOnly = map[string]bool{
 	"sessions-changed":      true,
 	"unlinked-window-close": true,
 	"window-close":          true,
+	"unlinked-window-add":   true,
 }
 
 // Run consumes the client's events until ctx is done (then returns nil) or
@@ -309,7 +314,7 @@ func (c *Census) handle(ctx context.Context, ev tmuxctl.Event, b *burst) {
 	switch ev.Kind {
 	case tmuxctl.Connected:
 		c.onConnected(ev.Info)
-		c.subSegs = nil // the new subscription's first line is compared with nothing
+		c.subSegs, c.subSeen = nil, nil // the new subscription's first line is compared with nothing
 		c.subscribe(ctx, ev.Info.ServerLife)
 		b.pending, b.hurry, b.failures, b.full = false, false, 0, true
 		b.timer.Stop()
@@ -326,9 +331,9 @@ func (c *Census) handle(ctx context.Context, ev tmuxctl.Event, b *burst) {
 		switch {
 		case ours:
 			c.subLines.Add(1)
-			if dropped, only := c.subChanged(ev.Note.Text); !only {
+			if stale, only := c.subChanged(ev.Note.Text); !only {
 				c.trigger(ctx, b, true)
-			} else if dropped {
+			} else if stale {
 				c.trigger(ctx, b, false)
 			}
 		case relistOn[name]:
@@ -395,13 +400,15 @@ func (c *Census) awaitingDeath() bool {
 }
 
 // subChanged records a census subscription line and reports whether its
-// value differs from the previous one only by dropped sessions (only), and
-// whether some dropped session is still in the census (dropped). The value
-// is one segment per session, "$id/attached/tags…/panes… ", each led by
-// the session's unique id; when every segment of the new value was in the
-// old one, nothing but sessions disappearing changed. Anything else, the
-// first line of a connection included, is not "only". Run's goroutine only.
-func (c *Census) subChanged(text string) (dropped, only bool) {
+// value differs from the previous one only by sessions appearing or
+// disappearing (only), and whether the census must list to catch up
+// (stale: a disappeared session it still holds, or a new one it does not).
+// The value is one segment per session, "$id/attached/tags…/panes… ", each
+// led by the session's unique id: a new segment whose id had one before is a
+// change of that session, anything else a session appearing. Anything that is
+// not "only", the first line of a connection included, needs a full re-list.
+// Run's goroutine only.
+func (c *Census) subChanged(text string) (stale, only bool) {
 	_, val, ok := strings.Cut(text, " : ")
 	segs := map[string]struct{}{}
 	for _, f := range strings.Split(val, " ") {
@@ -411,26 +418,43 @@ func (c *Census) subChanged(text string) (dropped, only bool) {
 	}
 	old := c.subSegs
 	c.subSegs = segs
+	seen := c.subSeen
+	c.subSeen = make(map[string]string, len(segs))
 	if !ok || old == nil {
-		return false, false
-	}
-	for f := range segs {
-		if _, was := old[f]; !was {
-			return false, false
+		for f := range segs {
+			id, _, _ := strings.Cut(f, "/")
+			c.subSeen[id] = f
 		}
+		return false, false
 	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	for f := range old {
-		if _, is := segs[f]; is {
-			continue
-		}
+	only = true
+	for f := range segs {
 		id, _, _ := strings.Cut(f, "/")
-		if _, known := c.sessions[id]; known {
-			return true, true
+		c.subSeen[id] = f
+		prev, had := seen[id]
+		switch {
+		case had && prev != f:
+			only = false // a session's segment changed
+		case !had:
+			if _, known := c.sessions[id]; !known {
+				stale = true // a new session the census does not hold yet
+			}
 		}
 	}
-	return false, true
+	for id, f := range seen {
+		if _, still := c.subSeen[id]; still {
+			continue
+		}
+		if _, known := c.sessions[id]; known {
+			c.subSeen[id] = f // kept, so that it reappearing changed is a change
+			if _, was := old[f]; was {
+				stale = true // gone from tmux just now, still in the census
+			}
+		}
+	}
+	return stale, only
 }
 
 // subscribe installs the census subscription on the current connection.

@@ -113,12 +113,11 @@ func (c *Census) resync(ctx context.Context) error {
 }
 
 // relistIDs applies ended sessions from an id-only list, which costs tmux
-// far less than the full list (no tags or pane fields per session). It
-// falls back to a full resync at once when the list shows an id the census
-// does not hold: only a full line tells a new session, and a session the
-// census never listed can never be reported Removed. Ids are never reused
-// within a server life (FACTS §8), so an id missing from the list is a
-// session gone.
+// far less than the full list (no tags or pane fields per session). A few
+// ids the census does not hold (sessions just created) are read by id, two
+// small commands each whatever the server's size; many fall back to a full
+// resync. Ids are never reused within a server life (FACTS §8), so an id
+// missing from the list is a session gone.
 func (c *Census) relistIDs(ctx context.Context) error {
 	c.syncMu.Lock()
 	c.mu.RLock()
@@ -134,40 +133,100 @@ func (c *Census) relistIDs(ctx context.Context) error {
 		c.syncMu.Unlock()
 		return err
 	}
-	listed := make(map[string]struct{}, len(rep.Lines))
-	fresh := false
+	fresh, err := c.applyIDs(epoch, life, rep)
+	if err == nil && len(fresh) > 0 && len(fresh) <= maxFreshReads {
+		err = c.readFresh(ctx, epoch, life, fresh, rep.Number)
+		fresh = nil
+	}
+	c.syncMu.Unlock()
+	if err == nil && len(fresh) > 0 {
+		return c.resync(ctx)
+	}
+	return err
+}
+
+// maxFreshReads bounds the new ids an id-only list reads one by one; more
+// (a burst of sessions made by hand, say) cost one full list instead.
+const maxFreshReads = 32
+
+// applyIDs removes what an id-only list no longer shows and returns the ids
+// it shows that the census does not hold.
+func (c *Census) applyIDs(epoch uint64, life tmuxctl.ServerLife, rep tmuxctl.Reply) ([]string, error) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.epoch != epoch || !c.online || c.info.ServerLife != life {
+		return nil, errStale
+	}
+	listed := make(map[string]struct{}, len(rep.Lines))
+	var fresh []string
 	for _, id := range rep.Lines {
 		listed[id] = struct{}{}
-		if _, ok := c.sessions[id]; !ok {
-			fresh = true
+		if _, ok := c.sessions[id]; !ok && validID(id) {
+			fresh = append(fresh, id)
 		}
 	}
-	{
-		if c.epoch != epoch || !c.online || c.info.ServerLife != life {
-			c.mu.Unlock()
-			c.syncMu.Unlock()
-			return errStale
+	var gone []*entry
+	for id, e := range c.sessions {
+		if _, ok := listed[id]; !ok && !createdAfter(e, rep.Number) {
+			gone = append(gone, e)
 		}
-		var gone []*entry
-		for id, e := range c.sessions {
-			if _, ok := listed[id]; !ok && !createdAfter(e, rep.Number) {
-				gone = append(gone, e)
-			}
-		}
+	}
+	if len(fresh) == 0 {
+		// Only a list whose every session the census now holds may tell
+		// AdmitCreated that a session it did not show is gone (readFresh).
 		c.noteListedLocked(life, rep.Number)
-		for _, e := range sortEntries(gone) {
-			c.unindexLocked(e)
-			delete(c.sessions, e.s.ID)
-			if !e.control {
-				c.emitLocked(Change{Kind: Removed, Session: e.s, Reason: ReasonGone, Life: life})
-			}
+	}
+	for _, e := range sortEntries(gone) {
+		c.unindexLocked(e)
+		delete(c.sessions, e.s.ID)
+		if !e.control {
+			c.emitLocked(Change{Kind: Removed, Session: e.s, Reason: ReasonGone, Life: life})
 		}
 	}
-	c.mu.Unlock()
-	c.syncMu.Unlock()
-	if fresh {
-		return c.resync(ctx)
+	return fresh, nil
+}
+
+// readFresh reads new sessions by id (base fields and own tags, exactly) and
+// adds those still there. The sync lock is held, so no list runs meanwhile.
+// num is the id-only list's command number: it counts as the last list only
+// when every id it showed is held now. A session it showed that is gone by the
+// read is not held, and AdmitCreated must still be able to admit it — its
+// creator is about to answer for it, and the next list reports it Removed.
+func (c *Census) readFresh(ctx context.Context, epoch uint64, life tmuxctl.ServerLife, ids []string, num uint64) error {
+	rows := make([]row, len(ids))
+	todo := make([]int, len(ids))
+	for i, id := range ids {
+		rows[i], todo[i] = row{s: Session{ID: id}, broken: true}, i
+	}
+	out := make([]*entry, len(ids))
+	if err := c.readExact(ctx, life, rows, todo, out); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.epoch != epoch || !c.online || c.info.ServerLife != life {
+		return errStale
+	}
+	complete := true
+	defer func() {
+		if complete {
+			c.noteListedLocked(life, num)
+		}
+	}()
+	for _, e := range out {
+		if e == nil { // gone again already: nothing to add, nothing to remove
+			complete = false
+			continue
+		}
+		if _, held := c.sessions[e.s.ID]; held {
+			continue
+		}
+		e.control = e.control || e.s.ID == c.info.ControlSessionID
+		c.sessions[e.s.ID] = e
+		c.indexLocked(e)
+		if !e.control {
+			c.emitLocked(Change{Kind: Added, Session: e.s, Life: life})
+		}
 	}
 	return nil
 }
