@@ -118,12 +118,13 @@ type Census struct {
 
 	managed, unmanaged int // sessions in the indexes, by kind (Stats)
 
-	relists  atomic.Int64 // full re-lists
-	idLists  atomic.Int64 // id-only lists (relistIDs)
-	confirms atomic.Int64
-	resyncs  atomic.Int64 // Resync marks queued to slow subscribers
-	subLines atomic.Int64 // census subscription lines received
-	lastSync atomic.Int64 // nanoseconds the last successful full sync took
+	relists    atomic.Int64 // full re-lists
+	idLists    atomic.Int64 // id-only lists (relistIDs)
+	confirms   atomic.Int64
+	resyncs    atomic.Int64 // Resync marks queued to slow subscribers
+	subLines   atomic.Int64 // census subscription lines received
+	lastSync   atomic.Int64 // nanoseconds the last successful full sync took
+	lastSyncAt atomic.Int64 // when it ended (Unix nanoseconds)
 }
 
 // entry is a session plus what the sync needs to skip work next time.

@@ -426,3 +426,25 @@ func TestFreshGoneBeforeReadStillAdmitted(t *testing.T) {
 		t.Fatalf("want $3 removed, got %+v", ch)
 	}
 }
+
+// The periodic reconcile is spaced by its own cost at scale: no sooner than
+// reconcileShare times the last full sync after it, nor than cfg.reconcile.
+func TestReconcileSpacedByCost(t *testing.T) {
+	c := newCensus(nil, nil, defaultConfig())
+	now := time.Now()
+	for _, tc := range []struct {
+		cost, ago time.Duration
+		due       bool
+	}{
+		{10 * time.Millisecond, 30 * time.Second, true},
+		{10 * time.Millisecond, 10 * time.Second, false},
+		{time.Second, 50 * time.Second, false},
+		{time.Second, 120 * time.Second, true},
+	} {
+		c.lastSync.Store(int64(tc.cost))
+		c.lastSyncAt.Store(now.Add(-tc.ago).UnixNano())
+		if got := c.reconcileDue(now); got != tc.due {
+			t.Errorf("last full sync %v ago, cost %v: due %v, want %v", tc.ago, tc.cost, got, tc.due)
+		}
+	}
+}

@@ -28,11 +28,11 @@ const subName = "skc-census"
 // 30–40 % of a core at 4,000 idle sessions; this one, about 20 bytes per
 // session, 2.4–4× less (BenchmarkSubscriptionCost, BENCHMARKS.md). What it
 // leaves out has a notification of its own (clients attaching, panes and
-// windows changing) or is a hand edit that the periodic reconcile (30 s) and
-// every authority decision (Inspect re-reads tmux) catch: @skc-reservation,
-// @skc-state and @skc-control, the identity beyond its last four hex digits, a
-// pane respawned by hand. A pane's death under remain-on-exit, which has no
-// notification, is in it.
+// windows changing) or is a hand edit that the periodic reconcile (30 s, longer
+// at scale: reconcileShare) and every authority decision (Inspect re-reads
+// tmux) catch: @skc-reservation, @skc-state and @skc-control, the identity
+// beyond its last four hex digits, a pane respawned by hand. A pane's death
+// under remain-on-exit, which has no notification, is in it.
 const subFormat = "#{S:#{session_id}/#{session_attached}/#{=-4:@skc-identity}/#{@skc-generation}/" +
 	"#{W:#{P:#{pane_dead}}} }"
 
@@ -115,7 +115,9 @@ func (c *Census) Run(ctx context.Context) error {
 		case <-c.kick:
 			c.trigger(ctx, b, true)
 		case <-reconcile.C:
-			c.trigger(ctx, b, true)
+			if c.reconcileDue(time.Now()) {
+				c.trigger(ctx, b, true)
+			}
 		case <-b.timer.C:
 			b.pending, b.hurry = false, false
 			if b.inflight { // a stale fire after a connect started one
@@ -127,6 +129,22 @@ func (c *Census) Run(ctx context.Context) error {
 			c.relistDone(ctx, b, err)
 		}
 	}
+}
+
+// reconcileShare bounds the tmux time the periodic reconcile takes: the next
+// one is due no sooner than reconcileShare times the last full sync's cost
+// after it (or cfg.reconcile, whichever is longer). A full list costs tmux
+// ~0.65 s at 4,000 sessions, and tmux runs one command at a time: every 30 s
+// it held up 2 % of session ends behind it, the scale run's end → verdict p99
+// (BENCHMARKS.md, Scale). At 1,000 sessions (~20 ms) the 30 s period stands.
+const reconcileShare = 100
+
+// reconcileDue says whether the periodic reconcile should list now: any full
+// sync since the last one (a burst's, a connect's) counts as one.
+func (c *Census) reconcileDue(now time.Time) bool {
+	last := time.Unix(0, c.lastSyncAt.Load())
+	every := max(c.cfg.reconcile, reconcileShare*time.Duration(c.lastSync.Load()))
+	return now.Sub(last) >= every-time.Second // the ticker's own jitter
 }
 
 // burst coalesces triggers into re-lists, never more than one in flight.

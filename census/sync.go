@@ -109,6 +109,7 @@ func (c *Census) resync(ctx context.Context) error {
 		return err
 	}
 	c.lastSync.Store(int64(time.Since(began)))
+	c.lastSyncAt.Store(time.Now().UnixNano())
 	return nil
 }
 
