@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -207,10 +208,14 @@ func (d *daemon) fill(ctx context.Context, n, par int, progress func(int)) error
 		return ctx.Err()
 	}
 	if streak.Load() >= 20 {
-		return fmt.Errorf("20 creates failed in a row; failures: %v", d.failureSummary())
+		return fmt.Errorf("%w; failures: %v", errStreak, d.failureSummary())
 	}
 	return nil
 }
+
+// errStreak: 20 creates failed in a row, which at the scale run's size means
+// the machine refuses more (tmux cannot fork: pids or ptys are used up).
+var errStreak = errors.New("20 creates failed in a row")
 
 func (d *daemon) failed(err error) {
 	msg := err.Error()
