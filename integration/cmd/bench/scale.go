@@ -74,8 +74,12 @@ func runScale(ctx context.Context, o options, r *reaper, bin string, rep *report
 	case err != nil && fillCtx.Err() == nil:
 		return fmt.Errorf("fill to %d (reached %d): %w", target, reached, err)
 	}
-	if reached < target {
-		rep.errs = append(rep.errs, fmt.Sprintf("creation budget %v spent at %d of %d sessions; measured there", o.createBudget, reached, target))
+	if reached < target && err == nil {
+		why := "live sessions fewer than created: some ended or failed on the way (Failed creates)"
+		if fillCtx.Err() != nil {
+			why = fmt.Sprintf("creation budget %v spent", o.createBudget)
+		}
+		rep.errs = append(rep.errs, fmt.Sprintf("%d of %d sessions (%s); measured there", reached, target, why))
 	}
 	return scaleMeasure(ctx, rep, d, f)
 }
