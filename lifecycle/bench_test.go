@@ -13,7 +13,6 @@ import (
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
-	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
 // BenchmarkCreate measures the whole saga for fresh identities against real tmux
@@ -98,22 +97,7 @@ func publishFake(b testing.TB, s *fence.Store, id fence.Identity, tmuxID string,
 		b.Fatalf("reserve: %v %v", rr.Outcome, err)
 	}
 	r := rr.Reservation
-	for _, st := range []struct {
-		to fence.Phase
-		p  fence.Patch
-	}{
-		{fence.PhaseHelperInvoked, fence.Patch{AttemptName: "skc-" + r.ID}},
-		{fence.PhaseSpawned, fence.Patch{TmuxID: tmuxID, PanePID: 1, ServerPID: life.PID, ServerStart: life.StartTime}},
-		{fence.PhaseTagged, fence.Patch{}},
-	} {
-		if err := s.Advance(ctx, &r, st.to, st.p); err != nil {
-			b.Fatal(err)
-		}
-	}
-	rec := verdict.Record{Action: verdict.ActionCreate, Outcome: verdict.OutcomeSuccess, Verdict: verdict.VerdictPublished}
-	if _, _, err := s.Publish(ctx, &r, rec); err != nil {
-		b.Fatal(err)
-	}
+	advancePublish(b, s, &r, tmuxID, life)
 	if err := s.Release(ctx, r.ID); err != nil {
 		b.Fatal(err)
 	}

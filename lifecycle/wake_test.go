@@ -45,7 +45,7 @@ func TestHelperWokenAfterPublish(t *testing.T) {
 	done := make(chan bool, 1)
 	go func() { done <- waitPublished(ctx, st, row, wake) }()
 	wake <- syscall.SIGURG
-	advancePublish(t, st, &row)
+	advancePublish(t, st, &row, "$1", tmuxctl.ServerLife{PID: 4242, StartTime: 1700000000})
 	wake <- syscall.SIGURG
 	select {
 	case ok := <-done:
@@ -57,17 +57,17 @@ func TestHelperWokenAfterPublish(t *testing.T) {
 	}
 }
 
-// advancePublish takes r through the saga's phases and publishes it.
-func advancePublish(t *testing.T, s *fence.Store, r *fence.Reservation) {
+// advancePublish takes r through the saga's phases, as a session tmuxID of
+// life, and publishes it.
+func advancePublish(t testing.TB, s *fence.Store, r *fence.Reservation, tmuxID string, life tmuxctl.ServerLife) {
 	t.Helper()
 	ctx := context.Background()
-	life := tmuxctl.ServerLife{PID: 4242, StartTime: 1700000000}
 	for _, st := range []struct {
 		to fence.Phase
 		p  fence.Patch
 	}{
 		{fence.PhaseHelperInvoked, fence.Patch{AttemptName: "skc-" + r.ID}},
-		{fence.PhaseSpawned, fence.Patch{TmuxID: "$1", PanePID: 1, ServerPID: life.PID, ServerStart: life.StartTime}},
+		{fence.PhaseSpawned, fence.Patch{TmuxID: tmuxID, PanePID: 1, ServerPID: life.PID, ServerStart: life.StartTime}},
 		{fence.PhaseTagged, fence.Patch{}},
 	} {
 		if err := s.Advance(ctx, r, st.to, st.p); err != nil {
