@@ -21,7 +21,8 @@ import (
 // has been applied already without it, the session is gone and is not
 // admitted (false, nil); if it is applied later, it removes the entry and
 // reports Removed like any end. Either way an end right after a create is
-// never missed, which is what admission is for (see Admit).
+// never missed, which is what admission is for: the census can report Removed
+// only for a session it holds, and a burst's own lists are debounced.
 //
 // s must carry the session's id, name, creation time, active pane and the
 // tags the caller set on it; the next list replaces it with what tmux shows.

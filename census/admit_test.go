@@ -11,40 +11,11 @@ import (
 
 // slowRelists are production-like timings stretched so that a burst's
 // trailing re-list and the spacing of id-only lists cannot win any race:
-// only Admit (and the leading edge of an idle census) can list a session.
+// only an admission (and the leading edge of an idle census) can list a session.
 func slowRelists() *config {
 	cfg := testConfig()
 	cfg.quiet, cfg.maxDelay = time.Hour, time.Hour
 	return &cfg
-}
-
-// A session ended right after its create — inside a burst, where the census's
-// own re-list is debounced — is still reported Removed once it was admitted:
-// the supervisor admits every session it creates before answering.
-func TestEndRightAfterCreateYieldsRemoved(t *testing.T) {
-	r := newRig(t, slowRelists())
-	sub := r.c.Subscribe(64)
-	defer sub.Close()
-	info, _ := r.c.Info()
-	r.tmux("new-session", "-d", "-s", "lead", "cat") // leading edge: the burst begins
-	eventually(t, "lead listed", func() bool { _, ok := r.c.ByName("lead"); return ok })
-	id := r.tmux("new-session", "-d", "-P", "-F", "#{session_id}", "-s", "brief", "cat")
-	if ok, err := r.c.Admit(context.Background(), info.ServerLife, id); !ok || err != nil {
-		t.Fatalf("Admit %s: %v %v", id, ok, err)
-	}
-	r.tmux("kill-session", "-t", id)
-	for {
-		ch := next(t, sub)
-		if ch.Kind == Removed && ch.Session.ID == id {
-			if ch.Reason != ReasonGone || ch.Session.Name != "brief" || ch.Life != info.ServerLife {
-				t.Fatalf("Removed %+v", ch)
-			}
-			break
-		}
-	}
-	if _, ok := r.c.ByID(id); ok {
-		t.Fatal("the ended session is still in the census")
-	}
 }
 
 // A killed server yields Removed, server_exited, for every session it had,
@@ -62,11 +33,7 @@ func TestServerKilledInsideBurst(t *testing.T) {
 		want[s.ID] = true
 	}
 	for i := 0; i < 5; i++ {
-		id := r.tmux("new-session", "-d", "-P", "-F", "#{session_id}", "-s", "b"+strconv.Itoa(i), "cat")
-		if ok, err := r.c.Admit(context.Background(), info.ServerLife, id); !ok || err != nil {
-			t.Fatalf("Admit %s: %v %v", id, ok, err)
-		}
-		want[id] = true
+		want[createAdmitted(t, r, "b"+strconv.Itoa(i))] = true
 	}
 	if err := os.WriteFile(r.gate, nil, 0o600); err != nil { // hold the reconnect off
 		t.Fatal(err)
@@ -87,24 +54,6 @@ func TestServerKilledInsideBurst(t *testing.T) {
 	os.Remove(r.gate)
 	if ch := next(t, sub); ch.Kind != Resync {
 		t.Fatalf("want a Resync mark at the new life's first sync, got %+v", ch)
-	}
-}
-
-// Admit refuses another server life and answers false for a session that is
-// already gone, without adding anything.
-func TestAdmitOtherLifeOrGone(t *testing.T) {
-	r := newRig(t, nil)
-	info, _ := r.c.Info()
-	other := info.ServerLife
-	other.StartTime++
-	if ok, err := r.c.Admit(context.Background(), other, "$1"); ok || err == nil {
-		t.Fatalf("Admit in another life: %v %v", ok, err)
-	}
-	if ok, err := r.c.Admit(context.Background(), info.ServerLife, "$999"); ok || err != nil {
-		t.Fatalf("Admit of a missing id: %v %v", ok, err)
-	}
-	if _, ok := r.c.ByID("$999"); ok {
-		t.Fatal("a missing id was admitted")
 	}
 }
 
@@ -144,4 +93,20 @@ func TestCreatesInsideBurstListedThenServerKilled(t *testing.T) {
 		delete(want, ch.Session.ID)
 	}
 	os.Remove(r.gate)
+}
+
+// createAdmitted creates a session over the census's own control connection
+// and admits it from the new-session reply, as the create saga does.
+func createAdmitted(t *testing.T, r *rig, name string) string {
+	t.Helper()
+	info, _ := r.c.Info()
+	rep, err := r.cl.CommandIn(context.Background(), info.ServerLife, "new-session", "-d", "-P", "-F", "#{session_id}", "-s", name, "cat")
+	if err != nil || len(rep.Lines) != 1 {
+		t.Fatalf("new-session %s: %v %v", name, rep.Lines, err)
+	}
+	id := rep.Lines[0]
+	if ok, err := r.c.AdmitCreated(info.ServerLife, Session{ID: id, Name: name}, rep.Number); !ok || err != nil {
+		t.Fatalf("AdmitCreated %s: %v %v", id, ok, err)
+	}
+	return id
 }
