@@ -20,9 +20,10 @@ import (
 // numbered after num shows the session if it was alive then: if that list
 // has been applied already without it, the session is gone and is not
 // admitted (false, nil); if it is applied later, it removes the entry and
-// reports Removed like any end. Either way an end right after a create is
-// never missed, which is what admission is for: the census can report Removed
-// only for a session it holds, and a burst's own lists are debounced.
+// reports Removed like any end. So an end right after a create is either
+// reported Removed or told to the creator now, which is what admission is
+// for: the census can report Removed only for a session it holds, and a
+// burst's own lists are debounced.
 //
 // s must carry the session's id, name, creation time, active pane and the
 // tags the caller set on it; the next list replaces it with what tmux shows.
@@ -35,7 +36,8 @@ func (c *Census) AdmitCreated(life tmuxctl.ServerLife, s Session, num uint64) (b
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, held := c.sessions[s.ID]; held {
+	if old, held := c.sessions[s.ID]; held {
+		c.retagLocked(old, s.Tags, life)
 		return true, nil
 	}
 	if !c.online || !c.synced || c.info.ServerLife != life {
@@ -54,6 +56,22 @@ func (c *Census) AdmitCreated(life tmuxctl.ServerLife, s Session, num uint64) (b
 		c.emitLocked(Change{Kind: Added, Session: e.s, Life: life})
 	}
 	return true, nil
+}
+
+// retagLocked gives a held entry the tags its creator just set, when a list or
+// a read by id caught the session while they were being set (they are sent
+// pipelined, in no fixed order): the creator's values are the session's own by
+// now, and the subscription, which only sees a session appear, would not have
+// told. c.mu is held.
+func (c *Census) retagLocked(old *entry, tags map[string]string, life tmuxctl.ServerLife) {
+	if tagsOf(tags) == old.exact && len(old.s.Tags) == len(tags) {
+		return
+	}
+	e := &entry{s: old.s, exact: tagsOf(tags), control: old.control, admitted: old.admitted}
+	e.s.Tags = copyTags(tags)
+	e.s.Managed = e.s.Tags[TagIdentity] != ""
+	c.sessions[e.s.ID] = e
+	c.changeLocked(old, e, life)
 }
 
 // createdAfter reports whether e was admitted by AdmitCreated for a session

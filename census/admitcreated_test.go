@@ -103,3 +103,30 @@ func TestAdmitCreatedEndRightAfterCreate(t *testing.T) {
 		t.Fatal("the ended session is still in the census")
 	}
 }
+
+// A session the census read while its creator's tags were still being set
+// (pipelined, in no fixed order) gets the full tags when its creator admits
+// it, with a Changed.
+func TestAdmitCreatedCompletesPartialTags(t *testing.T) {
+	life := tmuxctl.ServerLife{Socket: "s", PID: 10, StartTime: 1}
+	c := offline(life)
+	sub := c.Subscribe(16)
+	defer sub.Close()
+	partial := entryFor(5, "n", digest(5)) // identity only: read mid-tagging
+	if err := c.applyAt(c.epoch, life, []*entry{partial}, 120); err != nil {
+		t.Fatal(err)
+	}
+	tags := map[string]string{TagIdentity: digest(5), TagGeneration: "3", TagReservation: "r", TagState: "s"}
+	if ok, err := c.AdmitCreated(life, Session{ID: "$5", Name: "n", Tags: tags}, 100); !ok || err != nil {
+		t.Fatalf("AdmitCreated: %v %v", ok, err)
+	}
+	if got, _ := c.ByID("$5"); got.Tags[TagGeneration] != "3" || len(got.Tags) != 4 || !got.Managed {
+		t.Fatalf("tags after admission: %+v", got.Tags)
+	}
+	for _, want := range []string{"added $5", "changed $5"} {
+		ch := <-sub.C()
+		if got := ch.Kind.String() + " " + ch.Session.ID; got != want {
+			t.Fatalf("change %q, want %q", got, want)
+		}
+	}
+}

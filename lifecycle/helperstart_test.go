@@ -12,7 +12,8 @@ import (
 // so a helper that cannot start (here: no such binary) is not a failed create but
 // the session's end — end detection writes the generation's ended verdict. (If the
 // pane is gone before the tags land, the create fails tag_failed and compensates
-// instead.) Either way no reservation row is left behind.
+// instead, and spawn_failed if it is gone before the census admits it.) Either
+// way no reservation row is left behind.
 func TestHelperThatCannotStartIsAnEnd(t *testing.T) {
 	e := startEnv(t, "", "", false)
 	e.m.cfg.HelperPath = filepath.Join(e.home, "no-such-helper")
@@ -27,7 +28,9 @@ func TestHelperThatCannotStartIsAnEnd(t *testing.T) {
 		if rec.Session == nil || rec.Session.Generation != res.Session.Generation {
 			t.Fatalf("ended %+v, want generation %d", rec, res.Session.Generation)
 		}
-	case verdict.CodeOf(err) == verdict.CodeTagFailed:
+	case verdict.CodeOf(err) == verdict.CodeTagFailed, verdict.CodeOf(err) == verdict.CodeSpawnFailed:
+		// The pane died before the tags landed, or before the census admitted
+		// it (a list had shown it gone): the create failed and compensated.
 		if rec := lastVerdict(t, e, id); rec.Evidence["compensation"] != compReleased {
 			t.Fatalf("verdict %+v", rec)
 		}

@@ -43,14 +43,8 @@ func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retEr
 	if err := m.tag(ctx, a); err != nil {
 		return res, err
 	}
-	// The census must hold the session before the create answers, or a kill or
-	// the server's exit right after it ends a session its change feed never
-	// knew, and no ended verdict is written. It is admitted from what the saga
-	// knows, ordered against the census's lists by tmux's command numbers
-	// (census.AdmitCreated): no tmux read, no wait for a list in flight.
-	// Best effort: a failure leaves it to the census's own lists, as before.
-	if _, err := m.census.AdmitCreated(a.life, m.createdSession(a), a.spawned); err != nil {
-		m.log.Debug().Err(err).Str("tmux_id", a.tmuxID).Msg("census admit failed")
+	if err := m.admitCreated(a); err != nil {
+		return res, err
 	}
 	// No wait for the pane helper here: it reads its spec from the fence's
 	// specs table, which outlives the row's release until the generation ends,
@@ -197,6 +191,29 @@ func (m *Manager) tag(ctx context.Context, a *attempt) error {
 			return verdict.Errorf(verdict.CodeTagFailed, nil, "set-option %s: %w", tags[i][0], err)
 		}
 		return verdict.Errorf(verdict.CodeTagFailed, map[string]any{"tmux": ce.Lines}, "set-option %s: %w", tags[i][0], err)
+	}
+	return nil
+}
+
+// admitCreated puts the attempt's session into the census (census.AdmitCreated).
+func (m *Manager) admitCreated(a *attempt) error {
+	// The census must hold the session before the create answers, or a kill or
+	// the server's exit right after it ends a session its change feed never
+	// knew, and no ended verdict is written. It is admitted from what the saga
+	// knows, ordered against the census's lists by tmux's command numbers
+	// (census.AdmitCreated): no tmux read, no wait for a list in flight.
+	// Best effort: a failure leaves it to the census's own lists, as before.
+	// But a session a later list already showed gone ended before it could
+	// be published (its agent never ran): the create fails and undo confirms
+	// it gone and releases the row, rather than publish a dead session whose
+	// end the census can no longer report.
+	ok, err := m.census.AdmitCreated(a.life, m.createdSession(a), a.spawned)
+	switch {
+	case err != nil:
+		m.log.Debug().Err(err).Str("tmux_id", a.tmuxID).Msg("census admit failed")
+	case !ok:
+		return verdict.Errorf(verdict.CodeSpawnFailed, map[string]any{"tmux_id": a.tmuxID},
+			"session %s ended before it was published", a.tmuxID)
 	}
 	return nil
 }
