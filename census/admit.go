@@ -2,6 +2,7 @@ package census
 
 import (
 	"fmt"
+	"maps"
 
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 )
@@ -46,8 +47,8 @@ func (c *Census) AdmitCreated(life tmuxctl.ServerLife, s Session, num uint64) (b
 	if c.listedLife == life && c.listedNum != 0 && numBefore(num, c.listedNum) {
 		return false, nil // a list run after its creation did not show it: gone
 	}
-	e := &entry{s: s, exact: tagsOf(s.Tags), admitted: num}
-	e.s.Tags = copyTags(s.Tags)
+	// A copy: the caller's map and pointers are not the census's.
+	e := &entry{s: s.clone(), exact: tagsOf(s.Tags), admitted: num}
 	e.s.Managed = e.s.Tags[TagIdentity] != ""
 	e.control = s.ID == c.info.ControlSessionID
 	c.sessions[s.ID] = e
@@ -68,7 +69,7 @@ func (c *Census) retagLocked(old *entry, tags map[string]string, life tmuxctl.Se
 		return
 	}
 	e := &entry{s: old.s, exact: tagsOf(tags), control: old.control, admitted: old.admitted}
-	e.s.Tags = copyTags(tags)
+	e.s.Tags = maps.Clone(tags)
 	e.s.Managed = e.s.Tags[TagIdentity] != ""
 	c.sessions[e.s.ID] = e
 	c.changeLocked(old, e, life)
@@ -95,15 +96,4 @@ func (c *Census) noteListedLocked(life tmuxctl.ServerLife, num uint64) {
 // commands still compares numbers close in time correctly.
 func numBefore(a, b uint64) bool {
 	return int32(uint32(a)-uint32(b)) < 0
-}
-
-func copyTags(m map[string]string) map[string]string {
-	if m == nil {
-		return nil
-	}
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }

@@ -16,6 +16,7 @@ package census
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,13 +65,7 @@ func (s Session) Identity() string { return s.Tags[TagIdentity] }
 
 // clone returns a deep copy, so that callers can never alias census state.
 func (s Session) clone() Session {
-	if s.Tags != nil {
-		t := make(map[string]string, len(s.Tags))
-		for k, v := range s.Tags {
-			t[k] = v
-		}
-		s.Tags = t
-	}
+	s.Tags = maps.Clone(s.Tags)
 	if s.PaneDeadStatus != nil {
 		v := *s.PaneDeadStatus
 		s.PaneDeadStatus = &v

@@ -174,38 +174,40 @@ func listLookupRows(ctx context.Context, rep *report, d *daemon, listReps, looku
 	return nil
 }
 
+// step is one row of a breakdown table: a name and its samples.
+type step struct {
+	name string
+	v    samples
+}
+
+// stepTable writes a "| step | p50 | p99 |" table.
+func stepTable(b *strings.Builder, rows []step) {
+	b.WriteString("| step | p50 | p99 |\n|---|---|---|\n")
+	for _, s := range rows {
+		fmt.Fprintf(b, "| %s | %s | %s |\n", s.name, ms(s.v.p50()), ms(s.v.p99()))
+	}
+}
+
 func (bd breakdown) markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Where a create's time goes (%d sequential creates on a separate daemon run with `serve --wire-log`, "+
 		"tmux round trips read from the log; p50 / p99):\n\n", bd.n)
-	b.WriteString("| step | p50 | p99 |\n|---|---|---|\n")
-	for _, s := range []struct {
-		name string
-		v    samples
-	}{
+	stepTable(&b, []step{
 		{"whole `POST /v1/sessions`", bd.api},
 		{"`new-session` round trip (tmux: fork, utempter, pty)", bd.newSession},
 		{"after `new-session`: fence `spawned`", bd.helperGap},
 		{"4 × `set-option` tags, pipelined (tmux)", bd.tags},
 		{"rest: HTTP, validation, reserve, `helper_invoked`, `tagged`, publish, release", bd.outside},
-	} {
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", s.name, ms(s.v.p50()), ms(s.v.p99()))
-	}
+	})
 	e := bd.ends
 	fmt.Fprintf(&b, "\nWhere an end's time goes (%d agents of that daemon killed one at a time; p50 / p99):\n\n", len(e.stream))
-	b.WriteString("| step | p50 | p99 |\n|---|---|---|\n")
-	for _, s := range []struct {
-		name string
-		v    samples
-	}{
+	stepTable(&b, []step{
 		{"SIGTERM to the agent → tmux's `%sessions-changed` (helper postmortem and exit, pane close, utempter)", e.toNotice},
 		{"→ census re-list sent (coalescing quiet period)", e.coalesce},
 		{"`list-sessions` round trip", e.relist},
 		{"→ verdict written (fence reads, postmortem, MarkEnded)", e.daemon},
 		{"→ read on the follow stream", e.stream},
-	} {
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", s.name, ms(s.v.p50()), ms(s.v.p99()))
-	}
+	})
 	b.WriteString("\nEvery command the daemon sent during those creates and ends (round trip on the control connection):\n\n")
 	b.WriteString("| command | count | p50 | p99 |\n|---|---|---|---|\n")
 	for _, v := range bd.verbs() {
