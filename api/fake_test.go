@@ -79,7 +79,7 @@ func (f *fakeService) lookup(ref Ref) (Session, error) {
 
 func (f *fakeService) Show(ctx context.Context, ref Ref) (ShowResponse, error) {
 	s, err := f.lookup(ref)
-	return ShowResponse{Session: s}, err
+	return ShowResponse{Session: &s}, err
 }
 
 func (f *fakeService) Kill(ctx context.Context, ref Ref) (KillResponse, error) {

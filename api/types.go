@@ -94,10 +94,11 @@ type ListResponse struct {
 	Sessions []Session  `json:"sessions"`
 }
 
-// ShowResponse answers GET /v1/sessions/{name} and `show --json`. Reservation
-// is the fence's own JSON (null when there is none).
+// ShowResponse answers GET /v1/sessions/{name} and `show --json`. Session is
+// null when an identity was asked for whose session is gone (its history is
+// still answered). Reservation is the fence's own JSON (null when there is none).
 type ShowResponse struct {
-	Session     Session          `json:"session"`
+	Session     *Session         `json:"session"`
 	Reservation json.RawMessage  `json:"reservation"`
 	Verdicts    []verdict.Record `json:"verdicts"`
 }

@@ -4,16 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/skc-supervisor/skc-supervisor/census"
-	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
-
-// Ref names a session: by its exact tmux name, or by identity. Exactly one is set.
-type Ref struct {
-	Name     string
-	Identity *fence.Identity
-}
 
 // KillResult is a completed kill: the session is gone and its ended verdict written.
 type KillResult struct {
@@ -44,51 +36,6 @@ func (m *Manager) Kill(ctx context.Context, ref Ref) (KillResult, error) {
 		return KillResult{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "mark ended: %w", err)
 	}
 	return KillResult{Status: "killed", Verdict: rec}, nil
-}
-
-// resolve finds the published, not-ended generation a Ref names and its live
-// session. The fence names it (a name is matched exactly against published session
-// names, never by tmux's prefix matching); the census must list it in the life it
-// was published in — refreshed once, since a session published a moment ago may
-// not have been listed yet.
-func (m *Manager) resolve(ctx context.Context, ref Ref) (fence.Published, census.Session, error) {
-	notFound := verdict.Errorf(verdict.CodeNotFound, map[string]any{"name": ref.Name}, "no such session")
-	if !m.census.Synced() {
-		return fence.Published{}, census.Session{}, unavailable(errNotSynced)
-	}
-	pub, ok, err := m.publishedFor(ctx, ref)
-	if err != nil {
-		return pub, census.Session{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
-	}
-	if !ok || pub.Ended {
-		return pub, census.Session{}, notFound
-	}
-	info, _ := m.census.Info()
-	if info.PID != pub.ServerPID || info.StartTime != pub.ServerStart {
-		return pub, census.Session{}, notFound
-	}
-	for i := 0; i < 2; i++ {
-		// A session listed before its tags were set (staleTags) is ours too:
-		// the fence records this tmux id in this server life, and ids are
-		// never reused within a life.
-		if s, found := m.census.ByID(pub.TmuxID); found && (s.Identity() == pub.Identity.Digest() || staleTags(&s)) {
-			return pub, s, nil
-		}
-		if i == 0 {
-			if err := m.census.Refresh(ctx); err != nil {
-				return pub, census.Session{}, unavailable(err)
-			}
-		}
-	}
-	return pub, census.Session{}, notFound
-}
-
-func (m *Manager) publishedFor(ctx context.Context, ref Ref) (fence.Published, bool, error) {
-	if ref.Identity != nil {
-		return m.fence.PublishedFor(ctx, *ref.Identity)
-	}
-	// The fence's in-memory name index: one map read, not every identity row.
-	return m.fence.CachedPublishedByName(ctx, ref.Name)
 }
 
 // waitCensusGone waits (bounded) until the census no longer lists id, so a List

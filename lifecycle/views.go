@@ -43,10 +43,11 @@ type CensusInfo struct {
 	TmuxVersion     string    `json:"tmux_version"`
 }
 
-// ShowResult is `show --json`: the session, its reservation row (if any) and the
-// identity's verdicts, oldest first.
+// ShowResult is `show --json`: the session (null when the identity asked for
+// has no live session), its reservation row (if any) and the identity's
+// verdicts, oldest first (none for a session that is not supervised).
 type ShowResult struct {
-	Session     View               `json:"session"`
+	Session     *View              `json:"session"`
 	Reservation *fence.Reservation `json:"reservation"`
 	Verdicts    []verdict.Record   `json:"verdicts"`
 }
@@ -206,7 +207,9 @@ func publishedView(s *census.Session, p fence.Published) View {
 
 // Show returns one session with its reservation row and verdicts. The fence's
 // part comes through its read cache (fence.CachedIdentityReads), which is as
-// fresh as a direct read: see AppendShowJSON.
+// fresh as a direct read: see AppendShowJSON. Session is nil when ref names an
+// identity whose session is gone: its history is still answered. A session
+// that is not supervised has no reservation and no verdicts.
 func (m *Manager) Show(ctx context.Context, ref Ref) (ShowResult, error) {
 	v, reads, err := m.showParts(ctx, ref)
 	if err != nil {
@@ -219,20 +222,30 @@ func (m *Manager) Show(ctx context.Context, ref Ref) (ShowResult, error) {
 	return out, nil
 }
 
-// showParts resolves ref and reads what Show answers: the session's View and
-// the fence's reads of its identity.
-func (m *Manager) showParts(ctx context.Context, ref Ref) (View, fence.IdentityReads, error) {
-	pub, sess, err := m.resolve(ctx, ref)
+// showParts resolves ref (Resolve) and reads what Show answers: the session's
+// View (nil when there is none) and the fence's reads of its identity (empty
+// for a session without one).
+func (m *Manager) showParts(ctx context.Context, ref Ref) (*View, fence.IdentityReads, error) {
+	t, err := m.Resolve(ctx, ref)
 	if err != nil {
-		return View{}, fence.IdentityReads{}, err
+		return nil, fence.IdentityReads{}, err
 	}
-	v := m.viewOf(&sess, &pub)
-	if staleTags(&sess) {
-		v = publishedView(&sess, pub) // resolve matched it by tmux id in this life
+	var v *View
+	if t.Session != nil {
+		v = new(View)
+		switch {
+		case t.Live && staleTags(t.Session):
+			*v = publishedView(t.Session, *t.Published) // published in it, tags not listed yet
+		default:
+			*v = m.viewOf(t.Session, t.Published) // as `ls` shows it
+		}
 	}
-	reads, err := m.fence.CachedIdentityReads(ctx, pub.Identity, showVerdicts)
+	if t.Identity == nil {
+		return v, fence.IdentityReads{ReservationJSON: []byte("null"), VerdictsJSON: []byte("[]")}, nil
+	}
+	reads, err := m.fence.CachedIdentityReads(ctx, *t.Identity, showVerdicts)
 	if err != nil {
-		return View{}, fence.IdentityReads{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
+		return nil, fence.IdentityReads{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
 	}
 	return v, reads, nil
 }

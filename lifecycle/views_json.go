@@ -94,7 +94,7 @@ func (m *Manager) AppendShowJSON(ctx context.Context, dst []byte, ref Ref) ([]by
 	if err != nil {
 		return dst, err
 	}
-	sess, err := json.Marshal(&v)
+	sess, err := json.Marshal(v) // null when nil
 	if err != nil {
 		return dst, verdict.Errorf(verdict.CodeInternal, nil, "encode session: %w", err)
 	}

@@ -69,7 +69,11 @@ func (s *Service) Show(ctx context.Context, ref api.Ref) (api.ShowResponse, erro
 	if err != nil {
 		return api.ShowResponse{}, err
 	}
-	out := api.ShowResponse{Session: session(res.Session), Verdicts: res.Verdicts}
+	out := api.ShowResponse{Verdicts: res.Verdicts}
+	if res.Session != nil {
+		s := session(*res.Session)
+		out.Session = &s
+	}
 	if res.Reservation != nil {
 		if out.Reservation, err = json.Marshal(res.Reservation); err != nil {
 			return api.ShowResponse{}, verdict.Errorf(verdict.CodeInternal, nil, "encode reservation: %w", err)

@@ -35,6 +35,9 @@ func runAttach(cli *CLI, args []string) int {
 	if err != nil {
 		return cli.fail(o, err)
 	}
+	if res.Session == nil {
+		return cli.fail(o, verdict.Errorf(verdict.CodeNotFound, nil, "the identity has no live session to attach to"))
+	}
 	target := "=" + res.Session.Name
 	if res.Session.ID != "" {
 		target = res.Session.ID

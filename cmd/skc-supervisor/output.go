@@ -50,7 +50,21 @@ func printList(w io.Writer, res api.ListResponse) {
 }
 
 func printShow(w io.Writer, res api.ShowResponse) {
-	s := res.Session
+	if res.Session == nil {
+		fmt.Fprintln(w, "session: none (the identity has no live session; its history follows)")
+	} else {
+		printSession(w, res.Session)
+	}
+	if len(res.Reservation) > 0 && string(res.Reservation) != "null" {
+		fmt.Fprintf(w, "reservation: %s\n", summary(res.Reservation, "reservation_id", "phase", "owner_pid"))
+	}
+	fmt.Fprintf(w, "verdicts (%d):\n", len(res.Verdicts))
+	for _, v := range res.Verdicts {
+		fmt.Fprintf(w, "  %s\n", verdictLine(v))
+	}
+}
+
+func printSession(w io.Writer, s *api.Session) {
 	rows := [][2]string{
 		{"name", printable(s.Name)}, {"id", s.ID}, {"managed", strconv.FormatBool(s.Managed)},
 		{"state_dir", printable(s.StateDir)}, {"session_id", printable(s.SessionID)},
@@ -64,13 +78,6 @@ func printShow(w io.Writer, res api.ShowResponse) {
 		fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])
 	}
 	tw.Flush()
-	if len(res.Reservation) > 0 && string(res.Reservation) != "null" {
-		fmt.Fprintf(w, "reservation: %s\n", summary(res.Reservation, "reservation_id", "phase", "owner_pid"))
-	}
-	fmt.Fprintf(w, "verdicts (%d):\n", len(res.Verdicts))
-	for _, v := range res.Verdicts {
-		fmt.Fprintf(w, "  %s\n", verdictLine(v))
-	}
 }
 
 func verdictLine(v verdict.Record) string {
