@@ -15,10 +15,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"runtime/debug"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -165,13 +168,51 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// parseNoArgs is parseArgs for verbs that take no positional argument: an
+// extra word is a usage error, not silently ignored (`verdicts --since 20 extra`).
+func parseNoArgs(fs *flag.FlagSet, args []string) error {
+	pos, err := parseArgs(fs, args)
+	if err == nil && len(pos) > 0 {
+		err = usageError(fs.Name(), fmt.Errorf("unexpected argument %q", pos[0]))
+	}
+	return err
+}
+
+// badValue matches the flag package's error for a value its flag refused.
+var badValue = regexp.MustCompile(`^invalid value (".*") for flag -([a-z-]+): (.*)$`)
+
+// usageError is a usage error of verbName (exit 2). A flag with a bad value
+// gets a short message naming the flag (details.field), not the whole usage.
 func usageError(verbName string, err error) error {
 	if errors.Is(err, flag.ErrHelp) {
 		return verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "usage"},
 			"usage: skc-supervisor %s", usages[verbName])
 	}
+	if m := badValue.FindStringSubmatch(err.Error()); m != nil {
+		why := m[3]
+		if why == "parse error" {
+			why = "not a valid value"
+		}
+		return verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": strings.ReplaceAll(m[2], "-", "_")},
+			"%s: --%s %s: %s", verbName, m[2], m[1], why)
+	}
 	return verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "usage"},
 		"%s: %v (usage: skc-supervisor %s)", verbName, err, usages[verbName])
+}
+
+// durationFlag is a time.Duration flag whose refusal says what it wants (the
+// flag package's own says only "parse error").
+type durationFlag time.Duration
+
+func (d *durationFlag) String() string { return time.Duration(*d).String() }
+
+func (d *durationFlag) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("want a duration such as 5s, 500ms or 1m30s")
+	}
+	*d = durationFlag(v)
+	return nil
 }
 
 // paths resolves the instance layout from flags and environment.
@@ -211,7 +252,7 @@ func (cli *CLI) printJSON(v any) {
 func runVersion(cli *CLI, args []string) int {
 	var o opts
 	fs := newFlags("version", &o, true)
-	if _, err := parseArgs(fs, args); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return cli.fail(o, err)
 	}
 	if o.json {

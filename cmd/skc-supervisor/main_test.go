@@ -71,6 +71,15 @@ func TestExitCodesWithoutDaemon(t *testing.T) {
 		{[]string{"show", "--json", "a", "b"}, 2, "invalid_request", "usage"},
 		{[]string{"show", "--json", "--state-dir", "/s", "--session-id", "-x"}, 2, "invalid_request", "session_id"},
 		{[]string{"verdicts", "--json", "--since", "-1"}, 2, "invalid_request", "since"},
+		// The command needs "--": without it a flag of ours would run as the
+		// agent's, or the agent's as ours.
+		{[]string{"create", "--json", "--state-dir", "/tmp/x", "--session-id", "z2", "sleep", "100"}, 2, "invalid_request", "argv"},
+		{[]string{"create", "--json", "--state-dir", "/tmp/x", "sleep", "100", "--session-id", "z"}, 2, "invalid_request", "argv"},
+		{[]string{"create", "--json", "--wait", "soon", "--state-dir", "/tmp/x", "--session-id", "a", "--", "true"}, 2, "invalid_request", "wait"},
+		{[]string{"verdicts", "--json", "--since", "20", "extra"}, 2, "invalid_request", "usage"},
+		{[]string{"verdicts", "--json", "--since", "abc"}, 2, "invalid_request", "since"},
+		{[]string{"fence", "--json", "extra"}, 2, "invalid_request", "usage"},
+		{[]string{"version", "--json", "extra"}, 2, "invalid_request", "usage"},
 	}
 	for _, c := range cases {
 		code, stdout, _ := run(t, c.args...)
@@ -80,6 +89,9 @@ func TestExitCodesWithoutDaemon(t *testing.T) {
 		}
 		if c.field != "" && a.Error.Details["field"] != c.field {
 			t.Fatalf("%q: field %v, want %s", c.args, a.Error.Details["field"], c.field)
+		}
+		if c.field == "wait" && strings.Contains(a.Error.Message, "usage") {
+			t.Fatalf("%q: a bad duration is a short message, not the usage: %s", c.args, a.Error.Message)
 		}
 		wantStatus := map[int]string{2: "invalid", 69: "error"}[c.code]
 		if a.Status != wantStatus {

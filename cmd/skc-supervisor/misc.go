@@ -81,7 +81,7 @@ func runHelper(cli *CLI, args []string) int {
 func runDoctor(cli *CLI, args []string) int {
 	var o opts
 	fs := newFlags("doctor", &o, true)
-	if _, err := parseArgs(fs, args); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return cli.fail(o, err)
 	}
 	p, err := cli.paths(o)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -74,10 +73,7 @@ func runServe(cli *CLI, args []string) int {
 	var o opts
 	fs := newFlags("serve", &o, false)
 	wireLog := fs.String("wire-log", "", "append every control-mode line to FILE")
-	if pos, err := parseArgs(fs, args); err != nil || len(pos) > 0 {
-		if err == nil {
-			err = usageError("serve", errors.New("no arguments expected"))
-		}
+	if err := parseNoArgs(fs, args); err != nil {
 		return cli.fail(o, err)
 	}
 	p, err := cli.paths(o)

@@ -2,9 +2,11 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/api"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
@@ -64,18 +66,20 @@ func runCreate(cli *CLI, args []string) int {
 	fs.StringVar(&req.Cwd, "cwd", "", "")
 	fs.StringVar(&req.Label, "label", "", "")
 	fs.Var(env, "env", "")
-	wait := fs.Duration("wait", api.DefaultWait, "")
-	if err := fs.Parse(args); err != nil {
-		return cli.fail(o, usageError("create", err))
+	wait := durationFlag(api.DefaultWait)
+	fs.Var(&wait, "wait", "")
+	argv, err := commandArgs(fs, args)
+	if err != nil {
+		return cli.fail(o, err)
 	}
-	req.Argv = fs.Args()
+	req.Argv = argv
 	if err := env.check(); err != nil {
 		return cli.fail(o, err)
 	}
 	if len(env.m) > 0 {
 		req.Env = env.m
 	}
-	ms := wait.Milliseconds()
+	ms := time.Duration(wait).Milliseconds()
 	req.WaitMS = &ms
 	if err := cli.resolveCreate(&req); err != nil {
 		return cli.fail(o, err)
@@ -99,6 +103,26 @@ func runCreate(cli *CLI, args []string) int {
 	}
 	printCreate(cli.stdout, res)
 	return verdict.ExitOK
+}
+
+// commandArgs parses create's flags and returns the command after "--". The
+// "--" is required: without it a typo'd or misplaced flag would silently become
+// part of the agent's command (`create … sleep 100 --json`), or a flag after
+// the command would be read as ours.
+func commandArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	if err := fs.Parse(args); err != nil {
+		return nil, usageError(fs.Name(), err)
+	}
+	rest := fs.Args()
+	if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+		return rest, nil
+	}
+	if len(rest) == 0 {
+		return nil, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "argv"},
+			"argv: no command: give it after --, as in: skc-supervisor create … -- COMMAND [ARG]...")
+	}
+	return nil, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "argv", "word": rest[0]},
+		"argv: %q: put -- before the command (create … -- COMMAND [ARG]...); every word after -- is the command's", rest[0])
 }
 
 // resolveCreate makes the request's paths absolute against our working
@@ -152,11 +176,7 @@ func refArgs(name string, args []string, withJSON bool) (opts, api.Ref, error) {
 func runList(cli *CLI, args []string) int {
 	var o opts
 	fs := newFlags("ls", &o, true)
-	pos, err := parseArgs(fs, args)
-	if err == nil && len(pos) > 0 {
-		err = usageError("ls", errors.New("no arguments expected"))
-	}
-	if err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return cli.fail(o, err)
 	}
 	return respond(cli, o, func(c *api.Client) (api.ListResponse, error) { return c.List(cli.ctx) },
@@ -193,7 +213,7 @@ func runKill(cli *CLI, args []string) int {
 func runFence(cli *CLI, args []string) int {
 	var o opts
 	fs := newFlags("fence", &o, true)
-	if _, err := parseArgs(fs, args); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return cli.fail(o, err)
 	}
 	return respond(cli, o, func(c *api.Client) (api.FenceResponse, error) { return c.Fence(cli.ctx) },
@@ -205,7 +225,7 @@ func runVerdicts(cli *CLI, args []string) int {
 	fs := newFlags("verdicts", &o, true)
 	since := fs.Int64("since", 0, "")
 	follow := fs.Bool("follow", false, "")
-	if _, err := parseArgs(fs, args); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return cli.fail(o, err)
 	}
 	if *since < 0 {
