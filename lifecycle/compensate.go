@@ -134,6 +134,11 @@ func (m *Manager) failedRecord(a *attempt, cause error, comp string) verdict.Rec
 		Reservation: &verdict.ReservationRef{ID: a.res.ID, Phase: a.res.Phase.String()},
 		Evidence:    map[string]any{"cause": errString(cause), "compensation": comp},
 	}
+	for k, v := range verdict.AsError(cause).Details { // e.g. spawn_failed's reason
+		if _, taken := rec.Evidence[k]; !taken {
+			rec.Evidence[k] = v
+		}
+	}
 	if a.name != "" {
 		rec.Session = &verdict.SessionRef{Name: a.name, ID: a.tmuxID, Generation: a.res.Generation}
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -26,6 +27,11 @@ func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retEr
 			retErr = m.undo(ctx, a, retErr)
 		}
 	}()
+	// A command that cannot start is refused while nothing exists in tmux:
+	// undo only releases the reservation (spawncheck.go).
+	if err := checkCommand(a.req.Spec, os.Getenv("PATH")); err != nil {
+		return res, err
+	}
 	a.name = attemptName(a.digest, a.res.ID)
 	if err := m.advance(ctx, a, fence.PhaseHelperInvoked, fence.Patch{AttemptName: a.name}); err != nil {
 		return res, err

@@ -44,7 +44,10 @@ const (
 	CodeIdentityStateFileMismatch Code = "identity_state_file_mismatch"
 	// CodeFenceLost: the reservation row is no longer ours; no tmux mutation follows.
 	CodeFenceLost Code = "fence_lost"
-	// CodeSpawnFailed: new-session was refused by tmux or failed.
+	// CodeSpawnFailed: the command could not be started: details.reason is
+	// executable_not_found, not_executable or cwd_missing when it was refused
+	// before anything started, absent when tmux refused or failed new-session.
+	// HTTP 422: as a rule the request names something that cannot run.
 	CodeSpawnFailed Code = "spawn_failed"
 	// CodeTagFailed: the @skc-* tags could not be set on the new session.
 	CodeTagFailed Code = "tag_failed"
@@ -121,7 +124,7 @@ var classes = map[Code]Class{
 	CodeIdentityExistingOwner:          {http.StatusConflict, ExitRefused, "existing_owner_preserved", StatusRefused},
 	CodeIdentityStateFileMismatch:      {http.StatusConflict, ExitRefused, "state_file_mismatch", StatusRefused},
 	CodeFenceLost:                      {http.StatusConflict, ExitFailed, "reservation_lost", StatusError},
-	CodeSpawnFailed:                    {http.StatusInternalServerError, ExitFailed, "new_session_failed", StatusError},
+	CodeSpawnFailed:                    {http.StatusUnprocessableEntity, ExitFailed, "new_session_failed", StatusError},
 	CodeTagFailed:                      {http.StatusInternalServerError, ExitFailed, "tagging_failed", StatusError},
 	CodeTmuxUnavailable:                {http.StatusServiceUnavailable, ExitFailed, "tmux_unreachable", StatusError},
 	CodeFenceUnavailable:               {http.StatusServiceUnavailable, ExitFailed, "fence_unreachable", StatusError},

@@ -1,0 +1,94 @@
+package lifecycle
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+func TestCheckCommand(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	must(t, os.Mkdir(bin, 0o700))
+	must(t, os.WriteFile(filepath.Join(bin, "tool"), []byte("#!/bin/sh\n"), 0o700))
+	must(t, os.WriteFile(filepath.Join(bin, "plain"), []byte("text"), 0o600))
+	must(t, os.WriteFile(filepath.Join(dir, "file"), nil, 0o600))
+	cases := []struct {
+		name   string
+		spec   fence.Spec
+		path   string
+		reason string // "" = may start
+	}{
+		{"on the daemon's PATH", fence.Spec{Argv: []string{"tool"}, Cwd: dir}, bin, ""},
+		{"not on PATH", fence.Spec{Argv: []string{"tool"}, Cwd: dir}, "/nonexistent", SpawnExecutableNotFound},
+		{"the request's PATH wins", fence.Spec{Argv: []string{"tool"}, Cwd: dir, Env: []string{"PATH=" + bin}}, "/nonexistent", ""},
+		{"the request's PATH lacks it", fence.Spec{Argv: []string{"tool"}, Cwd: dir, Env: []string{"PATH=/nonexistent"}}, bin, SpawnExecutableNotFound},
+		{"absolute", fence.Spec{Argv: []string{filepath.Join(bin, "tool")}, Cwd: dir}, "", ""},
+		{"absolute missing", fence.Spec{Argv: []string{"/no/such/binary"}, Cwd: dir}, "", SpawnExecutableNotFound},
+		{"relative to cwd", fence.Spec{Argv: []string{"./bin/tool"}, Cwd: dir}, "", ""},
+		{"relative missing", fence.Spec{Argv: []string{"./tool"}, Cwd: dir}, "", SpawnExecutableNotFound},
+		{"no execute bit", fence.Spec{Argv: []string{"plain"}, Cwd: dir}, bin, SpawnNotExecutable},
+		{"a directory", fence.Spec{Argv: []string{bin}, Cwd: dir}, "", SpawnNotExecutable},
+		{"through a file", fence.Spec{Argv: []string{filepath.Join(dir, "file", "x")}, Cwd: dir}, "", SpawnExecutableNotFound},
+		{"cwd missing", fence.Spec{Argv: []string{"tool"}, Cwd: filepath.Join(dir, "gone")}, bin, SpawnCwdMissing},
+		{"cwd a file", fence.Spec{Argv: []string{"tool"}, Cwd: filepath.Join(dir, "file")}, bin, SpawnCwdMissing},
+	}
+	for _, c := range cases {
+		err := checkCommand(c.spec, c.path)
+		got := ""
+		if err != nil {
+			e := verdict.AsError(err)
+			if e.Code != verdict.CodeSpawnFailed {
+				t.Fatalf("%s: code %s", c.name, e.Code)
+			}
+			got, _ = e.Details["reason"].(string)
+		}
+		if got != c.reason {
+			t.Errorf("%s: reason %q (%v), want %q", c.name, got, err, c.reason)
+		}
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCreateRefusesCommandThatCannotStart: spawn_failed before publication,
+// nothing in tmux, the reservation released, and the verdict in the identity's
+// history (show by identity answers it with no session).
+func TestCreateRefusesCommandThatCannotStart(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	for _, c := range []struct{ argv, cwd, reason string }{
+		{"/no/such/binary", "", SpawnExecutableNotFound},
+		{"", filepath.Join(e.home, "nonexistent"), SpawnCwdMissing},
+	} {
+		id, spec := e.identity("cannot-" + c.reason)
+		if c.argv != "" {
+			spec.Argv = []string{c.argv}
+		}
+		if c.cwd != "" {
+			spec.Cwd = c.cwd
+		}
+		_, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+		ve := verdict.AsError(err)
+		if ve.Code != verdict.CodeSpawnFailed || ve.Details["reason"] != c.reason {
+			t.Fatalf("%s: %v %v", c.reason, err, ve.Details)
+		}
+		if s := e.sessions(id.Digest()); len(s) != 0 {
+			t.Fatalf("%s: sessions left in tmux: %v", c.reason, s)
+		}
+		sh, err := e.m.Show(context.Background(), Ref{Identity: &id})
+		if err != nil || sh.Session != nil || sh.Reservation != nil || len(sh.Verdicts) != 1 ||
+			sh.Verdicts[0].Code != verdict.CodeSpawnFailed || sh.Verdicts[0].Evidence["reason"] != c.reason {
+			t.Fatalf("%s: show by identity %+v %v", c.reason, sh, err)
+		}
+	}
+}
