@@ -91,7 +91,7 @@ func TestEveryConstantIsListed(t *testing.T) {
 
 func TestClassifyTable(t *testing.T) {
 	httpByStatus := map[string][]int{
-		StatusInvalid: {400, 413}, StatusRefused: {409}, StatusError: {403, 404, 409, 500, 503, 504},
+		StatusInvalid: {400, 413}, StatusRefused: {409}, StatusError: {403, 404, 409, 422, 500, 503, 504},
 	}
 	reasons := map[string]Code{}
 	for _, c := range Codes {
