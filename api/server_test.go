@@ -117,7 +117,7 @@ func TestCreateRefusedAndFailed(t *testing.T) {
 		{verdict.CodeIdentityFenceContended, 409, "refused"},
 		{verdict.CodeTmuxUnavailable, 503, "error"},
 		{verdict.CodeFenceUnavailable, 503, "error"},
-		{verdict.CodeSpawnFailed, 500, "error"},
+		{verdict.CodeSpawnFailed, 422, "error"},
 	}
 	for _, c := range cases {
 		h.fake.err = verdict.Errorf(c.code, map[string]any{"owner_pid": 42}, "because")
