@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"syscall"
 
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
@@ -100,6 +101,12 @@ func isDial(err error) bool {
 }
 
 func (c *Client) unreachable(err error) error {
+	if errors.Is(err, syscall.EACCES) {
+		// The socket (or its directory) does not let this user in: starting
+		// serve would not help, so not 69 but 77, as a refused peer gets.
+		return verdict.Errorf(verdict.CodePermissionDenied, map[string]any{"socket": c.socket},
+			"cannot connect to %s: permission denied (the socket and its directory are private to the user that runs serve): %w", c.socket, err)
+	}
 	return verdict.Errorf(verdict.CodeDaemonUnreachable, map[string]any{"socket": c.socket},
 		"the daemon is not reachable on %s (is `skc-supervisor serve` running?): %w", c.socket, err)
 }

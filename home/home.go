@@ -155,20 +155,28 @@ func (p Paths) APISocket() string { return filepath.Join(p.RuntimeDir, APISocket
 // TmuxSocket is the path of the supervised tmux server's socket.
 func (p Paths) TmuxSocket() string { return filepath.Join(p.RuntimeDir, TmuxSocket) }
 
-// Prepare creates the home and runtime directories (0700) when missing,
-// refuses unsafe existing ones, and checks that both socket paths fit in a
-// sockaddr_un. It is what `serve` runs before anything else.
+// Prepare checks that both socket paths fit in a sockaddr_un (before creating
+// anything, so a refused layout leaves no directories behind), creates the home
+// and runtime directories (0700) when missing, refuses unsafe existing ones, and
+// tightens existing ones to 0700 and the home's state files to 0600 (tighten).
+// It is what `serve` runs before anything else.
 func (p Paths) Prepare() error {
+	if err := CheckSocketPath(p.APISocket()); err != nil {
+		return err
+	}
+	if err := CheckSocketPath(p.TmuxSocket()); err != nil {
+		return err
+	}
 	if err := EnsureDir(p.Home, "home"); err != nil {
 		return err
 	}
 	if err := EnsureDir(p.RuntimeDir, "runtime_dir"); err != nil {
 		return err
 	}
-	if err := CheckSocketPath(p.APISocket()); err != nil {
+	if err := tighten(p.Home, "home", stateFiles); err != nil {
 		return err
 	}
-	return CheckSocketPath(p.TmuxSocket())
+	return tighten(p.RuntimeDir, "runtime_dir", nil)
 }
 
 // CheckSocketPath refuses a socket path the kernel cannot bind, naming the path

@@ -158,6 +158,9 @@ func TestSocketPathTooLong(t *testing.T) {
 		!strings.Contains(e.Message, strconv.Itoa(len(sock))) {
 		t.Fatalf("want an error naming %s and its length, got %v", sock, err)
 	}
+	if _, err := os.Lstat(long); err == nil {
+		t.Fatalf("a refused layout left %s behind", long)
+	}
 	if err := CheckSocketPath("/" + strings.Repeat("a", 106)); err != nil {
 		t.Fatalf("107 bytes must fit: %v", err)
 	}
@@ -224,5 +227,50 @@ func TestLockHeldByAnotherProcess(t *testing.T) {
 	e := verdict.AsError(err)
 	if e == nil || e.Code != verdict.CodeBusy || e.Details["holder_pid"] != holder || holder == 0 {
 		t.Fatalf("want busy naming %d, got %v", holder, err)
+	}
+}
+
+// TestPrepareTightensExistingHome: a home made by hand (0755, a 0644 fence
+// holding agents' env) is tightened to 0700/0600; a state file that is a
+// symlink or has a second hard link is refused with details.reason.
+func TestPrepareTightensExistingHome(t *testing.T) {
+	d := tempDir(t)
+	h := filepath.Join(d, "h")
+	os.Mkdir(h, 0o700)
+	os.Chmod(h, 0o755)
+	for _, f := range []string{FenceFile, FenceFile + "-wal", VerdictsFile} {
+		os.WriteFile(filepath.Join(h, f), []byte("x"), 0o644)
+	}
+	p := Paths{Home: h, RuntimeDir: h}
+	if err := p.Prepare(); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(h); fi.Mode().Perm() != 0o700 {
+		t.Fatalf("home %v", fi.Mode())
+	}
+	for _, f := range []string{FenceFile, FenceFile + "-wal", VerdictsFile} {
+		if fi, _ := os.Stat(filepath.Join(h, f)); fi.Mode().Perm() != 0o600 {
+			t.Fatalf("%s %v", f, fi.Mode())
+		}
+	}
+
+	other := filepath.Join(d, "elsewhere.sqlite")
+	os.Rename(filepath.Join(h, FenceFile), other)
+	os.Symlink(other, filepath.Join(h, FenceFile))
+	wantReason(t, p.Prepare(), "symlink")
+
+	os.Remove(filepath.Join(h, FenceFile))
+	os.Link(other, filepath.Join(h, FenceFile))
+	wantReason(t, p.Prepare(), "hard_links")
+	if fi, _ := os.Stat(other); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the refused file was changed: %v", fi.Mode())
+	}
+}
+
+func wantReason(t *testing.T, err error, reason string) {
+	t.Helper()
+	wantField(t, err, "home")
+	if e := verdict.AsError(err); e.Details["reason"] != reason || !strings.Contains(e.Message, FenceFile) {
+		t.Fatalf("want reason %s naming the file, got %v %v", reason, err, e.Details)
 	}
 }
