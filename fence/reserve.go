@@ -81,7 +81,7 @@ func (s *Store) reserveOver(ctx context.Context, q queryer, row Reservation, spe
 	if err != nil {
 		return ReserveResult{}, err
 	}
-	return ReserveResult{Outcome: Reserved, Reservation: r}, nil
+	return ReserveResult{Outcome: Reserved, Reservation: r, Displaced: &row}, nil
 }
 
 // displaceable returns nil when row's owner is proven dead or the row is our

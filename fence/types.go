@@ -244,6 +244,10 @@ type ReserveResult struct {
 	Reservation Reservation // Reserved
 	Published   Published   // MaybeExisting
 	Abandoned   Reservation // NeedsRecovery
+	// Displaced is the dead owner's row that a Reserved outcome replaced in
+	// place (phase reserved: no child could exist); nil when there was none.
+	// The caller writes its reclaimed verdict: no reclaim goes unrecorded.
+	Displaced *Reservation
 }
 
 // Authority mirrors census.Authority: what a live inspection found for an

@@ -169,6 +169,7 @@ func (m *Manager) admit(ctx context.Context, req CreateRequest, start time.Time)
 		round++
 		switch rr.Outcome {
 		case fence.Reserved:
+			m.reclaimedInPlace(ctx, rr)
 			m.fault.hit(FaultReserved)
 			return rr.Reservation, nil, nil
 		case fence.MaybeExisting:

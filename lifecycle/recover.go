@@ -41,6 +41,20 @@ func (m *Manager) recoverRow(ctx context.Context, ab fence.Reservation, spec fen
 	return nil, err
 }
 
+// reclaimedInPlace writes the reclaimed verdict of a dead owner's row that
+// Reserve replaced in place (it had not reached helper_invoked, so no child
+// could exist and nothing was inspected): the displaced reservation id and its
+// owner, and the new reservation's id.
+func (m *Manager) reclaimedInPlace(ctx context.Context, rr fence.ReserveResult) {
+	if rr.Displaced == nil {
+		return
+	}
+	r := rr.Reservation
+	m.emit(ctx, recoveryRecord(fence.RecoverResult{Branch: fence.BranchReclaimed, Abandoned: *rr.Displaced,
+		Reservation: &r}, nil))
+	m.met.recovered(fence.BranchReclaimed.String())
+}
+
 func recoveryRecord(res fence.RecoverResult, err error) verdict.Record {
 	ab := res.Abandoned
 	rec := verdict.Record{

@@ -2,8 +2,11 @@ package lifecycle
 
 import (
 	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
@@ -64,5 +67,40 @@ func TestResolveNames(t *testing.T) {
 	}
 	if _, err := e.m.Kill(ctx, Ref{Identity: &id}); verdict.CodeOf(err) != verdict.CodeNotFound {
 		t.Fatalf("kill of an ended identity: %v", err)
+	}
+}
+
+// TestReclaimInPlaceIsRecorded: a create that meets a dead owner's row at
+// phase reserved (no child could exist; Reserve replaces it in place) writes a
+// reclaimed verdict naming the displaced reservation before its published one.
+func TestReclaimInPlaceIsRecorded(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, spec := e.identity("reclaim")
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	inc, err := fence.Incarnation(os.Getpid()) // this boot's, for a pid that is gone: dead
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, err := fence.Open(filepath.Join(e.home, "fence.sqlite"), fence.Options{
+		Self: func() (int, string, error) { return gone.Process.Pid, inc, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rr, err := dead.Reserve(context.Background(), id, spec)
+	dead.Close()
+	if err != nil || rr.Outcome != fence.Reserved {
+		t.Fatalf("planting a dead owner's row: %+v %v", rr, err)
+	}
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	if err != nil || res.Status != "published" {
+		t.Fatalf("create over a dead owner's row: %+v %v", res, err)
+	}
+	vs := e.verdicts(id)
+	if len(vs) != 2 || vs[0].Verdict != verdict.VerdictReclaimed || vs[0].Reservation == nil ||
+		vs[0].Reservation.ID != rr.Reservation.ID || vs[1].Verdict != verdict.VerdictPublished {
+		t.Fatalf("verdicts %+v", vs)
 	}
 }
