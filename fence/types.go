@@ -179,12 +179,19 @@ type publishedAlias Published
 type publishedJSON struct {
 	StateDir  string `json:"state_dir"`
 	SessionID string `json:"session_id"`
+	// EndedAt shadows the alias's: null while the generation has not ended,
+	// rather than Go's zero time (0001-01-01), which reads like a date.
+	EndedAt *time.Time `json:"ended_at"`
 	publishedAlias
 }
 
 // MarshalJSON encodes the identity object of `fence --json`.
 func (p Published) MarshalJSON() ([]byte, error) {
-	return json.Marshal(publishedJSON{p.Identity.StateDir, p.Identity.SessionID, publishedAlias(p)})
+	j := publishedJSON{StateDir: p.Identity.StateDir, SessionID: p.Identity.SessionID, publishedAlias: publishedAlias(p)}
+	if !p.EndedAt.IsZero() {
+		j.EndedAt = &p.EndedAt
+	}
+	return json.Marshal(j)
 }
 
 // UnmarshalJSON decodes the identity object of `fence --json`.
@@ -195,6 +202,9 @@ func (p *Published) UnmarshalJSON(b []byte) error {
 	}
 	*p = Published(j.publishedAlias)
 	p.Identity = Identity{StateDir: j.StateDir, SessionID: j.SessionID}
+	if j.EndedAt != nil {
+		p.EndedAt = *j.EndedAt
+	}
 	return nil
 }
 

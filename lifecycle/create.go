@@ -280,9 +280,14 @@ func (m *Manager) maybeExisting(ctx context.Context, req CreateRequest, pub fenc
 		return nil, true, nil
 	}
 	// Another session wears the identity's tags but not the published generation:
-	// something outside the saga tampered with tmux. Fail closed.
+	// something outside the saga tampered with tmux. Fail closed — and say the
+	// way out, which only a person can decide: kill resolves the session by
+	// its $id and ends the generation.
+	hint := "skc-supervisor kill '" + pub.TmuxID + "'"
 	rerr := verdict.Errorf(verdict.CodeIdentityOrphanUnresolved,
-		map[string]any{"tmux_id": pub.TmuxID}, "published session is not authoritative")
+		map[string]any{"tmux_id": pub.TmuxID, "session_name": pub.SessionName, "generation": pub.Generation, "hint": hint},
+		"the published session %s carries this identity's tags but not its generation %d (were its @skc-* options edited by hand?); it is left alone: end it with `%s`, then create again",
+		pub.TmuxID, pub.Generation, hint)
 	_, out, rerr2 := m.refuse(ctx, req, rerr, start)
 	return out, false, rerr2
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,5 +103,30 @@ func TestReclaimInPlaceIsRecorded(t *testing.T) {
 	if len(vs) != 2 || vs[0].Verdict != verdict.VerdictReclaimed || vs[0].Reservation == nil ||
 		vs[0].Reservation.ID != rr.Reservation.ID || vs[1].Verdict != verdict.VerdictPublished {
 		t.Fatalf("verdicts %+v", vs)
+	}
+}
+
+// TestHandEditedGenerationSaysTheWayOut: a hand-edited @skc-generation makes a
+// create answer identity_orphan_unresolved with the kill that clears it; that
+// kill works and the next create publishes.
+func TestHandEditedGenerationSaysTheWayOut(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, res := e.create(t, "edited")
+	if out, err := exec.Command("tmux", "-S", e.socket, "set-option", "-t", res.Session.ID, TagGeneration, "99").CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	_, spec := e.identity("edited")
+	_, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	ve := verdict.AsError(err)
+	hint, _ := ve.Details["hint"].(string)
+	if ve.Code != verdict.CodeIdentityOrphanUnresolved || hint != "skc-supervisor kill '"+res.Session.ID+"'" ||
+		!strings.Contains(ve.Message, hint) {
+		t.Fatalf("create over an edited generation: %v %v", err, ve.Details)
+	}
+	if _, err := e.m.Kill(context.Background(), Ref{Name: res.Session.ID}); err != nil {
+		t.Fatalf("the hinted kill: %v", err)
+	}
+	if _, again := e.create(t, "edited"); again.Status != "published" {
+		t.Fatalf("create after the kill: %+v", again)
 	}
 }
