@@ -18,7 +18,7 @@ APT_GET   := DEBIAN_FRONTEND=noninteractive apt-get
 all: build
 
 build:
-	$(GO) build -trimpath -o $(BIN) ./cmd/skc-supervisor
+	$(GO) build -trimpath -buildvcs=auto -o $(BIN) ./cmd/skc-supervisor
 
 # tmux is the one runtime dependency. Install it when it is missing, and say so.
 tmux:

@@ -16,7 +16,6 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
-	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
@@ -31,8 +30,8 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
-// version is set at build time with -ldflags "-X main.version=…"; otherwise
-// the module version from the build info, else "dev".
+// version is set at build time with -ldflags "-X main.version=…" by packagers;
+// otherwise the build info says it (buildVersion).
 var version = ""
 
 // verb is one CLI verb: run gets the arguments after the verb name.
@@ -247,30 +246,6 @@ func (cli *CLI) printJSON(v any) {
 		b, _ = json.Marshal(api.NewErrorBody(err))
 	}
 	cli.stdout.Write(append(b, '\n'))
-}
-
-func runVersion(cli *CLI, args []string) int {
-	var o opts
-	fs := newFlags("version", &o, true)
-	if err := parseNoArgs(fs, args); err != nil {
-		return cli.fail(o, err)
-	}
-	if o.json {
-		cli.printJSON(map[string]string{"version": versionString()})
-		return verdict.ExitOK
-	}
-	fmt.Fprintf(cli.stdout, "skc-supervisor %s\n", versionString())
-	return verdict.ExitOK
-}
-
-func versionString() string {
-	if version != "" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
 }
 
 // printable renders s for a terminal: as it is when it is valid UTF-8 and

@@ -88,8 +88,8 @@ func runServe(cli *CLI, args []string) int {
 		return cli.fail(o, err)
 	}
 	defer lock.Release()
-	d := &daemon{paths: p, fatal: make(chan error, 4), reg: metrics.NewRegistry(),
-		log: zerolog.New(cli.stderr).With().Timestamp().Int("pid", os.Getpid()).Logger()}
+	logger, forPeople := serveLogger(cli.stderr)
+	d := &daemon{paths: p, fatal: make(chan error, 4), reg: metrics.NewRegistry(), log: logger}
 	d.notify = sdnotify.FromEnv()
 	sdnotify.UnsetEnv() // the tmux server and the agents must not inherit it
 	if err := d.start(cli.ctx, *wireLog); err != nil {
@@ -100,6 +100,9 @@ func runServe(cli *CLI, args []string) int {
 		}
 		d.log.Error().Err(err).Msg("start failed")
 		return cli.fail(o, err)
+	}
+	if forPeople {
+		tryIt(cli.stderr, p, o.o)
 	}
 	return d.wait(cli.ctx, hup)
 }

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+
+	"github.com/skc-supervisor/skc-supervisor/home"
+)
+
+// VersionInfo is `version --json` (docs/contract.md, "Small corrections").
+type VersionInfo struct {
+	Version  string `json:"version"`  // module version, or "(devel)" for a build from a checkout
+	Revision string `json:"revision"` // VCS revision the binary was built from ("" when unknown)
+	Modified bool   `json:"modified"` // the tree had uncommitted changes
+	Go       string `json:"go"`
+	Tmux     string `json:"tmux,omitempty"` // `tmux -V` of the tmux the CLI would use, when it runs
+}
+
+// buildVersion reads the version the Go toolchain stamped into the binary:
+// the module version for `go install …@v0.2.0`, the VCS revision and dirty
+// flag for a build from a checkout (`make build` keeps -buildvcs on).
+// -ldflags "-X main.version=…" wins over both, for packagers.
+func buildVersion() VersionInfo {
+	v := VersionInfo{Version: "(devel)", Go: runtime.Version()}
+	bi, ok := debug.ReadBuildInfo()
+	if ok {
+		if bi.Main.Version != "" {
+			v.Version = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				v.Revision = s.Value
+			case "vcs.modified":
+				v.Modified = s.Value == "true"
+			}
+		}
+	}
+	if version != "" {
+		v.Version = version
+	}
+	return v
+}
+
+// String is the one-line form: `v0.2.0`, or `(devel) 3f2a9c1e04b7+dirty` for a
+// build from a checkout.
+func (v VersionInfo) String() string {
+	if v.Version != "(devel)" || v.Revision == "" {
+		return v.Version
+	}
+	s := v.Version + " " + v.Revision[:min(12, len(v.Revision))]
+	if v.Modified {
+		s += "+dirty"
+	}
+	return s
+}
+
+// versionString is what `version` prints after the program name, and what
+// GET /v1/info reports.
+func versionString() string { return buildVersion().String() }
+
+// tmuxVersion runs `<tmux> -V` with a bound; "" when it does not answer.
+func tmuxVersion(tmux string) string {
+	path, err := exec.LookPath(tmux)
+	if err != nil {
+		return ""
+	}
+	cmd := exec.Command(path, "-V")
+	cmd.WaitDelay = time.Second
+	done := make(chan struct{})
+	timer := time.AfterFunc(5*time.Second, func() {
+		select {
+		case <-done:
+		default:
+			_ = cmd.Process.Kill()
+		}
+	})
+	defer timer.Stop()
+	out, err := cmd.Output()
+	close(done)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func runVersion(cli *CLI, args []string) int {
+	var o opts
+	fs := newFlags("version", &o, true)
+	if err := parseNoArgs(fs, args); err != nil {
+		return cli.fail(o, err)
+	}
+	v := buildVersion()
+	if p, err := cli.paths(o); err == nil {
+		v.Tmux = tmuxVersion(p.Tmux)
+	}
+	if o.json {
+		cli.printJSON(v)
+		return 0
+	}
+	fmt.Fprintf(cli.stdout, "skc-supervisor %s\n", v)
+	fmt.Fprintf(cli.stdout, "built with %s", v.Go)
+	if v.Tmux != "" {
+		fmt.Fprintf(cli.stdout, "; %s", v.Tmux)
+	}
+	fmt.Fprintln(cli.stdout)
+	return 0
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// serveLogger is serve's logger: JSON lines (every level) for log shippers
+// and journald, the default whenever stderr is not a terminal; zerolog's
+// console writer at info and above for a person running serve by hand.
+func serveLogger(w io.Writer) (zerolog.Logger, bool) {
+	if !isTerminal(w) {
+		return zerolog.New(w).With().Timestamp().Int("pid", os.Getpid()).Logger(), false
+	}
+	cw := zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05", NoColor: os.Getenv("NO_COLOR") != ""}
+	return zerolog.New(cw).Level(zerolog.InfoLevel).With().Timestamp().Logger(), true
+}
+
+// tryIt is what serve tells a person once it is ready: where it listens and
+// the commands to try, with the flags this serve was given so that they reach
+// this daemon.
+func tryIt(w io.Writer, p home.Paths, o home.Overrides) {
+	var flags string
+	if o.Home != "" {
+		flags += " --home " + shellQuote(p.Home)
+	}
+	if o.RuntimeDir != "" {
+		flags += " --runtime-dir " + shellQuote(p.RuntimeDir)
+	}
+	fmt.Fprintf(w, "\nskc-supervisor is ready: API on %s, supervised tmux on %s\n", p.APISocket(), p.TmuxSocket())
+	fmt.Fprintf(w, "try, in another terminal:\n")
+	fmt.Fprintf(w, "  skc-supervisor create%s --state-dir /tmp/skc-try --session-id hello -- sh -c 'echo hello; exec sleep 600'\n", flags)
+	fmt.Fprintf(w, "  skc-supervisor ls%s\n", flags)
+	fmt.Fprintf(w, "  skc-supervisor attach%s --state-dir /tmp/skc-try --session-id hello    (detach: C-b d)\n", flags)
+	fmt.Fprintf(w, "stop with Ctrl-C: the sessions keep running.\n\n")
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+=:,@%") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
