@@ -136,7 +136,7 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("%d %q", code, stdout)
 	}
 	code, stdout, _ = run(t, "version", "--json")
-	var v map[string]string
+	var v map[string]any
 	if code != 0 || json.Unmarshal([]byte(stdout), &v) != nil || v["version"] == "" {
 		t.Fatalf("%d %q", code, stdout)
 	}

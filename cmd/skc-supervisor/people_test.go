@@ -1,0 +1,50 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/skc-supervisor/skc-supervisor/home"
+)
+
+func TestVersionString(t *testing.T) {
+	for _, c := range []struct {
+		v    VersionInfo
+		want string
+	}{
+		{VersionInfo{Version: "v0.2.0"}, "v0.2.0"},
+		{VersionInfo{Version: "(devel)", Revision: "3f2a9c1e04b7aa55", Modified: true}, "(devel) 3f2a9c1e04b7+dirty"},
+		{VersionInfo{Version: "(devel)", Revision: "3f2a9c1e04b7aa55"}, "(devel) 3f2a9c1e04b7"},
+		{VersionInfo{Version: "(devel)"}, "(devel)"},
+	} {
+		if got := c.v.String(); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.v, got, c.want)
+		}
+	}
+}
+
+func TestVersionJSON(t *testing.T) {
+	code, stdout, _ := run(t, "version", "--json", "--tmux", "/nonexistent/tmux")
+	var m map[string]any
+	if code != 0 || json.Unmarshal([]byte(stdout), &m) != nil {
+		t.Fatalf("exit %d %s", code, stdout)
+	}
+	for _, k := range []string{"version", "revision", "modified", "go"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("version --json lacks %q: %s", k, stdout)
+		}
+	}
+	if _, ok := m["tmux"]; ok {
+		t.Errorf("a tmux that does not run has no version: %s", stdout)
+	}
+}
+
+func TestTryItQuotes(t *testing.T) {
+	var b bytes.Buffer
+	tryIt(&b, home.Paths{Home: "/h/it's", RuntimeDir: "/r"}, home.Overrides{Home: "x"})
+	if !strings.Contains(b.String(), `--home '/h/it'\''s'`) || !strings.Contains(b.String(), "-- sh -c 'echo hello; exec sleep 600'") {
+		t.Fatalf("%s", b.String())
+	}
+}
