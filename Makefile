@@ -40,8 +40,15 @@ test-deps: tmux
 		$(APT_GET) update -qq && $(APT_GET) install -y -qq --no-install-recommends $$need; \
 	fi
 
+# On a terminal, serve runs as a job of its own (bash -m gives it the terminal's
+# foreground): Ctrl-C then reaches serve alone, which stops cleanly with status
+# 0, and make ends with that status instead of dying of the SIGINT itself.
 run: tmux build
-	./$(BIN) serve
+	@if [ -t 0 ] && command -v bash >/dev/null 2>&1; then \
+		bash -mc './$(BIN) serve; exit $$?'; \
+	else \
+		./$(BIN) serve; \
+	fi
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

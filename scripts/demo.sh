@@ -29,8 +29,21 @@ daemon_pid=
 
 if [ -t 1 ]; then bold=$'\033[1m' plain=$'\033[0m'; else bold='' plain=''; fi
 step() { printf '\n%s== %s%s\n' "$bold" "$*" "$plain"; }
-# show prints a command (the binary by its base name) and runs it.
-show() { printf '$ %s\n' "${1##*/} ${*:2}"; "$@"; }
+# quote prints its arguments as a shell would need them typed: a word with
+# anything but safe characters in single quotes.
+quote() {
+	local out='' w
+	for w in "$@"; do
+		case $w in
+		'' | *[!A-Za-z0-9_./=:,@%+-]*) w="'${w//\'/\'\\\'\'}'" ;;
+		esac
+		out+="${out:+ }$w"
+	done
+	printf '%s' "$out"
+}
+# show prints a command (the binary by its base name), quoted as it would be
+# typed, and runs it.
+show() { printf '$ %s\n' "$(quote "${1##*/}" "${@:2}")"; "$@"; }
 
 # server_pid prints the demo tmux server's pid, or nothing when it is not running.
 server_pid() { "$tmux_bin" -S "$sock" display -p '#{pid}' 2>/dev/null || true; }
@@ -79,8 +92,9 @@ echo "ready: 'skc-supervisor ls' answers"
 step "create three agent sessions (one per identity)"
 names=()
 for n in 1 2 3; do
-	printf '$ %s\n' "skc-supervisor create --state-dir $state --session-id demo-$n -- sh -c 'echo hello from $n; exec sleep 600'"
-	out=$("$bin" create --json --state-dir "$state" --session-id "demo-$n" -- sh -c "echo hello from $n; exec sleep 600")
+	argv=(create --json --state-dir "$state" --session-id "demo-$n" -- sh -c "echo hello from $n; exec sleep 600")
+	printf '$ %s\n' "$(quote skc-supervisor "${argv[@]}")"
+	out=$("$bin" "${argv[@]}")
 	name=$(printf '%s\n' "$out" | session_name)
 	[ -n "$name" ] || { echo "demo: no session name in: $out" >&2; exit 1; }
 	echo "  → $name"
@@ -101,12 +115,6 @@ for _ in $(seq 50); do
 	sleep 0.1
 done
 printf '%s\n' "$screen"
-cat <<EOT
-
-Attach from another terminal while the demo runs (detach again with C-b d):
-  $bin attach ${names[0]}
-  $tmux_bin -S $sock attach -t '=${names[0]}'
-EOT
 
 step "kill one"
 show "$bin" kill "${names[1]}"
@@ -114,6 +122,18 @@ show "$bin" kill "${names[1]}"
 step "the verdicts so far (also in $SKC_HOME/verdicts.jsonl)"
 show "$bin" verdicts
 
+if [ -t 0 ] && [ -t 1 ]; then
+	# Something to look at: the daemon and two sessions run until Enter.
+	cat <<EOT
+
+The demo daemon and two sessions are running. From another terminal, attach to one
+(detach again with C-b d):
+  $(quote env SKC_HOME="$SKC_HOME" "$bin" attach "${names[0]}")
+or list them:
+  $(quote env SKC_HOME="$SKC_HOME" "$bin" ls)
+EOT
+	read -r -p "Press Enter to stop the daemon and clean up. " _ || true
+fi
 step "stop the daemon (SIGTERM): the sessions keep running"
 kill -TERM "$daemon_pid"
 status=0

@@ -138,21 +138,25 @@ func serveLogger(w io.Writer) (zerolog.Logger, bool) {
 }
 
 // tryIt is what serve tells a person once it is ready: where it listens and
-// the commands to try, with the flags this serve was given so that they reach
-// this daemon.
-func tryIt(w io.Writer, p home.Paths, o home.Overrides) {
-	var flags string
-	if o.Home != "" {
-		flags += " --home " + shellQuote(p.Home)
+// the commands to try — as prog was invoked (./bin/skc-supervisor when not
+// installed), with --home and --runtime-dir when this serve got them from a
+// flag or the environment, so that they reach this daemon from a new terminal.
+func tryIt(w io.Writer, prog string, p home.Paths, homeGiven, runtimeGiven bool) {
+	cmd := "skc-supervisor"
+	if strings.Contains(prog, "/") {
+		cmd = shellQuote(prog)
 	}
-	if o.RuntimeDir != "" {
-		flags += " --runtime-dir " + shellQuote(p.RuntimeDir)
+	if homeGiven {
+		cmd += " --home " + shellQuote(p.Home)
+	}
+	if runtimeGiven && p.RuntimeDir != p.Home {
+		cmd += " --runtime-dir " + shellQuote(p.RuntimeDir)
 	}
 	fmt.Fprintf(w, "\nskc-supervisor is ready: API on %s, supervised tmux on %s\n", p.APISocket(), p.TmuxSocket())
 	fmt.Fprintf(w, "try, in another terminal:\n")
-	fmt.Fprintf(w, "  skc-supervisor create%s --state-dir /tmp/skc-try --session-id hello -- sh -c 'echo hello; exec sleep 600'\n", flags)
-	fmt.Fprintf(w, "  skc-supervisor ls%s\n", flags)
-	fmt.Fprintf(w, "  skc-supervisor attach%s --state-dir /tmp/skc-try --session-id hello    (detach: C-b d)\n", flags)
+	fmt.Fprintf(w, "  %s create --state-dir /tmp/skc-try --session-id hello -- sh -c 'echo hello; exec sleep 600'\n", cmd)
+	fmt.Fprintf(w, "  %s ls\n", cmd)
+	fmt.Fprintf(w, "  %s attach --state-dir /tmp/skc-try --session-id hello    (detach: C-b d)\n", cmd)
 	fmt.Fprintf(w, "stop with Ctrl-C: the sessions keep running.\n\n")
 }
 

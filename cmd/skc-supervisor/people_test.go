@@ -43,8 +43,8 @@ func TestVersionJSON(t *testing.T) {
 
 func TestTryItQuotes(t *testing.T) {
 	var b bytes.Buffer
-	tryIt(&b, home.Paths{Home: "/h/it's", RuntimeDir: "/r"}, home.Overrides{Home: "x"})
-	if !strings.Contains(b.String(), `--home '/h/it'\''s'`) || !strings.Contains(b.String(), "-- sh -c 'echo hello; exec sleep 600'") {
+	tryIt(&b, "./bin/skc-supervisor", home.Paths{Home: "/h/it's", RuntimeDir: "/r"}, true, false)
+	if !strings.Contains(b.String(), `./bin/skc-supervisor --home '/h/it'\''s' ls`) || !strings.Contains(b.String(), "-- sh -c 'echo hello; exec sleep 600'") {
 		t.Fatalf("%s", b.String())
 	}
 }

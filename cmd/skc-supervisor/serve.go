@@ -102,7 +102,8 @@ func runServe(cli *CLI, args []string) int {
 		return cli.fail(o, err)
 	}
 	if forPeople {
-		tryIt(cli.stderr, p, o.o)
+		tryIt(cli.stderr, os.Args[0], p, o.o.Home != "" || cli.getenv(home.EnvHome) != "",
+			o.o.RuntimeDir != "" || cli.getenv(home.EnvRuntimeDir) != "")
 	}
 	return d.wait(cli.ctx, hup)
 }
