@@ -13,7 +13,7 @@ type Code = string
 // Error codes. Each has exactly one row in Classify's table; a test keeps the two
 // in step.
 const (
-	// CodeInvalidRequest: the input broke a CONTRACT.md input limit;
+	// CodeInvalidRequest: the input broke a docs/contract.md input limit;
 	// details.field names the field.
 	CodeInvalidRequest Code = "invalid_request"
 	// CodeNotFound: no such session.

@@ -255,7 +255,7 @@ treated as ` + "`internal`" + `.
 `
 
 const errorsOutro = `
-Exit codes (CONTRACT.md): 0 success, 1 the operation failed, 2 usage error or
+Exit codes (docs/contract.md): 0 success, 1 the operation failed, 2 usage error or
 invalid input, 3 refused by the fence, 4 no such session, 69 the daemon is not
 reachable, 75 busy (another daemon holds SKC_HOME, or the fence stayed
 contended: retry later), 77 permission denied.
