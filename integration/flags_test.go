@@ -41,25 +41,17 @@ func TestHomeFlags(t *testing.T) {
 	}
 }
 
-// TestAgentNotFound: an argv whose command does not exist is refused, fails the
-// create with a code, or publishes and then ends with a verdict; the daemon
-// stays healthy either way.
+// TestAgentNotFound: an argv whose command does not exist is refused before
+// anything starts (spawn_failed, exit 1, details.reason executable_not_found);
+// the daemon stays healthy.
 func TestAgentNotFound(t *testing.T) {
 	t.Parallel()
 	d := StartDaemon(t, DaemonOpts{})
 	spec := NewSpec(t, "no-such-agent")
 	spec.Argv = []string{"/nonexistent/skc-agent"}
-	r, a := d.Create(t, spec)
-	switch {
-	case r.Code == 0 && a.Status == "published":
-		v := d.WaitVerdict(t, "ended verdict", endedFor(a.Session.Name))
-		if v.SKC.Exit == nil || (v.SKC.Exit.Status == nil && v.SKC.Exit.Signal == "") {
-			t.Errorf("ended verdict %s: want an exit status or signal", v)
-		}
-	case r.Code != 0 && a.Error != nil && a.Error.Code != "":
-		t.Logf("refused: %s", r.Stdout)
-	default:
-		t.Errorf("want published (then ended) or an error with a code\n%s", r)
+	a := expectError(t, d.CLI(t, spec.Args()...), 1, "error", "spawn_failed", "")
+	if a.Error != nil && a.Error.Details["reason"] != "executable_not_found" {
+		t.Errorf("details %v, want reason executable_not_found", a.Error.Details)
 	}
 	checkHealthy(t, d)
 }
