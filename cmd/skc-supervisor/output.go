@@ -82,7 +82,8 @@ func printSession(w io.Writer, s *api.Session) {
 
 func verdictLine(v verdict.Record) string {
 	parts := []string{"#" + strconv.FormatInt(v.Sequence, 10), v.Timestamp.Format(time.RFC3339), v.Action, v.Verdict}
-	for _, extra := range []string{v.Code, v.ExitKind, v.Reason} {
+	why, _ := v.Evidence["reason"].(string) // e.g. spawn_failed's executable_not_found
+	for _, extra := range []string{v.Code, v.ExitKind, v.Reason, why} {
 		if extra != "" {
 			parts = append(parts, extra)
 		}
