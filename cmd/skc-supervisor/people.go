@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -74,19 +75,9 @@ func tmuxVersion(tmux string) string {
 	if err != nil {
 		return ""
 	}
-	cmd := exec.Command(path, "-V")
-	cmd.WaitDelay = time.Second
-	done := make(chan struct{})
-	timer := time.AfterFunc(5*time.Second, func() {
-		select {
-		case <-done:
-		default:
-			_ = cmd.Process.Kill()
-		}
-	})
-	defer timer.Stop()
-	out, err := cmd.Output()
-	close(done)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, path, "-V").Output()
 	if err != nil {
 		return ""
 	}
