@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/creack/pty"
+
 	"github.com/skc-supervisor/skc-supervisor/home"
 )
 
@@ -46,5 +48,33 @@ func TestTryItQuotes(t *testing.T) {
 	tryIt(&b, "./bin/skc-supervisor", home.Paths{Home: "/h/it's", RuntimeDir: "/r"}, true, false)
 	if !strings.Contains(b.String(), `./bin/skc-supervisor --home '/h/it'\''s' ls`) || !strings.Contains(b.String(), "-- sh -c 'echo hello; exec sleep 600'") {
 		t.Fatalf("%s", b.String())
+	}
+}
+
+// TestServeLogger: JSON lines, debug included, when stderr is not a terminal;
+// the console format at info and above on a terminal.
+func TestServeLogger(t *testing.T) {
+	var b bytes.Buffer
+	log, forPeople := serveLogger(&b)
+	log.Debug().Msg("dbg")
+	log.Info().Str("k", "v").Msg("hello")
+	if forPeople || !strings.Contains(b.String(), `"message":"dbg"`) || !strings.Contains(b.String(), `"k":"v"`) {
+		t.Fatalf("not a terminal: %q", b.String())
+	}
+
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Skip(err)
+	}
+	defer ptmx.Close()
+	defer tty.Close()
+	log, forPeople = serveLogger(tty)
+	log.Debug().Msg("dbg")
+	log.Info().Str("k", "v").Msg("hello")
+	buf := make([]byte, 4096)
+	n, _ := ptmx.Read(buf)
+	out := string(buf[:n])
+	if !forPeople || strings.Contains(out, "dbg") || strings.Contains(out, `"message"`) || !strings.Contains(out, "hello") {
+		t.Fatalf("a terminal: %v %q", forPeople, out)
 	}
 }
