@@ -160,7 +160,10 @@ func (p Paths) TmuxSocket() string { return filepath.Join(p.RuntimeDir, TmuxSock
 // and runtime directories (0700) when missing, refuses unsafe existing ones, and
 // tightens existing ones to 0700 and the home's state files to 0600 (tighten).
 // It is what `serve` runs before anything else.
-func (p Paths) Prepare() error {
+func (p Paths) Prepare() error { return p.PrepareNoting(nil) }
+
+// PrepareNoting is Prepare that tells note of every mode it tightened.
+func (p Paths) PrepareNoting(note Note) error {
 	if err := CheckSocketPath(p.APISocket()); err != nil {
 		return err
 	}
@@ -173,10 +176,10 @@ func (p Paths) Prepare() error {
 	if err := EnsureDir(p.RuntimeDir, "runtime_dir"); err != nil {
 		return err
 	}
-	if err := tighten(p.Home, "home", stateFiles); err != nil {
+	if err := tighten(p.Home, "home", stateFiles, note); err != nil {
 		return err
 	}
-	return tighten(p.RuntimeDir, "runtime_dir", nil)
+	return tighten(p.RuntimeDir, "runtime_dir", nil, note)
 }
 
 // CheckSocketPath refuses a socket path the kernel cannot bind, naming the path

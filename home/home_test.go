@@ -242,8 +242,12 @@ func TestPrepareTightensExistingHome(t *testing.T) {
 		os.WriteFile(filepath.Join(h, f), []byte("x"), 0o644)
 	}
 	p := Paths{Home: h, RuntimeDir: h}
-	if err := p.Prepare(); err != nil {
+	noted := map[string]bool{}
+	if err := p.PrepareNoting(func(path string, from, to os.FileMode) { noted[filepath.Base(path)] = from != to }); err != nil {
 		t.Fatal(err)
+	}
+	if !noted["h"] || !noted[FenceFile] || !noted[VerdictsFile] {
+		t.Fatalf("changes not noted: %v", noted)
 	}
 	if fi, _ := os.Stat(h); fi.Mode().Perm() != 0o700 {
 		t.Fatalf("home %v", fi.Mode())

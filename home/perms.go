@@ -24,8 +24,11 @@ var stateFiles = []string{
 // hard link (another name for it may sit in a directory others can read), or
 // is not a regular file is refused, not followed or tightened: its other name
 // would keep its contents readable, or the chmod would land elsewhere.
-func tighten(dir, field string, files []string) error {
-	if err := chmodIfNot(dir, 0o700); err != nil {
+//
+// note, when not nil, is told of every mode changed, so that serve can say so:
+// a chmod of a directory the user pointed SKC_HOME at should not be silent.
+func tighten(dir, field string, files []string, note Note) error {
+	if err := chmodIfNot(dir, 0o700, note); err != nil {
 		return dirError(field, dir, "cannot chmod it 0700: %v", err)
 	}
 	for _, name := range files {
@@ -40,7 +43,7 @@ func tighten(dir, field string, files []string) error {
 		if err := checkStateFile(p, fi); err != nil {
 			return err
 		}
-		if err := chmodIfNot(p, 0o600); err != nil {
+		if err := chmodIfNot(p, 0o600, note); err != nil {
 			return fileError(p, "chmod", "cannot chmod it 0600: %v", err)
 		}
 	}
@@ -67,7 +70,10 @@ func checkStateFile(p string, fi fs.FileInfo) error {
 	return nil
 }
 
-func chmodIfNot(p string, mode fs.FileMode) error {
+// Note is told of a mode Prepare changed: the path, its old and its new mode.
+type Note func(path string, from, to fs.FileMode)
+
+func chmodIfNot(p string, mode fs.FileMode, note Note) error {
 	fi, err := os.Lstat(p)
 	if err != nil {
 		return err
@@ -75,7 +81,13 @@ func chmodIfNot(p string, mode fs.FileMode) error {
 	if fi.Mode().Perm() == mode {
 		return nil
 	}
-	return os.Chmod(p, mode)
+	if err := os.Chmod(p, mode); err != nil {
+		return err
+	}
+	if note != nil {
+		note(p, fi.Mode().Perm(), mode)
+	}
+	return nil
 }
 
 // fileError is a refused state file: invalid_request (serve exits 2) with

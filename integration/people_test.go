@@ -144,6 +144,9 @@ func TestExistingHomeTightened(t *testing.T) {
 			t.Errorf("%s: mode %v, want %04o", p, fi.Mode().Perm(), want)
 		}
 	}
+	if !strings.Contains(d.Log(), "tightened") || !strings.Contains(d.Log(), fence) {
+		t.Errorf("serve did not say what it tightened:\n%s", clip(d.Log()))
+	}
 	d.Stop(t)
 
 	link := filepath.Join(t.TempDir(), "second-name")

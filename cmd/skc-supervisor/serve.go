@@ -76,9 +76,13 @@ func runServe(cli *CLI, args []string) int {
 	if err := parseNoArgs(fs, args); err != nil {
 		return cli.fail(o, err)
 	}
+	logger, forPeople := serveLogger(cli.stderr)
 	p, err := cli.paths(o)
 	if err == nil {
-		err = p.Prepare()
+		err = p.PrepareNoting(func(path string, from, to os.FileMode) {
+			logger.Warn().Str("path", path).Str("mode", fmt.Sprintf("%04o", from)).Str("now", fmt.Sprintf("%04o", to)).
+				Msg("tightened the mode of an existing home path: it holds agents' argv and environment")
+		})
 	}
 	if err != nil {
 		return cli.fail(o, err)
@@ -88,7 +92,6 @@ func runServe(cli *CLI, args []string) int {
 		return cli.fail(o, err)
 	}
 	defer lock.Release()
-	logger, forPeople := serveLogger(cli.stderr)
 	d := &daemon{paths: p, fatal: make(chan error, 4), reg: metrics.NewRegistry(), log: logger}
 	d.notify = sdnotify.FromEnv()
 	sdnotify.UnsetEnv() // the tmux server and the agents must not inherit it
