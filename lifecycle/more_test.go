@@ -16,6 +16,8 @@ import (
 
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
+
+	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 )
 
 // createChild is one daemon process creating an identity: `createchild HOME NAME`.
@@ -171,7 +173,7 @@ func TestCtrlCReachesAgentOnly(t *testing.T) {
 	e := startEnv(t, "", "", false)
 	id, res := e.create(t, "ctrlc")
 	waitFor(t, "agent start", func() bool { return agentPID(res.Session.PanePID) != 0 })
-	if out, err := exec.Command("tmux", "-S", e.socket, "send-keys", "-t", res.Session.ID, "C-c").CombinedOutput(); err != nil {
+	if out, err := tmuxtest.Command("-S", e.socket, "send-keys", "-t", res.Session.ID, "C-c").CombinedOutput(); err != nil {
 		t.Fatalf("send-keys: %v %s", err, out)
 	}
 	rec := e.ended(t, id)
