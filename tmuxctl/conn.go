@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -131,6 +132,10 @@ type Conn struct {
 	startErr    chan error          // first flags-0 block closed (nil) or failed
 	subs        map[string]struct{} // refresh-client -B names added through Command
 
+	// escapes is the server's EscapesOutput, known once the identity is
+	// read; the reader marks flags-1 replies with it (Reply.Escaped).
+	escapes atomic.Bool
+
 	done      chan struct{} // reader finished, every pending command failed
 	closeOnce sync.Once
 	closeErr  error
@@ -195,6 +200,7 @@ func (c *Conn) handshake(ctx context.Context) error {
 	}
 	info.ClientPID = c.info.ClientPID
 	c.info = info
+	c.escapes.Store(info.EscapesOutput())
 	if _, err := c.Command(ctx, "set-option", "-t", info.ControlSessionID, "@skc-control", "1"); err != nil {
 		return fmt.Errorf("tmuxctl: tagging the control session: %w", err)
 	}

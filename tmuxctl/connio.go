@@ -45,12 +45,21 @@ func (c *Conn) onRecord(r Record) {
 			return
 		}
 		if r.Error {
+			// Error text is raw on every version (cmdq_error writes it
+			// without vis), so a CommandError is never marked escaped.
 			p.done <- result{err: &CommandError{Command: p.line, Lines: r.Reply.Lines}}
 		} else {
+			r.Reply.Escaped = c.escapes.Load()
 			p.done <- result{reply: r.Reply}
 		}
 	case RecordNotification:
 		n := Notification{Name: r.Name, Text: r.Text}
+		if n.Name == NoteConfigError {
+			// tmux 3.4+ reports errors in its configuration file to the
+			// first control client instead of a pane's view mode: the
+			// only place a daemon's operator will ever see them.
+			c.log.Warn().Str("error", quoteForLog(n.Text)).Msg("tmux configuration file error")
+		}
 		c.notes.push(n)
 		if n.Name == NoteExit {
 			c.end(&ExitError{Reason: n.Text})

@@ -11,6 +11,7 @@
 package tmuxtest
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -65,9 +66,23 @@ func Need(t testing.TB) {
 	t.Skip("tmux not installed")
 }
 
-// Command is exec.Command for the tmux under test.
+// Command is exec.Command for the tmux under test, with -u first: without
+// it a client under LC_ALL=C (as CI and services often run) gets every
+// non-ASCII character of command output replaced by '_' (FACTS §3), and a
+// test comparing names would fail for the locale, not for the product.
 func Command(args ...string) *exec.Cmd {
-	return exec.Command(Bin(), args...)
+	return exec.Command(Bin(), append([]string{"-u"}, args...)...)
+}
+
+// AtLeast reports whether the tmux under test is at least major.minor
+// ("3.3a" is 3.3; an unparseable version counts as new).
+func AtLeast(major, minor int) bool {
+	v := strings.TrimPrefix(Version(), "next-")
+	var ma, mi int
+	if n, _ := fmt.Sscanf(v, "%d.%d", &ma, &mi); n < 1 {
+		return true
+	}
+	return ma > major || ma == major && mi >= minor
 }
 
 // Version is `tmux -V` of the binary under test without the "tmux " prefix
