@@ -2,6 +2,7 @@ package tmuxctl
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"sync"
 	"time"
@@ -162,6 +163,13 @@ func (c *Conn) reapWatch() {
 func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
 		c.unsubscribeAll()
+		// Detach under the attach lock, so that no client of ours is
+		// identifying while this one's %client-detached goes out; a lock
+		// not had within CloseTimeout is not worth a hung Close.
+		lctx, cancel := context.WithTimeout(context.Background(), c.cfg.CloseTimeout)
+		lock, _ := lockAttach(lctx, c.cfg.Socket)
+		cancel()
+		defer lock.release()
 		c.mu.Lock()
 		c.stdinDone = true
 		closeNow := !c.writing && !c.stdinClosed
