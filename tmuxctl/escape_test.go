@@ -3,6 +3,8 @@ package tmuxctl
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -133,5 +135,61 @@ func TestParseIdentity(t *testing.T) {
 		if _, err := parseIdentity(bad); err == nil {
 			t.Errorf("%q parsed", bad)
 		}
+	}
+}
+
+// TestCorpus37 reads the tmux 3.7c transcripts (testdata/corpus/4[6-9]-*):
+// what changed for a control client since 3.3a, as the parser sees it.
+func TestCorpus37(t *testing.T) {
+	read := func(name string) []Record {
+		t.Helper()
+		data, err := os.ReadFile(filepath.Join("testdata/corpus", name+".out"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return parseAll(data)
+	}
+	// A configuration error is a %config-error notification before
+	// anything else (3.3a: the pane's view mode, corpus/24).
+	if r := read("46-config-error-3.7c")[0]; r.Kind != RecordNotification || r.Name != NoteConfigError ||
+		!strings.HasSuffix(r.Text, "unknown command: bogus-command") {
+		t.Fatalf("46: %+v", r)
+	}
+	// Paste buffers are notified, outside blocks (3.3a: nothing, corpus/35);
+	// replacing a buffer is a delete and a change.
+	var names []string
+	for _, r := range read("47-paste-buffer-notifications-3.7c") {
+		if r.Kind == RecordNotification && strings.HasPrefix(r.Name, "paste-buffer-") {
+			names = append(names, r.Name+" "+r.Text)
+		}
+	}
+	want := []string{NotePasteBufferChanged + " buf1", NotePasteBufferDeleted + " buf1",
+		NotePasteBufferChanged + " buf1", NotePasteBufferDeleted + " buf1"}
+	if strings.Join(names, ",") != strings.Join(want, ",") {
+		t.Fatalf("47: %q", names)
+	}
+	// Command output is raw again; only %message (display-message without
+	// -p, written inside its block) is escaped.
+	var lines []string
+	for _, r := range read("48-command-output-raw-3.7c") {
+		if r.Kind == RecordReply && r.Reply.Flags == 1 {
+			lines = append(lines, r.Reply.Lines...)
+		}
+	}
+	value := "a\x01b\x1bc\x7fd\xffe\\033f\tg\u00e9h"
+	if len(lines) != 4 || lines[0] != value || lines[1] != value || lines[2] != "ctl:"+value ||
+		lines[3] != "%message m:"+escape34(value) {
+		t.Fatalf("48: %q", lines)
+	}
+	// 3.7 refuses a session name with a control byte (3.3a stored it
+	// escaped, corpus/13).
+	var errs []string
+	for _, r := range read("49-control-bytes-in-names-refused-3.7c") {
+		if r.Kind == RecordReply && r.Error {
+			errs = append(errs, r.Reply.Lines...)
+		}
+	}
+	if len(errs) != 2 || !strings.HasPrefix(errs[0], "invalid session name: tab\t") {
+		t.Fatalf("49: %q", errs)
 	}
 }
