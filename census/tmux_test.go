@@ -307,7 +307,7 @@ func TestControlSessionKilledSameLife(t *testing.T) {
 
 // Names tmux escapes or that look like protocol lines stay one record, and
 // the census holds the name exactly as tmux reports it. tmux 3.3a stores a
-// control byte in a name escaped (`tab\011here`); 3.7 refuses such a name.
+// control byte in a name escaped (`tab\there`); 3.7 refuses such a name.
 func TestOddSessionNames(t *testing.T) {
 	r := newRig(t, nil)
 	for _, name := range []string{"tab\there", "%end 1 2 3", "sp ace;\"q'", "日本", "-dash"} {

@@ -3,7 +3,7 @@
 // control connection (Conn) with pipelined commands and a notification
 // stream, and a reconnecting Client. It knows nothing about identities;
 // it is built on tmux 3.3a's behaviour and tested against 3.3a and 3.7c
-// (docs/tmux-3.3a-notes.md, docs/tmux-versions.md).
+// (docs/tmux-versions.md).
 //
 // The connection. Dial starts
 //
