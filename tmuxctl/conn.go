@@ -260,7 +260,9 @@ func (c *Conn) Err() error {
 // Command sends one command (args[0] is its name; every element is encoded
 // with Quote) and waits for its reply. Without a deadline on ctx,
 // Config.CommandTimeout applies. Errors: *CommandError for an %error reply;
-// ErrNotConnected (not sent) when the connection has ended; an ExitError
+// ErrNotConnected (not sent) when the connection has ended, or when a
+// command that notifies other clients could not get the attach lock in
+// time (tmux < 3.7, attachlock.go); an ExitError
 // (errors.Is ErrServerExited: sent, outcome unknown) when it ends while the
 // command is pending; ctx's error on timeout (sent, outcome unknown — the
 // late reply is consumed and dropped, the FIFO stays in step).
@@ -280,7 +282,8 @@ func (c *Conn) Command(ctx context.Context, args ...string) (Reply, error) {
 	if c.guardNotify.Load() && notifiesOthers(args[0]) {
 		lock, err := lockAttachShared(ctx, c.cfg.Socket)
 		if err != nil {
-			return Reply{}, fmt.Errorf("tmuxctl: %s not sent: %w", args[0], err)
+			// Never written: callers may treat it as any refusal to send.
+			return Reply{}, fmt.Errorf("%w: %s not sent: %w", ErrNotConnected, args[0], err)
 		}
 		// Held until the reply: tmux queues the notifications with the
 		// command and writes them in the same server loop.
