@@ -144,3 +144,40 @@ func TestHelperDialClose(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestNotifyingCommandsWaitForAttach: on a server older than 3.7, a command
+// that notifies other control clients is not sent while a client of ours
+// holds the attach lock (it is identifying), and fails as never sent when
+// the lock does not come in time; reads are never held. On 3.7+ nothing is.
+func TestNotifyingCommandsWaitForAttach(t *testing.T) {
+	cfg := testConfig(t)
+	c := dialT(t, cfg)
+	drain(c)
+	held, err := lockAttach(bg(), cfg.Socket)
+	if err != nil || held == nil {
+		t.Fatalf("lockAttach: %v %v", held, err)
+	}
+	defer held.release()
+	if _, err := c.Command(bg(), "display-message", "-p", "#{pid}"); err != nil {
+		t.Fatalf("a read waited for the lock: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(bg(), 200*time.Millisecond)
+	defer cancel()
+	_, err = c.Command(ctx, "new-session", "-d", "-s", "held", "cat")
+	if c.Info().VersionAtLeast(3, 7) {
+		if err != nil {
+			t.Fatalf("tmux %s: new-session: %v", c.Info().Version, err)
+		}
+		return
+	}
+	if !errors.Is(err, ErrNotConnected) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("tmux %s: new-session under a held lock: %v", c.Info().Version, err)
+	}
+	if out, err := tmuxtest.Command("-S", cfg.Socket, "has-session", "-t", "=held").CombinedOutput(); err == nil {
+		t.Fatalf("the session was created: %s", out)
+	}
+	held.release()
+	if _, err := c.Command(bg(), "new-session", "-d", "-s", "held", "cat"); err != nil {
+		t.Fatalf("after release: %v", err)
+	}
+}
