@@ -19,8 +19,9 @@ import (
 // notification — another control client attaching (%client-session-changed),
 // detaching (%client-detached), a session created — that lands in that
 // window dereferences NULL in control_write and kills the server with every
-// session in it. Measured here on 3.3a with eight control clients started
-// together on one socket: the server died in about one round in four;
+// session in it. Measured here on 3.3a with eight `tmux -C` clients that a
+// shell started together on one socket: the server died in about one round
+// in four;
 // with the same clients attaching one at a time, in none of 20 rounds.
 //
 // So our control clients identify only under an exclusive flock on
