@@ -12,7 +12,7 @@ GOFLAGS_TEST ?=
 TEST_TIMEOUT ?= 20m
 APT_GET   := DEBIAN_FRONTEND=noninteractive apt-get
 
-.PHONY: all build run test vet fmt-check deps tmux test-deps bench bench-scale soak fuzz demo \
+.PHONY: all build run test test-tmux37 vet fmt-check deps tmux test-deps bench bench-scale soak fuzz demo \
         install-user-unit clean
 
 all: build
@@ -59,6 +59,23 @@ vet:
 
 test: test-deps fmt-check vet
 	$(GO) test -race -timeout $(TEST_TIMEOUT) $(GOFLAGS_TEST) $(PKGS)
+
+# The tmux 3.7c leg: the packages whose tests drive a real tmux, run again
+# against tmux 3.7c built from source (scripts/build-tmux.sh; cached under
+# ~/.cache/skc-supervisor by the tarball's sha256, build dependencies
+# installed with apt-get when missing). The test suite takes its tmux from
+# SKC_TEST_TMUX (internal/tmuxtest). Without the tarball this says so on one
+# line and succeeds: the tarball is not part of the repository.
+TMUX37_TARBALL ?= ../shared/tmux/src/tmux-3.7c.tar.gz
+TMUX_PKGS      := ./tmuxctl/ ./census/ ./lifecycle/ ./api/... ./cmd/... ./scope/ ./doctor/ ./integration/...
+test-tmux37: test-deps
+	@if [ ! -f "$(TMUX37_TARBALL)" ]; then \
+		echo "make: SKIP tmux 3.7c leg: $(TMUX37_TARBALL) not found (set TMUX37_TARBALL=path/to/tmux-3.7c.tar.gz to run it)"; \
+		exit 0; \
+	fi; \
+	bin=$$(./scripts/build-tmux.sh "$(TMUX37_TARBALL)") || exit 1; \
+	echo "make: tmux leg with $$("$$bin" -V) ($$bin)"; \
+	SKC_TEST_TMUX="$$bin" $(GO) test -race -timeout $(TEST_TIMEOUT) $(GOFLAGS_TEST) $(TMUX_PKGS)
 
 # Benchmarks compare against a baseline measured in the same run; results go to
 # BENCHMARKS.md by hand with the command that produced them. Each package's

@@ -3,7 +3,6 @@ package census
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,6 +13,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
+
+	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 )
 
 func TestMain(m *testing.M) {
@@ -37,9 +38,7 @@ type rig struct {
 
 func needTmux(t testing.TB) {
 	t.Helper()
-	if _, err := exec.LookPath("tmux"); err != nil {
-		t.Skip("tmux not installed")
-	}
+	tmuxtest.Need(t)
 }
 
 // newRig starts a tmux server with a control client and a census fed by it,
@@ -55,7 +54,7 @@ func newRig(t testing.TB, cfg *config) *rig {
 	// The wrapper lets a test hold the control client off the server, so
 	// that "unsynced" is a state it can observe, not a race it might win.
 	wrapper := filepath.Join(dir, "tmux")
-	script := "#!/bin/sh\nwhile [ -e '" + r.gate + "' ]; do sleep 0.02; done\nexec tmux \"$@\"\n"
+	script := "#!/bin/sh\nwhile [ -e '" + r.gate + "' ]; do sleep 0.02; done\nexec '" + tmuxtest.Bin() + "' \"$@\"\n"
 	if err := os.WriteFile(wrapper, []byte(script), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +103,7 @@ func (r *rig) waitSynced() {
 // tmux runs the human's tmux client on the rig's socket.
 func (r *rig) tmux(args ...string) string {
 	r.t.Helper()
-	out, err := exec.Command("tmux", append([]string{"-S", r.sock, "-f", "/dev/null"}, args...)...).CombinedOutput()
+	out, err := tmuxtest.Command(append([]string{"-S", r.sock, "-f", "/dev/null"}, args...)...).CombinedOutput()
 	if err != nil {
 		r.t.Fatalf("tmux %v: %v: %s", args, err, out)
 	}
@@ -113,7 +112,7 @@ func (r *rig) tmux(args ...string) string {
 
 // serverPID asks the live server for its pid; 0 when there is none.
 func (r *rig) serverPID() int {
-	out, err := exec.Command("tmux", "-S", r.sock, "display-message", "-p", "#{pid}").Output()
+	out, err := tmuxtest.Command("-S", r.sock, "display-message", "-p", "#{pid}").Output()
 	if err != nil {
 		return 0
 	}

@@ -9,6 +9,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
+
+	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 )
 
 // The census and its client stop in either order with nobody draining the
@@ -30,7 +32,7 @@ func TestStopsInEitherOrderWithoutDraining(t *testing.T) {
 			sock := filepath.Join(dir, "s")
 			r := &rig{t: t, dir: dir, sock: sock}
 			defer func() { r.killServer(); os.RemoveAll(dir) }()
-			cl := tmuxctl.NewClient(tmuxctl.Config{Socket: sock, ConfigFile: "/dev/null"})
+			cl := tmuxctl.NewClient(tmuxctl.Config{Tmux: tmuxtest.Bin(), Socket: sock, ConfigFile: "/dev/null"})
 			c := newCensus(cl, nil, testConfig())
 			cctx, ccancel := context.WithCancel(context.Background())
 			kctx, kcancel := context.WithCancel(context.Background())

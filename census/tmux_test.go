@@ -4,11 +4,14 @@ import (
 	"context"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
+
+	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 )
 
 // A separate tmux client creates, tags, renames and kills a session; the
@@ -303,10 +306,18 @@ func TestControlSessionKilledSameLife(t *testing.T) {
 }
 
 // Names tmux escapes or that look like protocol lines stay one record, and
-// the census holds the name exactly as tmux reports it.
+// the census holds the name exactly as tmux reports it. tmux 3.3a stores a
+// control byte in a name escaped (`tab\there`); 3.7 refuses such a name.
 func TestOddSessionNames(t *testing.T) {
 	r := newRig(t, nil)
 	for _, name := range []string{"tab\there", "%end 1 2 3", "sp ace;\"q'", "日本", "-dash"} {
+		if strings.ContainsRune(name, '\t') && tmuxtest.AtLeast(3, 7) {
+			if out, err := tmuxtest.Command("-S", r.sock, "new-session", "-d", "-s", name, "cat").CombinedOutput(); err == nil ||
+				!strings.Contains(string(out), "invalid session name") {
+				t.Fatalf("tmux %s accepted %q: %v %s", tmuxtest.Version(), name, err, out)
+			}
+			continue
+		}
 		id := r.tmux("new-session", "-d", "-P", "-F", "#{session_id}", "-s", name, "cat")
 		want := r.tmux("display-message", "-p", "-t", id, "#{session_name}")
 		eventually(t, "session "+strconv.Quote(name), func() bool {

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -31,7 +33,7 @@ func shortDir(t *testing.T) string {
 }
 
 func cfgFor(dir string) Config {
-	return Config{Home: dir, RuntimeDir: dir, TmuxPath: "tmux", Timeout: 30 * time.Second}
+	return Config{Home: dir, RuntimeDir: dir, TmuxPath: tmuxtest.Bin(), Timeout: 30 * time.Second}
 }
 
 func one(t *testing.T, rs []Result, want Status, contains string) Result {

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 )
 
 // The binary under test is built once per test binary, on first use, so that a
@@ -150,7 +152,9 @@ func (h *Home) Env(extra ...string) []string {
 	}
 	// A -race binary sleeps 1 s at exit by default (GORACE atexit_sleep_ms) to let
 	// late reports land; every CLI call would pay it.
-	env = append(env, "SKC_HOME="+h.Dir, "SKC_TMUX_CONFIG=/dev/null", "SKC_IT_MARK="+h.Dir,
+	// SKC_TMUX: the daemon and every CLI run the tmux under test
+	// (SKC_TEST_TMUX, see internal/tmuxtest); extra may override it.
+	env = append(env, "SKC_HOME="+h.Dir, "SKC_TMUX="+tmuxtest.Bin(), "SKC_TMUX_CONFIG=/dev/null", "SKC_IT_MARK="+h.Dir,
 		"GORACE=atexit_sleep_ms=50",
 		// A started exec.Cmd that is never waited for panics (a leaked child).
 		"GODEBUG=execwait=2")
@@ -254,7 +258,7 @@ func (h *Home) processes() []int {
 // Tmux runs tmux against the supervised server's socket.
 func (h *Home) Tmux(args ...string) (string, error) {
 	all := append([]string{"-S", h.TmuxSock()}, args...)
-	cmd := exec.Command("tmux", all...)
+	cmd := tmuxtest.Command(all...)
 	cmd.Env = h.Env()
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 )
 
 // runTmuxProxy is SKC_IT_HELPER=tmuxproxy: a stand-in for tmux (set as SKC_TMUX)
@@ -104,10 +106,8 @@ func startFreezable(t *testing.T, h *Home) (*Daemon, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	realTmux, err := exec.LookPath("tmux")
-	if err != nil {
-		t.Skip("tmux not on PATH")
-	}
+	tmuxtest.Need(t)
+	realTmux := tmuxtest.Bin()
 	freeze := h.Dir + "-freeze"
 	d := h.Start(t, DaemonOpts{Env: []string{"SKC_TMUX=" + self, "SKC_IT_HELPER=tmuxproxy",
 		"SKC_IT_REAL_TMUX=" + realTmux, "SKC_IT_FREEZE=" + freeze}})

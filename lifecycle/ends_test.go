@@ -3,7 +3,6 @@ package lifecycle
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,6 +14,8 @@ import (
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
+
+	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 )
 
 // agentPID returns the pane helper's child (the agent), 0 when it has none. Any of
@@ -60,7 +61,7 @@ func (e *env) ended(t *testing.T, id fence.Identity) verdict.Record {
 	waitFor(t, "ended verdict", func() bool {
 		if time.Now().After(deadline) && os.Getenv("SKC_TEST_LOG") != "" {
 			deadline = deadline.Add(time.Hour)
-			out, _ := exec.Command("tmux", "-S", e.socket, "list-sessions", "-F", "#{session_id} #{session_name} #{pane_pid} #{pane_dead}").CombinedOutput()
+			out, _ := tmuxtest.Command("-S", e.socket, "list-sessions", "-F", "#{session_id} #{session_name} #{pane_pid} #{pane_dead}").CombinedOutput()
 			t.Logf("tmux: %s\ncensus: %+v\nverdicts %v", out, e.census.Snapshot(), verdictNames(e.verdicts(id)))
 		}
 		for _, r := range e.verdicts(id) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,6 +19,8 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/metrics"
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
+
+	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 )
 
 // TestMain lets the test binary play every other program the lifecycle runs:
@@ -90,7 +91,7 @@ func newHome(t testing.TB) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = exec.Command("tmux", "-S", filepath.Join(dir, "tmux.sock"), "kill-server").Run()
+		_ = tmuxtest.Command("-S", filepath.Join(dir, "tmux.sock"), "kill-server").Run()
 		_ = os.RemoveAll(dir)
 	})
 	return dir
@@ -133,7 +134,7 @@ func (e *env) open(ctx context.Context, fault string) error {
 	if e.w, err = verdict.NewWriter(e.store, filepath.Join(e.home, "verdicts.jsonl"), zerolog.Nop()); err != nil {
 		return err
 	}
-	e.client = tmuxctl.NewClient(tmuxctl.Config{Socket: e.socket, ConfigFile: "/dev/null", StartServer: e.startServer})
+	e.client = tmuxctl.NewClient(tmuxctl.Config{Tmux: tmuxtest.Bin(), Socket: e.socket, ConfigFile: "/dev/null", StartServer: e.startServer})
 	e.wg.Add(1)
 	go func() { defer e.wg.Done(); _ = e.client.Run(ctx) }()
 	e.census = census.New(e.client, nil)
@@ -196,7 +197,7 @@ func (e *env) identity(name string) (fence.Identity, fence.Spec) {
 // sessions lists the live sessions carrying identity digest d, read from tmux
 // itself (a fork, not the census: the test checks the census's world too).
 func (e *env) sessions(d string) []string {
-	out, err := exec.Command("tmux", "-S", e.socket, "list-sessions", "-F",
+	out, err := tmuxtest.Command("-S", e.socket, "list-sessions", "-F",
 		"#{session_id} #{session_name} #{@skc-identity}").Output()
 	if err != nil {
 		return nil

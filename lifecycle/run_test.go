@@ -3,10 +3,11 @@ package lifecycle
 import (
 	"bytes"
 	"context"
-	"os/exec"
 	"testing"
 
 	"github.com/skc-supervisor/skc-supervisor/verdict"
+
+	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 )
 
 // TestReconcileEndsMissedSessions: after the change feed lost changes (Resync), the
@@ -14,7 +15,7 @@ import (
 func TestReconcileEndsMissedSessions(t *testing.T) {
 	e := startEnv(t, "", "", true) // no Run: the feed is "lost"
 	id, res := e.create(t, "reconcile")
-	if out, err := exec.Command("tmux", "-S", e.socket, "kill-session", "-t", res.Session.ID).CombinedOutput(); err != nil {
+	if out, err := tmuxtest.Command("-S", e.socket, "kill-session", "-t", res.Session.ID).CombinedOutput(); err != nil {
 		t.Fatalf("kill-session: %v %s", err, out)
 	}
 	waitFor(t, "session gone", func() bool { return len(e.sessions(id.Digest())) == 0 })
@@ -31,7 +32,7 @@ func TestServerExitEndsEverySession(t *testing.T) {
 	e := startEnv(t, "", "", false)
 	id1, _ := e.create(t, "srv1")
 	id2, _ := e.create(t, "srv2")
-	if out, err := exec.Command("tmux", "-S", e.socket, "kill-server").CombinedOutput(); err != nil {
+	if out, err := tmuxtest.Command("-S", e.socket, "kill-server").CombinedOutput(); err != nil {
 		t.Fatalf("kill-server: %v %s", err, out)
 	}
 	for _, rec := range []verdict.Record{e.ended(t, id1), e.ended(t, id2)} {
@@ -66,7 +67,7 @@ func TestMetricsCountOutcomes(t *testing.T) {
 // never answered as an existing session.
 func TestRemainOnExitIsNotExisting(t *testing.T) {
 	e := startEnv(t, "", "", false)
-	if out, err := exec.Command("tmux", "-S", e.socket, "set-option", "-g", "remain-on-exit", "on").CombinedOutput(); err != nil {
+	if out, err := tmuxtest.Command("-S", e.socket, "set-option", "-g", "remain-on-exit", "on").CombinedOutput(); err != nil {
 		t.Fatalf("set remain-on-exit: %v %s", err, out)
 	}
 	id, res := e.create(t, "remain", "agent", "exit", "3")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strconv"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -104,9 +105,7 @@ func fakeSystemdRun(t *testing.T, dir string, fail bool) (bin, log string) {
 // what the fake systemd-run received; the server is killed by PID at cleanup.
 func startReal(t *testing.T, fail bool) (scoped bool, args string, err error) {
 	t.Helper()
-	if _, err := exec.LookPath("tmux"); err != nil {
-		t.Skip("tmux not installed")
-	}
+	tmuxtest.Need(t)
 	dir, e := os.MkdirTemp("", "skc")
 	if e != nil {
 		t.Fatal(e)
@@ -117,21 +116,21 @@ func startReal(t *testing.T, fail bool) (scoped bool, args string, err error) {
 	bin, log := fakeSystemdRun(t, dir, fail)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	b := ControlBootstrap("tmux", sock, "/dev/null", "skc-control")
+	b := ControlBootstrap(tmuxtest.Bin(), sock, "/dev/null", "skc-control")
 	env := append(os.Environ(), "TMUX=/elsewhere,1,0", "TMUX_PANE=%9")
 	scoped, err = Start(ctx, Runner{SystemdRun: bin, User: true}, b, env)
 	out, _ := os.ReadFile(log)
-	if e := exec.Command("tmux", "-S", sock, "show-environment", "-g", "TMUX").Run(); e == nil {
+	if e := tmuxtest.Command("-S", sock, "show-environment", "-g", "TMUX").Run(); e == nil {
 		t.Fatal("TMUX leaked into the server's global environment")
 	}
-	if e := exec.Command("tmux", "-S", sock, "has-session", "-t", "=skc-control").Run(); e != nil {
+	if e := tmuxtest.Command("-S", sock, "has-session", "-t", "=skc-control").Run(); e != nil {
 		t.Fatalf("control session missing after Start: %v", e)
 	}
 	return scoped, string(out), err
 }
 
 func killServer(t *testing.T, sock string) {
-	out, err := exec.Command("tmux", "-S", sock, "display", "-p", "#{pid}").Output()
+	out, err := tmuxtest.Command("-S", sock, "display", "-p", "#{pid}").Output()
 	if err != nil {
 		return
 	}

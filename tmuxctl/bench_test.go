@@ -1,10 +1,11 @@
 package tmuxctl
 
 import (
-	"os/exec"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 )
 
 // BenchmarkRoundTripConn: one `display-message -p '#{pid}'` round trip over
@@ -28,7 +29,7 @@ func BenchmarkRoundTripFork(b *testing.B) {
 	drain(c)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := exec.Command("tmux", "-S", cfg.Socket, "display-message", "-p", "#{pid}").Output(); err != nil {
+		if _, err := tmuxtest.Command("-S", cfg.Socket, "display-message", "-p", "#{pid}").Output(); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -64,7 +65,7 @@ func BenchmarkRoundTripInterleaved(b *testing.B) {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
-		if _, err := exec.Command("tmux", "-S", cfg.Socket, "display-message", "-p", "#{pid}").Output(); err != nil {
+		if _, err := tmuxtest.Command("-S", cfg.Socket, "display-message", "-p", "#{pid}").Output(); err != nil {
 			b.Fatal(err)
 		}
 		conn, fork = append(conn, t1.Sub(t0)), append(fork, time.Since(t1))

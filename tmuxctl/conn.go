@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -131,6 +132,13 @@ type Conn struct {
 	startErr    chan error          // first flags-0 block closed (nil) or failed
 	subs        map[string]struct{} // refresh-client -B names added through Command
 
+	// escapes is the server's EscapesOutput, known once the identity is
+	// read; the reader marks flags-1 replies with it (Reply.Escaped).
+	escapes atomic.Bool
+	// guardNotify: the server is older than 3.7, so commands that notify
+	// other control clients hold the attach lock shared (attachlock.go).
+	guardNotify atomic.Bool
+
 	done      chan struct{} // reader finished, every pending command failed
 	closeOnce sync.Once
 	closeErr  error
@@ -153,8 +161,14 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 		ctx, cancel = context.WithTimeout(ctx, cfg.CommandTimeout)
 		defer cancel()
 	}
+	// Our control clients attach one at a time (see attachLock).
+	lock, err := lockAttach(ctx, cfg.Socket)
+	if err != nil {
+		return nil, err
+	}
 	p, err := startProc(&cfg)
 	if err != nil {
+		lock.release()
 		return nil, err
 	}
 	c := &Conn{cfg: cfg, p: p, notes: newQueue[Notification](), wire: newWireLog(cfg.WireLog),
@@ -163,7 +177,7 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 	c.info.ClientPID = p.pid()
 	go c.readLoop()
 	go c.reapWatch()
-	if err := c.handshake(ctx); err != nil {
+	if err := c.handshake(ctx, lock); err != nil {
 		_ = c.Close()
 		return nil, err
 	}
@@ -176,7 +190,11 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 	return c, nil
 }
 
-func (c *Conn) handshake(ctx context.Context) error {
+// handshake waits for the argv command's block, releases the attach lock
+// (the client is now fully a control client, or gone), then reads the
+// identity and tags the control session.
+func (c *Conn) handshake(ctx context.Context, lock *attachLock) error {
+	defer lock.release()
 	select {
 	case err := <-c.startErr:
 		if err != nil {
@@ -185,6 +203,7 @@ func (c *Conn) handshake(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("tmuxctl: waiting for the control client to attach: %w", ctx.Err())
 	}
+	lock.release()
 	r, err := c.Command(ctx, "display-message", "-p", identityFormat)
 	if err != nil {
 		return fmt.Errorf("tmuxctl: reading server identity: %w", err)
@@ -195,6 +214,8 @@ func (c *Conn) handshake(ctx context.Context) error {
 	}
 	info.ClientPID = c.info.ClientPID
 	c.info = info
+	c.escapes.Store(info.EscapesOutput())
+	c.guardNotify.Store(!info.VersionAtLeast(3, 7))
 	if _, err := c.Command(ctx, "set-option", "-t", info.ControlSessionID, "@skc-control", "1"); err != nil {
 		return fmt.Errorf("tmuxctl: tagging the control session: %w", err)
 	}
@@ -239,7 +260,9 @@ func (c *Conn) Err() error {
 // Command sends one command (args[0] is its name; every element is encoded
 // with Quote) and waits for its reply. Without a deadline on ctx,
 // Config.CommandTimeout applies. Errors: *CommandError for an %error reply;
-// ErrNotConnected (not sent) when the connection has ended; an ExitError
+// ErrNotConnected (not sent) when the connection has ended, or when a
+// command that notifies other clients could not get the attach lock in
+// time (tmux < 3.7, attachlock.go); an ExitError
 // (errors.Is ErrServerExited: sent, outcome unknown) when it ends while the
 // command is pending; ctx's error on timeout (sent, outcome unknown — the
 // late reply is consumed and dropped, the FIFO stays in step).
@@ -255,6 +278,16 @@ func (c *Conn) Command(ctx context.Context, args ...string) (Reply, error) {
 	}
 	if err := ctx.Err(); err != nil {
 		return Reply{}, fmt.Errorf("tmuxctl: %s not sent: %w", args[0], err)
+	}
+	if c.guardNotify.Load() && notifiesOthers(args[0]) {
+		lock, err := lockAttachShared(ctx, c.cfg.Socket)
+		if err != nil {
+			// Never written: callers may treat it as any refusal to send.
+			return Reply{}, fmt.Errorf("%w: %s not sent: %w", ErrNotConnected, args[0], err)
+		}
+		// Held until the reply: tmux queues the notifications with the
+		// command and writes them in the same server loop.
+		defer lock.release()
 	}
 	subs := subChanges(args)
 	c.trackSubs(subs)

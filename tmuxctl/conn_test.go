@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 )
 
 func TestConnBasics(t *testing.T) {
@@ -263,7 +265,7 @@ func TestHelperDial(t *testing.T) {
 	// design keeps Pdeathsig from firing early.
 	ch := make(chan *Conn)
 	go func() {
-		c, err := Dial(bg(), Config{Socket: sock, ConfigFile: "/dev/null"})
+		c, err := Dial(bg(), Config{Tmux: tmuxtest.Bin(), Socket: sock, ConfigFile: "/dev/null"})
 		if err != nil {
 			fmt.Println("error", err)
 			os.Exit(1)

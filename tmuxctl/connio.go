@@ -2,6 +2,7 @@ package tmuxctl
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"sync"
 	"time"
@@ -45,12 +46,21 @@ func (c *Conn) onRecord(r Record) {
 			return
 		}
 		if r.Error {
+			// Error text is raw on every version (cmdq_error writes it
+			// without vis), so a CommandError is never marked escaped.
 			p.done <- result{err: &CommandError{Command: p.line, Lines: r.Reply.Lines}}
 		} else {
+			r.Reply.Escaped = c.escapes.Load()
 			p.done <- result{reply: r.Reply}
 		}
 	case RecordNotification:
 		n := Notification{Name: r.Name, Text: r.Text}
+		if n.Name == NoteConfigError {
+			// tmux 3.4+ reports errors in its configuration file to the
+			// first control client instead of a pane's view mode: the
+			// only place a daemon's operator will ever see them.
+			c.log.Warn().Str("error", quoteForLog(n.Text)).Msg("tmux configuration file error")
+		}
 		c.notes.push(n)
 		if n.Name == NoteExit {
 			c.end(&ExitError{Reason: n.Text})
@@ -153,6 +163,13 @@ func (c *Conn) reapWatch() {
 func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
 		c.unsubscribeAll()
+		// Detach under the attach lock, so that no client of ours is
+		// identifying while this one's %client-detached goes out; a lock
+		// not had within CloseTimeout is not worth a hung Close.
+		lctx, cancel := context.WithTimeout(context.Background(), c.cfg.CloseTimeout)
+		lock, _ := lockAttach(lctx, c.cfg.Socket)
+		cancel()
+		defer lock.release()
 		c.mu.Lock()
 		c.stdinDone = true
 		closeNow := !c.writing && !c.stdinClosed

@@ -2,7 +2,8 @@
 // byte-exact parser of what `tmux -C` writes, an argument encoder, one
 // control connection (Conn) with pipelined commands and a notification
 // stream, and a reconnecting Client. It knows nothing about identities;
-// ../../shared/tmux/FACTS.md is the tmux 3.3a behaviour it is built on.
+// it is built on tmux 3.3a's behaviour and tested against 3.3a and 3.7c
+// (docs/tmux-versions.md).
 //
 // The connection. Dial starts
 //
@@ -41,11 +42,20 @@
 // queued lines), waits for %exit and the client's exit
 // (Config.CloseTimeout), and kills the client by pid only if it hangs.
 //
-// A second 3.3a crash is not ours to avoid from one connection: several
-// control clients exiting at the same moment can make the server write a
-// notification to one whose control state is already freed (segfault in
-// control_write), with or without subscriptions. The daemon runs one
-// control client per server.
+// A second crash of tmux before 3.7: a control client that has identified
+// as one but whose control state does not exist yet gets the next
+// notification written through a NULL pointer (control_write), so any
+// attach, detach or session created while another control client connects
+// can kill the server. Our control clients therefore identify, detach and
+// (on servers < 3.7) send commands that notify other clients under one
+// flock per socket, across processes (attachlock.go).
+//
+// Versions. The server's version is read at connect (ServerInfo.Version).
+// tmux 3.4 and 3.5 escape command output (\ooo, \a \b \v \f \r; the
+// backslash itself is not escaped): Reply.Escaped marks such replies and
+// Reply.Text undoes the escaping, saying when it may be ambiguous
+// (escape.go). 3.4 added %paste-buffer-changed, %paste-buffer-deleted,
+// %message and %config-error (logged). docs/tmux-versions.md has the rest.
 //
 // The wire. Lines split on LF only, one trailing CR removed, no length cap.
 // A block opens on `%begin T N F` and closes only on `%end T N F` or

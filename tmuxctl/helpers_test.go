@@ -3,13 +3,14 @@ package tmuxctl
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 )
 
 func TestMain(m *testing.M) {
@@ -19,9 +20,7 @@ func TestMain(m *testing.M) {
 // needTmux skips when tmux is not installed (make test installs it).
 func needTmux(t testing.TB) {
 	t.Helper()
-	if _, err := exec.LookPath("tmux"); err != nil {
-		t.Skip("tmux not installed")
-	}
+	tmuxtest.Need(t)
 }
 
 // testConfig returns a Config on a private socket in a short temp dir; the
@@ -38,13 +37,13 @@ func testConfig(t testing.TB) Config {
 		killServer(sock)
 		os.RemoveAll(dir)
 	})
-	return Config{Socket: sock, ConfigFile: "/dev/null", CommandTimeout: 20 * time.Second}
+	return Config{Tmux: tmuxtest.Bin(), Socket: sock, ConfigFile: "/dev/null", CommandTimeout: 20 * time.Second}
 }
 
 // killServer kills the server on sock (our own private one) and waits for it
 // to go away.
 func killServer(sock string) {
-	out, err := exec.Command("tmux", "-S", sock, "display-message", "-p", "#{pid}").Output()
+	out, err := tmuxtest.Command("-S", sock, "display-message", "-p", "#{pid}").Output()
 	if err != nil {
 		return
 	}
@@ -164,7 +163,7 @@ func noChildrenLeft(t testing.TB) {
 // the server would.
 func tmuxRun(t testing.TB, sock string, args ...string) string {
 	t.Helper()
-	out, err := exec.Command("tmux", append([]string{"-S", sock}, args...)...).CombinedOutput()
+	out, err := tmuxtest.Command(append([]string{"-S", sock}, args...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("tmux %v: %v: %s", args, err, out)
 	}

@@ -23,25 +23,36 @@ type ServerInfo struct {
 }
 
 // identityFormat is expanded by display-message -p in one command: the
-// fields are tab-separated so that none can run into another.
-const identityFormat = "#{pid}\t#{start_time}\t#{version}\t#{socket_path}\t#{session_id}"
+// fields are tab-separated so that none can run into another, and the
+// socket path, the only free text, comes last (it may hold a tab itself).
+const identityFormat = "#{pid}\t#{start_time}\t#{version}\t#{session_id}\t#{socket_path}"
 
+// parseIdentity reads the identity reply. The socket path is the one field
+// tmux 3.4/3.5 may have escaped (a control byte or invalid UTF-8 in the
+// path); it is decoded for those versions, so Socket is the same string in
+// every life whatever the version (ServerLife is compared with ==).
 func parseIdentity(lines []string) (ServerInfo, error) {
-	if len(lines) != 1 {
-		return ServerInfo{}, &ProtocolError{Line: strings.Join(lines, "\n"),
-			Reason: "identity reply is not exactly one line"}
+	if len(lines) == 0 {
+		return ServerInfo{}, &ProtocolError{Line: "", Reason: "identity reply is empty"}
 	}
-	f := strings.Split(lines[0], "\t")
+	// A newline in the socket path splits the reply into lines.
+	line := strings.Join(lines, "\n")
+	f := strings.SplitN(line, "\t", 5)
 	if len(f) != 5 {
-		return ServerInfo{}, &ProtocolError{Line: lines[0], Reason: "identity reply has not 5 fields"}
+		return ServerInfo{}, &ProtocolError{Line: line, Reason: "identity reply has not 5 fields"}
 	}
 	pid, err1 := strconv.Atoi(f[0])
 	start, err2 := strconv.ParseInt(f[1], 10, 64)
-	if err1 != nil || err2 != nil || pid <= 0 || f[2] == "" || !strings.HasPrefix(f[4], "$") {
-		return ServerInfo{}, &ProtocolError{Line: lines[0], Reason: "identity reply does not parse"}
+	if err1 != nil || err2 != nil || pid <= 0 || f[2] == "" || strings.ContainsAny(f[2], "\n") ||
+		!isID(f[3], '$') {
+		return ServerInfo{}, &ProtocolError{Line: line, Reason: "identity reply does not parse"}
 	}
-	return ServerInfo{ServerLife: ServerLife{Socket: f[3], PID: pid, StartTime: start},
-		Version: f[2], ControlSessionID: f[4]}, nil
+	info := ServerInfo{ServerLife: ServerLife{Socket: f[4], PID: pid, StartTime: start},
+		Version: f[2], ControlSessionID: f[3]}
+	if info.EscapesOutput() {
+		info.Socket, _ = UnescapeOutput(info.Socket)
+	}
+	return info, nil
 }
 
 // VersionAtLeast reports whether the server's version is at least

@@ -27,6 +27,16 @@ const (
 	NoteClientDetached      = "client-detached"
 )
 
+// Notification names that tmux 3.4 added (not sent by 3.3a; FACTS §1.2,
+// docs/tmux-versions.md). They are delivered like any other; nothing in the
+// supervisor acts on them, and Conn logs %config-error.
+const (
+	NotePasteBufferChanged = "paste-buffer-changed" // a paste buffer was set: `%paste-buffer-changed NAME`
+	NotePasteBufferDeleted = "paste-buffer-deleted" // `%paste-buffer-deleted NAME`
+	NoteMessage            = "message"              // display-message (no -p) aimed at this client; escaped like 3.4 command output
+	NoteConfigError        = "config-error"         // an error in the configuration file, one per line
+)
+
 func (n Notification) line() string {
 	if n.Text == "" {
 		return "%" + n.Name

@@ -18,12 +18,18 @@ const (
 )
 
 // Reply is one command reply block. Lines are the body lines without their
-// line ends (a trailing CR removed); they are raw bytes as tmux wrote them.
+// line ends (a trailing CR removed); they are raw bytes as tmux wrote them,
+// which on tmux 3.4 and 3.5 is escaped (see Escaped and Text).
 type Reply struct {
 	Time   int64
 	Number uint64
 	Flags  int
 	Lines  []string
+	// Escaped is set by Conn when the server escapes command output (tmux
+	// 3.4 and 3.5, ServerInfo.EscapesOutput): Lines then hold \ooo and
+	// \a \b \v \f \r where the command printed other bytes; Text decodes
+	// them. The parser alone never sets it (it does not know the version).
+	Escaped bool
 }
 
 // Record is one element of the control-mode stream.

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+
+	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 )
 
 // fakeStart is a StartServer that starts a real server itself (with a
@@ -44,7 +46,7 @@ func runClient(t *testing.T, c *Client) {
 func TestClientStartServerOnEveryLife(t *testing.T) {
 	cfg := testConfig(t)
 	var calls atomic.Int64
-	cfg.StartServer = fakeStart("tmux", cfg.Socket, &calls)
+	cfg.StartServer = fakeStart(tmuxtest.Bin(), cfg.Socket, &calls)
 	c := NewClient(cfg)
 	runClient(t, c)
 	life1, err := c.WaitConnected(bg())
@@ -78,7 +80,7 @@ func TestClientStartServerNotCalledWhenRunning(t *testing.T) {
 	cfg := testConfig(t)
 	tmuxRun(t, cfg.Socket, "-f", "/dev/null", "new-session", "-d", "-s", "pre")
 	var calls atomic.Int64
-	cfg.StartServer = fakeStart("tmux", cfg.Socket, &calls)
+	cfg.StartServer = fakeStart(tmuxtest.Bin(), cfg.Socket, &calls)
 	c := NewClient(cfg)
 	runClient(t, c)
 	if _, err := c.WaitConnected(bg()); err != nil {

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -26,6 +25,8 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/lifecycle"
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
+
+	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 )
 
 // TestMain lets the test binary be the pane helper the daemon starts in every pane.
@@ -73,7 +74,7 @@ func startDaemon(b *testing.B, n int) *daemon {
 	if err != nil {
 		b.Fatal(err)
 	}
-	client := tmuxctl.NewClient(tmuxctl.Config{Socket: d.tmuxSock, ConfigFile: "/dev/null"})
+	client := tmuxctl.NewClient(tmuxctl.Config{Tmux: tmuxtest.Bin(), Socket: d.tmuxSock, ConfigFile: "/dev/null"})
 	cs := census.New(client, nil)
 	exe, _ := os.Executable()
 	m, err := lifecycle.New(lifecycle.Config{Home: home, Tmux: client, Census: cs, Fence: store, Verdicts: w, HelperPath: exe})
@@ -105,7 +106,7 @@ func startDaemon(b *testing.B, n int) *daemon {
 		wg.Wait()
 		_ = w.Close()
 		_ = store.Close()
-		_ = exec.Command("tmux", "-S", d.tmuxSock, "kill-server").Run()
+		_ = tmuxtest.Command("-S", d.tmuxSock, "kill-server").Run()
 		_ = os.RemoveAll(home)
 	})
 	var dl net.Dialer
@@ -180,7 +181,7 @@ func (d *daemon) get(b *testing.B, path string) (time.Duration, int) {
 // fork times one tmux client fork on the daemon's server.
 func (d *daemon) fork(b *testing.B, args ...string) time.Duration {
 	t0 := time.Now()
-	if out, err := exec.Command("tmux", append([]string{"-S", d.tmuxSock}, args...)...).CombinedOutput(); err != nil {
+	if out, err := tmuxtest.Command(append([]string{"-S", d.tmuxSock}, args...)...).CombinedOutput(); err != nil {
 		b.Fatalf("tmux %v: %v %s", args, err, out)
 	}
 	return time.Since(t0)

@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 )
 
 // run runs the CLI in-process with SKC_HOME pointing at an empty directory
@@ -19,7 +21,7 @@ func run(t *testing.T, args ...string) (int, string, string) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	var out, errb bytes.Buffer
-	env := map[string]string{"SKC_HOME": dir, "HOME": dir}
+	env := map[string]string{"SKC_HOME": dir, "HOME": dir, "SKC_TMUX": tmuxtest.Bin()}
 	cli := &CLI{ctx: context.Background(), stdout: &out, stderr: &errb, getenv: func(k string) string { return env[k] }}
 	code := cli.Main(args)
 	return code, out.String(), errb.String()

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 )
 
 // syncBuffer is a bytes.Buffer safe for the daemon's log writer and the test.
@@ -57,16 +58,14 @@ type served struct {
 
 func startServe(t *testing.T, args ...string) *served {
 	t.Helper()
-	if _, err := exec.LookPath("tmux"); err != nil {
-		t.Skip("tmux not installed")
-	}
+	tmuxtest.Need(t)
 	t.Setenv("INVOCATION_ID", "") // never a systemd scope from a test
 	dir, err := os.MkdirTemp("", "skcs")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := &served{home: dir, stderr: &syncBuffer{}, code: make(chan int, 1)}
-	env := map[string]string{"SKC_HOME": dir, "SKC_TMUX_CONFIG": "/dev/null", "HOME": dir}
+	env := map[string]string{"SKC_HOME": dir, "SKC_TMUX": tmuxtest.Bin(), "SKC_TMUX_CONFIG": "/dev/null", "HOME": dir}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	cli := &CLI{ctx: ctx, stdout: &syncBuffer{}, stderr: s.stderr, getenv: func(k string) string { return env[k] }}
@@ -102,7 +101,7 @@ func (s *served) stop(t *testing.T) {
 
 // killTmux kills the server on our private socket, by pid.
 func killTmux(sock string) {
-	out, err := exec.Command("tmux", "-S", sock, "display-message", "-p", "#{pid}").Output()
+	out, err := tmuxtest.Command("-S", sock, "display-message", "-p", "#{pid}").Output()
 	if err != nil {
 		return
 	}
