@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
@@ -22,7 +23,7 @@ func TestResolveNames(t *testing.T) {
 	id, res := e.create(t, "ren")
 	tmux := func(args ...string) {
 		t.Helper()
-		if out, err := exec.Command("tmux", append([]string{"-S", e.socket}, args...)...).CombinedOutput(); err != nil {
+		if out, err := tmuxtest.Command(append([]string{"-S", e.socket}, args...)...).CombinedOutput(); err != nil {
 			t.Fatalf("tmux %v: %v %s", args, err, out)
 		}
 	}
@@ -112,7 +113,7 @@ func TestReclaimInPlaceIsRecorded(t *testing.T) {
 func TestHandEditedGenerationSaysTheWayOut(t *testing.T) {
 	e := startEnv(t, "", "", false)
 	id, res := e.create(t, "edited")
-	if out, err := exec.Command("tmux", "-S", e.socket, "set-option", "-t", res.Session.ID, TagGeneration, "99").CombinedOutput(); err != nil {
+	if out, err := tmuxtest.Command("-S", e.socket, "set-option", "-t", res.Session.ID, TagGeneration, "99").CombinedOutput(); err != nil {
 		t.Fatalf("%v %s", err, out)
 	}
 	_, spec := e.identity("edited")
