@@ -151,7 +151,7 @@ func startHelper(ctx context.Context, st *fence.Store, a helperArgs) (code int, 
 func recordStart(ctx context.Context, st *fence.Store, resID string, pid int, inc string) error {
 	deadline := time.Now().Add(helperReadyWait)
 	for {
-		err := st.RecordHelperStart(ctx, resID, pid, inc)
+		err := st.RecordHelperStart(ctx, resID, pid, inc, cgroup)
 		if verdict.CodeOf(err) != verdict.CodeIdentityFenceContended && verdict.CodeOf(err) != verdict.CodeFenceUnavailable {
 			return err
 		}

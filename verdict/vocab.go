@@ -36,6 +36,8 @@ const (
 	ActionKill = "kill"
 	// ActionAdopt is a published identity taken over by a restarted daemon.
 	ActionAdopt = "adopt"
+	// ActionRelease is an operator's `fence release` of a stuck row or generation.
+	ActionRelease = "release"
 )
 
 // Verdicts: skc.verdict.
@@ -62,6 +64,9 @@ const (
 	// request also ends in this verdict (exit kind cleanup, reason
 	// killed_by_request), so that every generation has exactly one end.
 	VerdictEnded = "ended"
+	// VerdictReleased: an operator cleared a reservation row or a generation
+	// that could not be proven dead or gone (`fence release`).
+	VerdictReleased = "released"
 )
 
 // Exit kinds: skc.exit_kind, on an ended verdict only.
@@ -112,17 +117,23 @@ const (
 	ReasonKilledByRequest = "killed_by_request"
 	// ReasonOrphanCleanup: an orphan attempt was killed during recovery.
 	ReasonOrphanCleanup = "orphan_cleanup"
+	// ReasonProcessesUnproven: a stopping generation's processes could not be
+	// proven gone, even after SIGKILL (verdict unresolved, action end): the
+	// identity stays blocked until they are, or until `fence release`.
+	ReasonProcessesUnproven = "processes_not_proven_gone"
+	// ReasonOperatorRelease: `fence release` cleared it.
+	ReasonOperatorRelease = "operator_release"
 )
 
 // Verdicts lists every skc.verdict value, for documentation and tests.
 var Verdicts = []string{
 	VerdictPublished, VerdictExisting, VerdictRefused, VerdictFailed,
 	VerdictReclaimed, VerdictOrphanCleaned, VerdictPreserved, VerdictUnresolved,
-	VerdictAdopted, VerdictEnded,
+	VerdictAdopted, VerdictEnded, VerdictReleased,
 }
 
 // Actions lists every event.action value.
-var Actions = []string{ActionCreate, ActionRecover, ActionEnd, ActionKill, ActionAdopt}
+var Actions = []string{ActionCreate, ActionRecover, ActionEnd, ActionKill, ActionAdopt, ActionRelease}
 
 // Outcomes lists every event.outcome value.
 var Outcomes = []string{OutcomeSuccess, OutcomeFailure, OutcomeUnknown}
@@ -136,7 +147,7 @@ var Reasons = []string{
 	ReasonCreated, ReasonSessionLive, ReasonInflightPublished, ReasonOwnerDead,
 	ReasonNoChild, ReasonChildAbsent, ReasonChildAuthoritative, ReasonInspectionUnknown,
 	ReasonDaemonRestart, ReasonAgentExited, ReasonTmuxSessionMissing, ReasonServerExited,
-	ReasonKilledByRequest, ReasonOrphanCleanup,
+	ReasonKilledByRequest, ReasonOrphanCleanup, ReasonProcessesUnproven, ReasonOperatorRelease,
 }
 
 // AllReasons returns every event.reason value: Reasons followed by the reason of
