@@ -160,14 +160,25 @@ func (m *Manager) recoverAtStart(ctx context.Context, row fence.Reservation) err
 	return nil
 }
 
-// adoptOrEnd looks at one published, not-ended generation at start.
+// adoptOrEnd looks at one published, not-ended generation at start. A stop
+// recorded by the previous daemon is continued with its original deadline; a
+// generation whose session is gone or whose pane is dead starts stopping (its
+// processes may still run: the old daemon is not there to have seen them go).
+// Stops run in the background: start does not wait out grace periods.
 func (m *Manager) adoptOrEnd(ctx context.Context, p fence.Published) error {
+	if p.Stopping != nil {
+		c := causeOf(p.Stopping.Reason)
+		c.restart = true
+		m.stopGeneration(p, c)
+		return nil
+	}
 	auth, sess, err := m.inspectPublished(ctx, p)
 	if err != nil && auth != census.Unknown {
 		return err
 	}
 	if auth == census.Authoritative && sess != nil && sess.PaneDead {
-		return m.endDeadPane(ctx, p, m.lifeOf(p.ServerPID, p.ServerStart), true)
+		m.stopGeneration(p, endCause{reason: verdict.ReasonAgentExited, restart: true})
+		return nil
 	}
 	switch auth {
 	case census.Authoritative:
@@ -185,8 +196,8 @@ func (m *Manager) adoptOrEnd(ctx context.Context, p fence.Published) error {
 		})
 		return nil
 	case census.Absent:
-		_, err := m.endPublished(ctx, p, endCause{reason: m.goneReason(p), restart: true})
-		return err
+		m.stopGeneration(p, endCause{reason: m.goneReason(p), restart: true})
+		return nil
 	}
 	m.log.Warn().Err(err).Str("identity", p.Identity.Digest()).Str("authority", auth.String()).
 		Msg("published session neither live nor gone; left for end detection")

@@ -174,6 +174,7 @@ func sessionMembers(h Hold) ([]int, error) {
 
 type procStat struct {
 	state   byte
+	ppid    int
 	session int
 	start   uint64
 }
@@ -196,19 +197,28 @@ func readStat(pid int) (procStat, error) {
 	if len(f) < 20 || len(f[0]) != 1 {
 		return procStat{}, fmt.Errorf("proctree: short /proc/%d/stat", pid)
 	}
+	ppid, err0 := strconv.Atoi(f[1])
 	sid, err1 := strconv.Atoi(f[3])
 	start, err2 := strconv.ParseUint(f[19], 10, 64)
-	if err1 != nil || err2 != nil {
+	if err0 != nil || err1 != nil || err2 != nil {
 		return procStat{}, fmt.Errorf("proctree: malformed /proc/%d/stat", pid)
 	}
-	return procStat{state: f[0][0], session: sid, start: start}, nil
+	return procStat{state: f[0][0], ppid: ppid, session: sid, start: start}, nil
 }
 
-// StartTime returns pid's start time (field 22 of /proc/PID/stat), a zombie's
-// too: it names the process life, and is what a Hold records at spawn.
-func StartTime(pid int) (uint64, error) {
+// ChildStartTime returns the start time (field 22 of /proc/PID/stat; a
+// zombie's too) of pid, which must be parent's child: it names the process
+// life, and is what a Hold records at spawn. A pid that is not parent's child
+// any more (it exited and the number was reused) is an error.
+func ChildStartTime(pid, parent int) (uint64, error) {
 	st, err := readStat(pid)
-	return st.start, err
+	if err != nil {
+		return 0, err
+	}
+	if st.ppid != parent {
+		return 0, fmt.Errorf("proctree: pid %d is not a child of %d", pid, parent)
+	}
+	return st.start, nil
 }
 
 // BootID reads the kernel's boot id.
