@@ -178,7 +178,7 @@ func (m *Manager) admit(ctx context.Context, req CreateRequest, start time.Time)
 				return fence.Reservation{}, out, err
 			}
 		case fence.NeedsRecovery:
-			r, err := m.recoverRow(ctx, rr.Abandoned, req.Spec)
+			r, err := m.recoverRow(ctx, rr.Abandoned, req.Spec, deadline)
 			switch {
 			case r != nil:
 				m.fault.hit(FaultReserved)

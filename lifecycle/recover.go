@@ -18,9 +18,12 @@ var errRecovered = errors.New("recovered: reserve again")
 // an orphan killed and confirmed gone before the row is reclaimed with this create's
 // spec. It writes the one recovery verdict and returns the new reservation (ours,
 // in flight) when the row was reclaimed.
-func (m *Manager) recoverRow(ctx context.Context, ab fence.Reservation, spec fence.Spec) (*fence.Reservation, error) {
+//
+// until is how long a stopping generation of the row may be waited for (the
+// create's wait).
+func (m *Manager) recoverRow(ctx context.Context, ab fence.Reservation, spec fence.Spec, until time.Time) (*fence.Reservation, error) {
 	ab.Spec = spec
-	res, err := m.fence.RecoverAbandoned(ctx, ab, inspector{m})
+	res, err := m.fence.RecoverAbandoned(ctx, ab, inspector{m, until})
 	if err != nil && (res.Abandoned.ID == "" || verdict.CodeOf(err) == verdict.CodeFenceLost) {
 		// Nothing was decided by us (the row changed under us — someone
 		// else recovered it first — or the owner is alive after all): no
@@ -143,7 +146,7 @@ func (m *Manager) recoverAtStart(ctx context.Context, row fence.Reservation) err
 	if fence.Liveness(row.OwnerPID, row.OwnerIncarnation) == fence.Alive {
 		return nil // a live owner's create is its own business
 	}
-	res, err := m.fence.RecoverAbandoned(ctx, row, inspector{m})
+	res, err := m.fence.RecoverAbandoned(ctx, row, inspector{m: m})
 	if err != nil && (res.Abandoned.ID == "" || verdict.CodeOf(err) == verdict.CodeFenceLost) {
 		if verdict.CodeOf(err) == verdict.CodeIdentityReservedLive || verdict.CodeOf(err) == verdict.CodeFenceLost {
 			return nil

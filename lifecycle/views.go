@@ -27,6 +27,25 @@ type View struct {
 	PaneDead      bool      `json:"pane_dead"`
 	Attached      int       `json:"attached"`
 	CreatedAt     time.Time `json:"created_at"`
+	// State of a managed session's generation: "running", or "stopping" from
+	// the moment its end is seen (a dead pane, a kill) until its processes
+	// are proven gone. "" for sessions that are not ours.
+	State         string `json:"state,omitempty"`
+	StopTimeoutMS int64  `json:"stop_timeout_ms,omitempty"` // the generation's grace before SIGKILL
+}
+
+// Session states (View.State).
+const (
+	StateRunning  = "running"
+	StateStopping = "stopping"
+)
+
+// stateOf is the State of a session of published generation p.
+func stateOf(p fence.Published, paneDead bool) string {
+	if p.Stopping != nil || paneDead {
+		return StateStopping
+	}
+	return StateRunning
 }
 
 // ListResult is `ls --json`.
@@ -201,7 +220,8 @@ func publishedView(s *census.Session, p fence.Published) View {
 	return View{Name: s.Name, ID: s.ID, Managed: true,
 		StateDir: p.Identity.StateDir, SessionID: p.Identity.SessionID,
 		StateFile: p.StateFile, Label: p.Label, Generation: p.Generation, Authoritative: !p.Ended,
-		PanePID: s.PanePID, PaneDead: s.PaneDead, Attached: s.Attached, CreatedAt: s.Created.UTC()}
+		PanePID: s.PanePID, PaneDead: s.PaneDead, Attached: s.Attached, CreatedAt: s.Created.UTC(),
+		State: stateOf(p, s.PaneDead), StopTimeoutMS: p.StopTimeoutMS}
 }
 
 // Show returns one session with its reservation row and verdicts. The fence's
@@ -259,6 +279,9 @@ func (m *Manager) viewOf(s *census.Session, pub *fence.Published) View {
 	v.StateFile, v.Label = pub.StateFile, pub.Label
 	v.Generation = generationTag(s)
 	v.Authoritative = !pub.Ended && pub.TmuxID == s.ID && pub.Generation == v.Generation
+	if v.Authoritative {
+		v.State, v.StopTimeoutMS = stateOf(*pub, s.PaneDead), pub.StopTimeoutMS
+	}
 	return v
 }
 
@@ -270,6 +293,7 @@ func (m *Manager) attemptView(a *attempt, pub fence.Published) View {
 		StateDir: a.req.Identity.StateDir, SessionID: a.req.Identity.SessionID,
 		StateFile: pub.StateFile, Generation: a.res.Generation, Authoritative: true,
 		Label: pub.Label, PanePID: a.panePID, CreatedAt: a.created.UTC(),
+		State: StateRunning, StopTimeoutMS: pub.StopTimeoutMS,
 	}
 }
 

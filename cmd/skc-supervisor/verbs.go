@@ -65,6 +65,7 @@ func runCreate(cli *CLI, args []string) int {
 	fs.StringVar(&req.Label, "label", "", "")
 	fs.Var(env, "env", "")
 	wait := fs.Duration("wait", api.DefaultWait, "")
+	stopTimeout := fs.Duration("stop-timeout", api.DefaultStopTimeout, "")
 	if err := fs.Parse(args); err != nil {
 		return cli.fail(o, usageError("create", err))
 	}
@@ -77,6 +78,10 @@ func runCreate(cli *CLI, args []string) int {
 	}
 	ms := wait.Milliseconds()
 	req.WaitMS = &ms
+	if *stopTimeout != api.DefaultStopTimeout {
+		st := stopTimeout.Milliseconds()
+		req.StopTimeoutMS = &st
+	}
 	if err := cli.resolveCreate(&req); err != nil {
 		return cli.fail(o, err)
 	}
@@ -191,6 +196,9 @@ func runKill(cli *CLI, args []string) int {
 }
 
 func runFence(cli *CLI, args []string) int {
+	if len(args) > 0 && args[0] == "release" {
+		return runFenceRelease(cli, args[1:])
+	}
 	var o opts
 	fs := newFlags("fence", &o, true)
 	if _, err := parseArgs(fs, args); err != nil {
@@ -245,4 +253,22 @@ func respond[T any](cli *CLI, o opts, call func(*api.Client) (T, error), text fu
 	}
 	text(res)
 	return verdict.ExitOK
+}
+
+// runFenceRelease is `fence release --reservation ID`: the operator's escape
+// for a reservation row or a generation that can never be proven dead or gone.
+// The daemon refuses while the owner or the processes are proven alive.
+func runFenceRelease(cli *CLI, args []string) int {
+	var o opts
+	fs := newFlags("fence release", &o, true)
+	resID := fs.String("reservation", "", "")
+	if _, err := parseArgs(fs, args); err != nil {
+		return cli.fail(o, err)
+	}
+	if *resID == "" {
+		return cli.fail(o, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "reservation"},
+			"fence release needs --reservation ID"))
+	}
+	return respond(cli, o, func(c *api.Client) (api.ReleaseResponse, error) { return c.Release(cli.ctx, *resID) },
+		func(res api.ReleaseResponse) { printRelease(cli.stdout, res) })
 }
