@@ -247,9 +247,10 @@ func (m *Manager) endEvidence(ctx context.Context, p fence.Published, cause endC
 	}
 	if rec.Exit == nil {
 		rec.Exit = &verdict.Exit{} // status null: unknown
-	} else if rec.ExitKind == verdict.ExitKindOwnerLost {
-		rec.ExitKind, rec.Outcome = verdict.ExitKindExit, verdict.OutcomeSuccess
 	}
+	// Without a postmortem the pane's process (today the helper) did not end
+	// normally: what tmux recorded is its end, not the agent's, so the kind
+	// stays owner_lost and exit_source says whose exit it is.
 	return rec
 }
 
