@@ -33,7 +33,9 @@ func runStopAgent(args []string) int {
 	switch behaviour {
 	case "ignore":
 		signal.Ignore(syscall.SIGHUP, syscall.SIGTERM)
-		select {}
+		for {
+			time.Sleep(time.Hour) // not select {}: the runtime would call that a deadlock and exit
+		}
 	case "child-pgrp", "child-setsid":
 		exe, _ := os.Executable()
 		c := exec.Command(exe, "child", tag, mark, "ignore")

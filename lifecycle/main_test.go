@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -52,6 +53,23 @@ func fakeAgent(args []string) int {
 		for {
 			time.Sleep(time.Hour)
 		}
+	case "ignore": // ignores the hangup and SIGTERM: only SIGKILL ends it
+		signal.Ignore(syscall.SIGHUP, syscall.SIGTERM)
+		for {
+			time.Sleep(time.Hour) // not select {}: the runtime would call that a deadlock and exit
+		}
+	case "childpgrp": // a child that ignores everything polite, in a group of its own
+		exe, _ := os.Executable()
+		c := exec.Command(exe, "agent", "ignore")
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if c.Start() != nil {
+			return 3
+		}
+		_ = c.Process.Release()
+		signal.Ignore(syscall.SIGHUP, syscall.SIGTERM)
+		for {
+			time.Sleep(time.Hour) // not select {}: the runtime would call that a deadlock and exit
+		}
 	case "pwdenv":
 		wd, _ := os.Getwd()
 		body := wd + "\n" + strings.Join(os.Environ(), "\n") + "\n"
@@ -80,6 +98,8 @@ type env struct {
 	wg     sync.WaitGroup
 	closed bool
 
+	noCgroup bool // Config.NoCgroup: hold generations by the pane's session only
+
 	startServer func(context.Context) error // tmuxctl.Config.StartServer; nil: none
 }
 
@@ -107,10 +127,16 @@ func startEnv(t testing.TB, home string, fault string, noRun bool) *env {
 // calls before each dial that finds no server: a test can hold a reconnect there.
 func startEnvServer(t testing.TB, home string, fault string, noRun bool, startServer func(context.Context) error) *env {
 	t.Helper()
-	if home == "" {
-		home = newHome(t)
+	return startEnvWith(t, &env{home: home, startServer: startServer}, fault, noRun)
+}
+
+// startEnvWith starts e (home, startServer and noCgroup as the test sets them).
+func startEnvWith(t testing.TB, e *env, fault string, noRun bool) *env {
+	t.Helper()
+	if e.home == "" {
+		e.home = newHome(t)
 	}
-	e := &env{t: t, home: home, socket: filepath.Join(home, "tmux.sock"), startServer: startServer}
+	e.t, e.socket = t, filepath.Join(e.home, "tmux.sock")
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
 	if err := e.open(ctx, fault); err != nil {
@@ -155,7 +181,7 @@ func (e *env) open(ctx context.Context, fault string) error {
 		log = &l
 	}
 	e.m, err = New(Config{Home: e.home, Tmux: e.client, Census: e.census, Fence: e.store,
-		Verdicts: e.w, HelperPath: exe, Metrics: e.reg, Fault: fault, Log: log})
+		Verdicts: e.w, HelperPath: exe, Metrics: e.reg, Fault: fault, Log: log, NoCgroup: e.noCgroup})
 	return err
 }
 

@@ -18,7 +18,7 @@ import (
 // caught, so only a process stuck in the kernel (uninterruptible sleep, e.g. a
 // dead NFS server) outlives it; past this the stop is unresolved and the
 // identity stays blocked (a later look may still prove it gone).
-const killProofWait = 30 * time.Second
+var killProofWait = 30 * time.Second // a var only so a test can reach "unproven" sooner
 
 // stopRun is one stop of one generation in flight. Every observer of the
 // generation's end (end detection, a create, a kill, recovery) joins the same

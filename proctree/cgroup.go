@@ -112,7 +112,7 @@ func EnterCgroup(dir string) error {
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte("0"), 0); err != nil {
+	if err := writeExisting(filepath.Join(dir, "cgroup.procs"), "0"); err != nil {
 		_ = unix.Rmdir(dir)
 		return err
 	}
@@ -169,9 +169,25 @@ func inCgroup(pid int, dir string) bool {
 // killCgroup writes cgroup.kill: SIGKILL to every process in it and its
 // descendants, atomically with respect to forks (kernel 5.14+).
 func killCgroup(dir string) error {
-	err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
+	err := writeExisting(filepath.Join(dir, "cgroup.kill"), "1")
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		if _, serr := os.Stat(dir); errors.Is(serr, fs.ErrNotExist) {
+			return nil // the cgroup is gone: nothing to kill
+		}
+	}
+	return err
+}
+
+// writeExisting writes s to a cgroup interface file, which must exist: never
+// create a plain file where a cgroup was expected.
+func writeExisting(path, s string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(s)
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
 	return err
 }

@@ -31,10 +31,14 @@ func TestMain(m *testing.M) {
 			os.Exit(4)
 		}
 		os.Stdout.WriteString(strconv.Itoa(c.Process.Pid) + "\n")
-		select {}
+		for {
+			time.Sleep(time.Hour) // not select {}: the runtime would call that a deadlock and exit
+		}
 	}
 	if len(os.Args) > 1 && os.Args[1] == "sleeper" {
-		select {}
+		for {
+			time.Sleep(time.Hour) // not select {}: the runtime would call that a deadlock and exit
+		}
 	}
 	os.Exit(m.Run())
 }
