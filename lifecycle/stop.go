@@ -161,7 +161,7 @@ func (m *Manager) unproven(ctx context.Context, p fence.Published, res proctree.
 	}
 	m.emit(ctx, verdict.Record{
 		Action: verdict.ActionEnd, Outcome: verdict.OutcomeUnknown, Verdict: verdict.VerdictUnresolved,
-		Reason: verdict.ReasonProcessesUnproven, Code: verdict.CodeIdentityReservedUnknown,
+		Reason: verdict.ReasonProcessesNotProvenGone, Code: verdict.CodeIdentityReservedUnknown,
 		Identity: identityRef(p.Identity),
 		Session:  &verdict.SessionRef{Name: p.SessionName, ID: p.TmuxID, Generation: p.Generation},
 		Evidence: ev,
