@@ -9,7 +9,7 @@ import (
 // TestDocs), so the documentation is made of real, round-tripped records.
 
 var (
-	exIdentity    = &IdentityRef{StateDir: "/home/ana/agents/alpha", SessionID: "abc123"}
+	exIdentity = &IdentityRef{StateDir: "/home/ana/agents/alpha", SessionID: "abc123"}
 	// A session's name is "skc-" + 12 hex of the identity's digest + "-" + its
 	// reservation id, as the saga names it (lifecycle.attemptName).
 	exSession     = &SessionRef{Name: "skc-3f2a9c1e5b7d-9b1c2d3e4f5a69788796a5b4c3d2e1f0", ID: "$3", Generation: 1}
