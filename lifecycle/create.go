@@ -57,19 +57,20 @@ const maxAdmitRounds = 8
 // attempt is tracked and never change: they are all that Shutdown (another
 // goroutine) may read.
 type attempt struct {
-	resID   string // the claimed reservation's id; immutable (res is rewritten by every Advance)
-	req     CreateRequest
-	res     fence.Reservation
-	digest  string
-	name    string
-	life    tmuxctl.ServerLife
-	tmuxID  string
-	panePID int
-	paneID  string
-	created time.Time
-	spawned uint64 // tmux's command number of the new-session (census.AdmitCreated)
-	start   time.Time
-	stop    context.CancelFunc
+	resID     string // the claimed reservation's id; immutable (res is rewritten by every Advance)
+	req       CreateRequest
+	res       fence.Reservation
+	digest    string
+	name      string
+	life      tmuxctl.ServerLife
+	tmuxID    string
+	panePID   int
+	paneStart uint64 // the pane process's start time, 0 when unknown (proctree.Hold)
+	paneID    string
+	created   time.Time
+	spawned   uint64 // tmux's command number of the new-session (census.AdmitCreated)
+	start     time.Time
+	stop      context.CancelFunc
 
 	sent      bool // new-session was written: from here a session may exist
 	uncertain bool // a step's outcome is unknown: abandon, never guess

@@ -102,13 +102,14 @@ type Manager struct {
 	fault    fault
 	met      *lcMetrics
 
-	mu       sync.Mutex
-	closing  bool
-	inflight map[string]*attempt   // by reservation id: creates between Reserve and their verdict
-	killing  map[string]killReason // by tmux id: sessions we are removing ourselves
-	stops    map[string]*stopRun   // by stopKey: generations stopping (stop.go)
-	creates  sync.WaitGroup
-	slots    chan struct{} // admission: one token per create in flight (maxInflightCreates)
+	mu           sync.Mutex
+	closing      bool
+	inflight     map[string]*attempt   // by reservation id: creates between Reserve and their verdict
+	killing      map[string]killReason // by tmux id: sessions we are removing ourselves
+	stops        map[string]*stopRun   // by stopKey: generations stopping (stop.go)
+	unprovenSaid map[string]bool       // by stopKey: an unresolved verdict was written (once per generation)
+	creates      sync.WaitGroup
+	slots        chan struct{} // admission: one token per create in flight (maxInflightCreates)
 
 	stopCtx    context.Context // the stops' life: ends at Shutdown
 	stopCancel context.CancelFunc
@@ -155,7 +156,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg: cfg, tmux: cfg.Tmux, census: cfg.Census, fence: cfg.Fence,
 		verdicts: cfg.Verdicts, log: log, fault: f, met: newMetrics(cfg.Metrics),
 		inflight: make(map[string]*attempt), killing: make(map[string]killReason),
-		stops:      make(map[string]*stopRun),
+		stops: make(map[string]*stopRun), unprovenSaid: make(map[string]bool),
 		slots:      make(chan struct{}, maxInflightCreates),
 		cmdTimeout: tmuxCommandTimeout, compTimeout: compensateTimeout,
 	}

@@ -3,10 +3,14 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/census"
 	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/proctree"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
@@ -139,7 +143,28 @@ func (m *Manager) Recover(ctx context.Context) error {
 			m.log.Warn().Err(err).Str("session", p.SessionName).Msg("published identity not resolved at start")
 		}
 	}
+	m.sweepCgroups()
 	return nil
+}
+
+// sweepCgroups removes the empty cgroups a crash left behind (a daemon killed
+// between an end and its cgroup's removal, a failed attempt whose helper
+// outlived the compensation). rmdir succeeds only on an empty cgroup, so a
+// generation's cgroup that holds anything stays; an empty one holds nothing
+// to prove (proctree: a removed cgroup is an empty one).
+func (m *Manager) sweepCgroups() {
+	if m.cgroupBase == "" {
+		return
+	}
+	ents, err := os.ReadDir(m.cgroupBase)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if e.IsDir() && strings.HasPrefix(e.Name(), "gen-") {
+			_ = proctree.RemoveCgroup(filepath.Join(m.cgroupBase, e.Name()))
+		}
+	}
 }
 
 func (m *Manager) recoverAtStart(ctx context.Context, row fence.Reservation) error {

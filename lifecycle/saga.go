@@ -40,9 +40,9 @@ func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retEr
 	// the pane's process (a session leader, the tmux server's child) by pid
 	// and start time, and the cgroup it enters. A pane process already gone
 	// (0) never started an agent: that happens only after publication.
-	paneStart, _ := proctree.ChildStartTime(a.panePID, a.life.PID)
+	a.paneStart, _ = proctree.ChildStartTime(a.panePID, a.life.PID)
 	patch := fence.Patch{TmuxID: a.tmuxID, PanePID: a.panePID, ServerPID: a.life.PID, ServerStart: a.life.StartTime,
-		PaneStart: paneStart, Cgroup: proctree.GenerationCgroup(m.cgroupBase, a.res.ID)}
+		PaneStart: a.paneStart, Cgroup: proctree.GenerationCgroup(m.cgroupBase, a.res.ID)}
 	if err := m.advance(ctx, a, fence.PhaseSpawned, patch); err != nil {
 		return res, err
 	}

@@ -159,6 +159,18 @@ func (m *Manager) unproven(ctx context.Context, p fence.Published, res proctree.
 	if killErr != nil {
 		ev["sigkill_error"] = killErr.Error()
 	}
+	m.mu.Lock()
+	seen := m.unprovenSaid[stopKey(p)]
+	m.unprovenSaid[stopKey(p)] = true
+	m.mu.Unlock()
+	if !seen { // a later look (a create, the reconcile) tries again, but says it once
+		m.emitUnproven(ctx, p, ev)
+	}
+	return stoppingError(p, verdict.CodeIdentityReservedUnknown, "processes of generation %d could not be proven gone (%s); "+
+		"`skc-supervisor fence release --reservation %s` clears it once you have checked", res.Why, p.ReservationID)
+}
+
+func (m *Manager) emitUnproven(ctx context.Context, p fence.Published, ev map[string]any) {
 	m.emit(ctx, verdict.Record{
 		Action: verdict.ActionEnd, Outcome: verdict.OutcomeUnknown, Verdict: verdict.VerdictUnresolved,
 		Reason: verdict.ReasonProcessesNotProvenGone, Code: verdict.CodeIdentityReservedUnknown,
@@ -166,8 +178,6 @@ func (m *Manager) unproven(ctx context.Context, p fence.Published, res proctree.
 		Session:  &verdict.SessionRef{Name: p.SessionName, ID: p.TmuxID, Generation: p.Generation},
 		Evidence: ev,
 	})
-	return stoppingError(p, verdict.CodeIdentityReservedUnknown, "processes of generation %d could not be proven gone (%s); "+
-		"`skc-supervisor fence release --reservation %s` clears it once you have checked", res.Why, p.ReservationID)
 }
 
 // stoppingError is the refusal of a create (or the error of a kill) while the
