@@ -183,6 +183,10 @@ func TestUnprovableStopAndRelease(t *testing.T) {
 	waitFor(t, "unresolved verdict", func() bool {
 		return count(e.verdicts(id), verdict.VerdictUnresolved) > 0
 	})
+	// Its session is gone, but show still names what holds the identity.
+	if sr, err := e.m.Show(context.Background(), Ref{Identity: &id}); err != nil || sr.Session.State != StateStopping {
+		t.Fatalf("show of the blocked identity: %+v %v", sr.Session, err)
+	}
 	_, err = e.createSpec(t, "stuck", time.Second, time.Second, "agent", "sleep")
 	if ve := verdict.AsError(err); ve == nil || ve.Code != verdict.CodeIdentityReservedUnknown || ve.Details["stopping"] != true {
 		t.Fatalf("create of a blocked identity: %v", err)

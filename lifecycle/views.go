@@ -224,6 +224,15 @@ func publishedView(s *census.Session, p fence.Published) View {
 		State: stateOf(p, s.PaneDead), StopTimeoutMS: p.StopTimeoutMS}
 }
 
+// stoppingView is the View of a stopping generation whose session is gone.
+func stoppingView(p fence.Published) View {
+	return View{Name: p.SessionName, ID: p.TmuxID, Managed: true,
+		StateDir: p.Identity.StateDir, SessionID: p.Identity.SessionID,
+		StateFile: p.StateFile, Label: p.Label, Generation: p.Generation, Authoritative: true,
+		PanePID: p.PanePID, PaneDead: true, CreatedAt: p.PublishedAt.UTC(),
+		State: StateStopping, StopTimeoutMS: p.StopTimeoutMS}
+}
+
 // Show returns one session with its reservation row and verdicts. The fence's
 // part comes through its read cache (fence.CachedIdentityReads), which is as
 // fresh as a direct read: see AppendShowJSON.
@@ -241,14 +250,24 @@ func (m *Manager) Show(ctx context.Context, ref Ref) (ShowResult, error) {
 
 // showParts resolves ref and reads what Show answers: the session's View and
 // the fence's reads of its identity.
+//
+// A generation that is stopping after its session went (killed by hand, the
+// server's death) has no session to list, but is shown — state "stopping",
+// from its published record — until its processes are proven gone: it is
+// what holds the identity.
 func (m *Manager) showParts(ctx context.Context, ref Ref) (View, fence.IdentityReads, error) {
 	pub, sess, err := m.resolve(ctx, ref)
-	if err != nil {
+	var v View
+	switch {
+	case err == nil:
+		v = m.viewOf(&sess, &pub)
+		if staleTags(&sess) {
+			v = publishedView(&sess, pub) // resolve matched it by tmux id in this life
+		}
+	case verdict.CodeOf(err) == verdict.CodeNotFound && pub.Stopping != nil && !pub.Ended:
+		v = stoppingView(pub)
+	default:
 		return View{}, fence.IdentityReads{}, err
-	}
-	v := m.viewOf(&sess, &pub)
-	if staleTags(&sess) {
-		v = publishedView(&sess, pub) // resolve matched it by tmux id in this life
 	}
 	reads, err := m.fence.CachedIdentityReads(ctx, pub.Identity, showVerdicts)
 	if err != nil {
