@@ -17,8 +17,13 @@
 //     leave it waiting.
 //   - A session end is matched to its published generation by tmux id and server
 //     life, never by the removed session's tags (the census may not have seen them
-//     for an agent that exits at once). A pane kept dead by remain-on-exit is an end
-//     too (reason agent_exited), never an existing session.
+//     for an agent that exits at once). Every managed window has remain-on-exit
+//     on, so an agent's own exit is a dead pane (reason agent_exited), never an
+//     existing session and never a vanished one.
+//   - A generation ends only when its processes are proven gone (stop.go, with
+//     proctree): a session that vanished was only hung up, so its generation is
+//     stopping — grace period, SIGKILL, proof — and its identity taken until
+//     then. The stop is durable in the fence; a restarted daemon continues it.
 //   - Ended verdicts are compare-and-set on the generation (fence.MarkEnded), so end
 //     detection, creates, recovery and kills racing on one end write one verdict.
 package lifecycle
