@@ -143,6 +143,16 @@ func (s *sampler) halt() {
 // check stops the sampler and fails t if two generations ever overlapped.
 func (s *sampler) check(t *testing.T) {
 	t.Helper()
+	// The test saw generation 2 run; let the sampler catch up with it (it
+	// samples in its own time) before it stops.
+	WaitFor(t, waitDeadline, "the sampler to see generation 2", func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if !s.seen["g2"] {
+			return errorf("not yet")
+		}
+		return nil
+	})
 	s.halt()
 	s.mu.Lock()
 	defer s.mu.Unlock()
