@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -205,4 +206,52 @@ func TestUnprovableStopAndRelease(t *testing.T) {
 func execTmux(e *env, args ...string) (string, error) {
 	out, err := exec.Command("tmux", append([]string{"-S", e.socket}, args...)...).CombinedOutput()
 	return string(out), err
+}
+
+// TestRecoveryAbsentWaitsForAgent: a creator that published and died before
+// releasing leaves a row whose session is then killed by hand while its agent
+// (which ignores the hangup) still runs. "Absent" must mean the session and the
+// generation's processes are gone: the next create stops generation 1 (SIGKILL
+// after its grace) before it reclaims the row (the model's recovery rule).
+func TestRecoveryAbsentWaitsForAgent(t *testing.T) {
+	home := newHome(t)
+	exe, _ := os.Executable()
+	cmd := exec.Command(exe, "faultchild", home, FaultPublish, "absent", "agent", "ignore")
+	cmd.Stderr = os.Stderr
+	_ = cmd.Run()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() {
+		t.Fatalf("fault child did not die at %s", FaultPublish)
+	}
+	e := startEnv(t, home, "", false)
+	id, _ := e.identity("absent")
+	rows, err := e.store.Reservations(context.Background())
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("rows after the crash: %+v %v", rows, err)
+	}
+	row := rows[0]
+	var agent int
+	waitFor(t, "generation 1's agent (its helper saw the publication)", func() bool {
+		agent = agentPID(row.PanePID)
+		return agent != 0
+	})
+	if out, err := execTmux(e, "kill-session", "-t", row.TmuxID); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	res, err := e.createSpec(t, "absent", time.Minute, time.Second, "agent", "sleep")
+	if err != nil || res.Status != verdict.VerdictPublished || res.Session.Generation != 2 {
+		t.Fatalf("create after the crash: %+v %v", res, err)
+	}
+	for _, p := range []int{row.PanePID, agent} {
+		if liveNonZombie(p) {
+			t.Errorf("generation 2 published while %d of generation 1 is alive", p)
+		}
+	}
+	var ended, reclaimed bool
+	for _, r := range e.verdicts(id) {
+		ended = ended || (r.Verdict == verdict.VerdictEnded && r.Session.Generation == 1 && r.Evidence["sigkill_sent"] == true)
+		reclaimed = reclaimed || r.Verdict == verdict.VerdictReclaimed
+	}
+	if !ended || !reclaimed {
+		t.Fatalf("verdicts %v: want generation 1 ended after SIGKILL, then the row reclaimed", verdictNames(e.verdicts(id)))
+	}
 }
