@@ -437,13 +437,7 @@ func TestAgentExitedWithRemainOnExitOff(t *testing.T) {
 // createWith creates spec with extra create flags (before the --).
 func createWith(t *testing.T, d *Daemon, spec Spec, flags ...string) Session {
 	t.Helper()
-	args := spec.Args()
-	i := 0
-	for i < len(args) && args[i] != "--" {
-		i++
-	}
-	full := append(append(append([]string{}, args[:i]...), flags...), args[i:]...)
-	r := d.CLI(t, full...)
+	r := d.CLI(t, withFlags(spec.Args(), flags...)...)
 	var a Answer
 	mustJSON(t, r, &a)
 	if r.Code != 0 || a.Status != "published" || a.Session == nil {
@@ -451,6 +445,15 @@ func createWith(t *testing.T, d *Daemon, spec Spec, flags ...string) Session {
 	}
 	d.NoteSession(t)
 	return *a.Session
+}
+
+// withFlags puts flags into create arguments, before the "--".
+func withFlags(args []string, flags ...string) []string {
+	i := 0
+	for i < len(args) && args[i] != "--" {
+		i++
+	}
+	return append(append(append([]string{}, args[:i]...), flags...), args[i:]...)
 }
 
 // fenceStopping reports whether `fence --json` shows spec's identity stopping.
@@ -484,4 +487,56 @@ func cgroupsHere() bool {
 		}
 	}
 	return false
+}
+
+// TestStopFlagsAndFenceReleaseCLI: --stop-timeout's bounds, and `fence release`
+// refusing a running generation (exit 3), an unknown id (exit 4) and a missing
+// flag (exit 2).
+func TestStopFlagsAndFenceReleaseCLI(t *testing.T) {
+	t.Parallel()
+	d := StartDaemon(t, DaemonOpts{})
+	spec := NewSpec(t, "flags")
+	for _, bad := range []string{"0s", "6m"} {
+		r := d.CLI(t, withFlags(spec.Args(), "--stop-timeout", bad)...)
+		var a Answer
+		mustJSON(t, r, &a)
+		if r.Code != 2 || a.Field() != "stop_timeout_ms" {
+			t.Errorf("create --stop-timeout %s: want exit 2, field stop_timeout_ms\n%s", bad, r)
+		}
+	}
+	s := createWith(t, d, spec, "--stop-timeout", "2s")
+	if s.StopTimeoutMS != 2000 || s.State != "running" {
+		t.Errorf("session %+v: want stop_timeout_ms 2000, state running", s)
+	}
+	r := d.CLI(t, "fence", "--json")
+	var f struct {
+		Identities []struct {
+			SessionID     string `json:"session_id"`
+			ReservationID string `json:"reservation_id"`
+			StopTimeoutMS int64  `json:"stop_timeout_ms"`
+		} `json:"identities"`
+	}
+	mustJSON(t, r, &f)
+	var resID string
+	for _, id := range f.Identities {
+		if id.SessionID == spec.SessionID {
+			resID = id.ReservationID
+		}
+	}
+	if resID == "" {
+		t.Fatalf("no identity in fence --json\n%s", r)
+	}
+	if r := d.CLI(t, "fence", "release", "--json", "--reservation", resID); r.Code != 3 ||
+		!strings.Contains(r.Stdout, "identity_reserved_live") {
+		t.Errorf("release of a running generation: want exit 3 identity_reserved_live\n%s", r)
+	}
+	if r := d.CLI(t, "fence", "release", "--json", "--reservation", strings.Repeat("0", 32)); r.Code != 4 {
+		t.Errorf("release of an unknown reservation: want exit 4\n%s", r)
+	}
+	if r := d.CLI(t, "fence", "release", "--json"); r.Code != 2 {
+		t.Errorf("release without --reservation: want exit 2\n%s", r)
+	}
+	if r := d.CLI(t, "kill", s.Name); r.Code != 0 {
+		t.Errorf("kill: %s", r)
+	}
 }
