@@ -33,6 +33,7 @@ func runStopAgent(args []string) int {
 	switch behaviour {
 	case "ignore":
 		signal.Ignore(syscall.SIGHUP, syscall.SIGTERM)
+		markReady()
 		for {
 			time.Sleep(time.Hour) // not select {}: the runtime would call that a deadlock and exit
 		}
@@ -52,10 +53,28 @@ func runStopAgent(args []string) int {
 		ms, _ = strconv.Atoi(args[4])
 	}
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM)
+	markReady()
 	<-sigs
 	signal.Ignore(syscall.SIGHUP, syscall.SIGTERM)
 	time.Sleep(time.Duration(ms) * time.Millisecond) // "saving state": the agent's own time, not a test wait
 	return 0
+}
+
+// readyComm is the name an agent gives itself once its signal handling is in
+// place: before that a hangup would kill it by the default action, and a test
+// that signals it must wait for it (the name is visible in /proc/PID/comm).
+const readyComm = "stopagent-ready"
+
+// markReady renames the process's main thread (any thread of a group may
+// rename another through /proc/self/task/TID/comm).
+func markReady() {
+	_ = os.WriteFile(fmt.Sprintf("/proc/self/task/%d/comm", os.Getpid()), []byte(readyComm), 0)
+}
+
+// isReady reports whether pid has marked itself ready.
+func isReady(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return err == nil && strings.TrimSpace(string(b)) == readyComm
 }
 
 // markProc is one live process of a test's agents, as the sampler sees it.
@@ -177,13 +196,14 @@ func stopSpec(t *testing.T, id, tag, mark string, behaviour ...string) Spec {
 	return s
 }
 
-// waitTag waits until a process of generation tag runs and returns it.
+// waitTag waits until a process of generation tag runs, with its signal
+// handling in place, and returns it.
 func waitTag(t *testing.T, mark, tag, role string) markProc {
 	t.Helper()
 	var got markProc
 	WaitFor(t, waitDeadline, tag+" "+role+" running", func() error {
 		for _, p := range markProcs(mark) {
-			if p.tag == tag && p.role == role {
+			if p.tag == tag && p.role == role && isReady(p.pid) {
 				got = p
 				return nil
 			}

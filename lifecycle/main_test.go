@@ -19,6 +19,7 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/census"
 	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/metrics"
+	"github.com/skc-supervisor/skc-supervisor/proctree"
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
@@ -55,6 +56,7 @@ func fakeAgent(args []string) int {
 		}
 	case "ignore": // ignores the hangup and SIGTERM: only SIGKILL ends it
 		signal.Ignore(syscall.SIGHUP, syscall.SIGTERM)
+		markReady()
 		for {
 			time.Sleep(time.Hour) // not select {}: the runtime would call that a deadlock and exit
 		}
@@ -67,6 +69,7 @@ func fakeAgent(args []string) int {
 		}
 		_ = c.Process.Release()
 		signal.Ignore(syscall.SIGHUP, syscall.SIGTERM)
+		markReady()
 		for {
 			time.Sleep(time.Hour) // not select {}: the runtime would call that a deadlock and exit
 		}
@@ -112,6 +115,7 @@ func newHome(t testing.TB) string {
 	t.Cleanup(func() {
 		_ = exec.Command("tmux", "-S", filepath.Join(dir, "tmux.sock"), "kill-server").Run()
 		_ = os.RemoveAll(dir)
+		removeCgroups(dir)
 	})
 	return dir
 }
@@ -276,3 +280,36 @@ func pidAlive(pid int) bool {
 }
 
 func startEnvB(b *testing.B) *env { return startEnv(b, "", "", false) }
+
+// removeCgroups removes the generation cgroups the tests' daemons made for home
+// once their processes are gone (the tmux server was killed after the Manager
+// stopped, so no stop removed them); it waits a little for the hangup to land.
+func removeCgroups(home string) {
+	base, err := proctree.BaseFor(home)
+	if err != nil {
+		return
+	}
+	for i := 0; i < 100; i++ {
+		proctree.RemoveBaseTree(base)
+		if _, err := os.Stat(base); err != nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// readyComm is the name a fake agent gives itself once its signal handling is
+// in place (before that, a signal kills it by its default action): a test that
+// signals it waits for isReady.
+const readyComm = "agent-ready"
+
+// markReady renames the main thread (any thread of a group may rename another
+// through /proc/self/task/TID/comm).
+func markReady() {
+	_ = os.WriteFile(fmt.Sprintf("/proc/self/task/%d/comm", os.Getpid()), []byte(readyComm), 0)
+}
+
+func isReady(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return err == nil && strings.TrimSpace(string(b)) == readyComm
+}

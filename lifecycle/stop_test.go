@@ -60,10 +60,10 @@ func TestStopSessionHoldWithoutCgroup(t *testing.T) {
 	var agent, child int
 	waitFor(t, "agent and its child", func() bool {
 		agent = agentPID(res.Session.PanePID)
-		if agent == 0 {
+		if agent == 0 || !isReady(agent) {
 			return false
 		}
-		if c := childrenOf(agent); len(c) > 0 {
+		if c := childrenOf(agent); len(c) > 0 && isReady(c[0]) {
 			child = c[0]
 			return true
 		}
@@ -105,7 +105,7 @@ func TestCreateWhileStopping(t *testing.T) {
 	if res.Session.StopTimeoutMS != 3000 || res.Session.State != StateRunning {
 		t.Fatalf("created %+v", res.Session)
 	}
-	waitFor(t, "agent start", func() bool { return agentPID(res.Session.PanePID) != 0 })
+	waitFor(t, "agent start", func() bool { a := agentPID(res.Session.PanePID); return a != 0 && isReady(a) })
 	killed := make(chan KillResult, 1)
 	go func() {
 		kr, err := e.m.Kill(context.Background(), Ref{Name: res.Session.Name})
@@ -232,7 +232,7 @@ func TestRecoveryAbsentWaitsForAgent(t *testing.T) {
 	var agent int
 	waitFor(t, "generation 1's agent (its helper saw the publication)", func() bool {
 		agent = agentPID(row.PanePID)
-		return agent != 0
+		return agent != 0 && isReady(agent)
 	})
 	if out, err := execTmux(e, "kill-session", "-t", row.TmuxID); err != nil {
 		t.Fatalf("%v: %s", err, out)

@@ -33,16 +33,10 @@ var cgroupMounts = []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}
 // cgroup.kill (before 5.14): callers then fall back to the pane's session.
 // Writability is tried, never assumed.
 func DetectCgroupBase(key string) (string, error) {
-	mnt, err := v2Mount()
+	base, err := BaseFor(key)
 	if err != nil {
 		return "", err
 	}
-	rel, err := ownCgroup()
-	if err != nil {
-		return "", err
-	}
-	sum := sha256.Sum256([]byte(key))
-	base := filepath.Join(mnt, rel, "skc-"+hex.EncodeToString(sum[:4]))
 	if err := os.Mkdir(base, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return "", fmt.Errorf("proctree: cgroup %s: %w", base, err)
 	}
@@ -59,6 +53,37 @@ func DetectCgroupBase(key string) (string, error) {
 		}
 	}
 	return base, nil
+}
+
+// BaseFor is where DetectCgroupBase puts the cgroups of key's daemon, without
+// making anything: <mount>/<our own cgroup>/skc-<8 hex of key>.
+func BaseFor(key string) (string, error) {
+	mnt, err := v2Mount()
+	if err != nil {
+		return "", err
+	}
+	rel, err := ownCgroup()
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256([]byte(key))
+	return filepath.Join(mnt, rel, "skc-"+hex.EncodeToString(sum[:4])), nil
+}
+
+// RemoveBaseTree removes base's empty generation cgroups, then base itself
+// when that left it empty (best effort: for tests and tidy uninstalls; a
+// cgroup that still holds a process stays).
+func RemoveBaseTree(base string) {
+	ents, err := os.ReadDir(base)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if e.IsDir() {
+			_ = unix.Rmdir(filepath.Join(base, e.Name()))
+		}
+	}
+	_ = unix.Rmdir(base)
 }
 
 // v2Mount returns the first candidate that is a cgroup2 filesystem.
