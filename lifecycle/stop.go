@@ -75,19 +75,23 @@ func (m *Manager) stopGeneration(p fence.Published, cause endCause) *stopRun {
 // ended verdict. Without a proof it writes an unresolved verdict and the
 // generation stays stopping: its identity is blocked.
 func (m *Manager) runStop(ctx context.Context, p fence.Published, cause endCause) (verdict.Record, error) {
-	first := p.Stopping == nil
 	timeout := time.Duration(p.StopTimeoutMS) * time.Millisecond
 	if timeout <= 0 {
 		timeout = fence.DefaultStopTimeout
 	}
 	fctx, cancel := fenceCtx(ctx)
-	p, ok, err := m.fence.BeginStop(fctx, p.Identity, p.Generation, cause.reason, time.Now().Add(timeout))
+	began := time.Now()
+	p, ok, err := m.fence.BeginStop(fctx, p.Identity, p.Generation, cause.reason, began.Add(timeout))
 	cancel()
 	if err != nil || !ok {
 		return verdict.Record{}, err // !ok: ended already, by another writer
 	}
+	// first: this call recorded the stop (not a predecessor or another observer).
+	first := !p.Stopping.Since.Before(began.Add(-time.Millisecond))
 	if p.Stopping.Reason != cause.reason {
+		restart := cause.restart
 		cause = causeOf(p.Stopping.Reason) // the stop began as something else: it stays that
+		cause.restart = restart
 	}
 	hold := m.holdOf(ctx, p)
 	if first && cause.term {
