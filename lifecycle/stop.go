@@ -57,6 +57,7 @@ func (m *Manager) stopGeneration(p fence.Published, cause endCause) *stopRun {
 	go func() {
 		defer m.stopWG.Done()
 		r.rec, r.err = m.runStop(m.stopCtx, p, cause)
+		m.met.stopped(stopOutcome(r.rec, r.err))
 		if r.err != nil && r.err != errInterrupted {
 			m.log.Warn().Err(r.err).Str("session", p.SessionName).Msg("generation not proven gone")
 		}
@@ -119,6 +120,19 @@ func (m *Manager) runStop(ctx context.Context, p fence.Published, cause endCause
 		}
 	}
 	return m.finishEnd(ctx, p, cause, killed, res)
+}
+
+// stopOutcome names a finished run for skc_stops_total.
+func stopOutcome(rec verdict.Record, err error) string {
+	switch {
+	case err == errInterrupted:
+		return stopInterrupted
+	case err != nil:
+		return stopUnproven
+	case rec.Evidence["sigkill_sent"] == true:
+		return stopSigkill
+	}
+	return stopGone
 }
 
 // causeOf rebuilds the cause of a stop recorded in the fence (by this daemon's
