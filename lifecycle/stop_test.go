@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -212,8 +213,16 @@ func execTmux(e *env, args ...string) (string, error) {
 // releasing leaves a row whose session is then killed by hand while its agent
 // (which ignores the hangup) still runs. "Absent" must mean the session and the
 // generation's processes are gone: the next create stops generation 1 (SIGKILL
-// after its grace) before it reclaims the row (the model's recovery rule).
+// after its grace) before it reclaims the row (the model's recovery rule) —
+// whether the create finds the row itself or the daemon's start saw it first
+// (then the stop it began runs in the background, and the create joins it).
 func TestRecoveryAbsentWaitsForAgent(t *testing.T) {
+	for _, atStart := range []bool{false, true} {
+		t.Run(fmt.Sprintf("recover_at_start=%v", atStart), func(t *testing.T) { testRecoveryAbsent(t, atStart) })
+	}
+}
+
+func testRecoveryAbsent(t *testing.T, atStart bool) {
 	home := newHome(t)
 	exe, _ := os.Executable()
 	cmd := exec.Command(exe, "faultchild", home, FaultPublish, "absent", "agent", "ignore")
@@ -236,6 +245,11 @@ func TestRecoveryAbsentWaitsForAgent(t *testing.T) {
 	})
 	if out, err := execTmux(e, "kill-session", "-t", row.TmuxID); err != nil {
 		t.Fatalf("%v: %s", err, out)
+	}
+	if atStart {
+		if err := e.m.Recover(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 	}
 	res, err := e.createSpec(t, "absent", time.Minute, time.Second, "agent", "sleep")
 	if err != nil || res.Status != verdict.VerdictPublished || res.Session.Generation != 2 {
