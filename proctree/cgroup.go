@@ -237,3 +237,35 @@ func RemoveBase(base string) {
 		_ = unix.Rmdir(base)
 	}
 }
+
+// ProbeCgroups answers, without making anything, whether this process could hold
+// generations in cgroups (what DetectCgroupBase would find): the cgroup v2
+// directory to use and, when none, why not. For `doctor`, which only reads.
+func ProbeCgroups() (string, error) {
+	mnt, err := v2Mount()
+	if err != nil {
+		return "", err
+	}
+	rel, err := ownCgroup()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(mnt, rel)
+	if err := unix.Access(dir, unix.W_OK); err != nil {
+		return "", fmt.Errorf("proctree: %s is not writable: %w", dir, err)
+	}
+	var uts unix.Utsname
+	if err := unix.Uname(&uts); err == nil && !kernelAtLeast(unix.ByteSliceToString(uts.Release[:]), 5, 14) {
+		return "", fmt.Errorf("proctree: kernel %s has no cgroup.kill (5.14+)", unix.ByteSliceToString(uts.Release[:]))
+	}
+	return dir, nil
+}
+
+// kernelAtLeast compares a release string ("6.1.0-18-amd64") with maj.min.
+func kernelAtLeast(release string, maj, min int) bool {
+	var a, b int
+	if _, err := fmt.Sscanf(release, "%d.%d", &a, &b); err != nil {
+		return true // unknown format: let the daemon's own probe decide
+	}
+	return a > maj || (a == maj && b >= min)
+}
