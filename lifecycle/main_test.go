@@ -289,7 +289,7 @@ func removeCgroups(home string) {
 	if err != nil {
 		return
 	}
-	for i := 0; i < 100; i++ {
+	for i := 0; i < 500; i++ { // up to 10 s
 		proctree.RemoveBaseTree(base)
 		if _, err := os.Stat(base); err != nil {
 			return
