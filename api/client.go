@@ -179,6 +179,12 @@ func (c *Client) Fence(ctx context.Context) (FenceResponse, error) {
 	return out, c.get(ctx, http.MethodGet, "/v1/fence", nil, &out)
 }
 
+// Release is `fence release --reservation ID`: POST /v1/fence/release.
+func (c *Client) Release(ctx context.Context, resID string) (ReleaseResponse, error) {
+	var out ReleaseResponse
+	return out, c.get(ctx, http.MethodPost, "/v1/fence/release", ReleaseRequest{ReservationID: resID}, &out)
+}
+
 // RefPath is the URL path that names ref: /v1/sessions/{name} or
 // /v1/identity?state_dir=…&session_id=….
 func RefPath(ref Ref) string {

@@ -88,6 +88,10 @@ func (f *fakeService) Kill(ctx context.Context, ref Ref) (KillResponse, error) {
 		Outcome: "success", Verdict: "ended", Sequence: 9}}, err
 }
 
+func (f *fakeService) Release(ctx context.Context, resID string) (ReleaseResponse, error) {
+	return ReleaseResponse{Status: "released", Verdict: verdict.Record{Verdict: verdict.VerdictReleased}}, nil
+}
+
 func (f *fakeService) Fence(ctx context.Context) (FenceResponse, error) {
 	if f.err != nil {
 		return FenceResponse{}, f.err

@@ -1,11 +1,13 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
@@ -119,6 +121,32 @@ func (s *Server) handleFence(w http.ResponseWriter, r *http.Request) {
 	}
 	if res.Identities == nil {
 		res.Identities = make([]json.RawMessage, 0)
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// handleRelease is POST /v1/fence/release {"reservation_id": "…"}.
+func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		writeError(w, invalid("body", "cannot read it: %v", err))
+		return
+	}
+	var req ReleaseRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, invalid("body", "want {\"reservation_id\": \"…\"}: %v", err))
+		return
+	}
+	if len(req.ReservationID) != 32 || strings.Trim(req.ReservationID, "0123456789abcdef") != "" {
+		writeError(w, invalid("reservation_id", "a reservation id is 32 lowercase hex characters"))
+		return
+	}
+	res, err := s.cfg.Service.Release(r.Context(), req.ReservationID)
+	if err != nil {
+		writeError(w, err)
+		return
 	}
 	writeJSON(w, http.StatusOK, res)
 }

@@ -27,6 +27,9 @@ type CreateRequest struct {
 	Env       map[string]string `json:"env,omitempty"`
 	Label     string            `json:"label,omitempty"`
 	WaitMS    *int64            `json:"wait_ms,omitempty"`
+	// StopTimeoutMS: the grace between the hangup (or SIGTERM) and SIGKILL
+	// when the generation stops; default 10000, at most 300000.
+	StopTimeoutMS *int64 `json:"stop_timeout_ms,omitempty"`
 }
 
 // CreateSpec is a validated, canonicalised create request: what the Service
@@ -37,6 +40,7 @@ type CreateSpec struct {
 	Env                            []string
 	Cwd, Label                     string
 	Wait                           time.Duration
+	StopTimeout                    time.Duration
 }
 
 // Ref names a session either by tmux session name or by identity; exactly one
@@ -65,6 +69,8 @@ type Session struct {
 	PaneDead      bool      `json:"pane_dead"`
 	Attached      int       `json:"attached"`
 	CreatedAt     time.Time `json:"created_at"`
+	State         string    `json:"state,omitempty"`           // "running" or "stopping" (managed sessions)
+	StopTimeoutMS int64     `json:"stop_timeout_ms,omitempty"` // the generation's grace before SIGKILL
 }
 
 // Create statuses (CONTRACT.md).
@@ -116,6 +122,17 @@ type FenceResponse struct {
 	Identities   []json.RawMessage `json:"identities"`
 }
 
+// ReleaseRequest is the body of POST /v1/fence/release (`fence release`).
+type ReleaseRequest struct {
+	ReservationID string `json:"reservation_id"`
+}
+
+// ReleaseResponse answers POST /v1/fence/release: the released verdict.
+type ReleaseResponse struct {
+	Status  string         `json:"status"` // released
+	Verdict verdict.Record `json:"verdict"`
+}
+
 // Info answers GET /v1/info.
 type Info struct {
 	Version   string    `json:"version"`
@@ -143,6 +160,9 @@ type Service interface {
 	Show(ctx context.Context, ref Ref) (ShowResponse, error)
 	Kill(ctx context.Context, ref Ref) (KillResponse, error)
 	Fence(ctx context.Context) (FenceResponse, error)
+	// Release clears a reservation row or a stopping generation that cannot
+	// be proven dead or gone (`fence release --reservation ID`).
+	Release(ctx context.Context, resID string) (ReleaseResponse, error)
 	// VerdictsSince returns up to limit records with sequence > after, oldest
 	// first.
 	VerdictsSince(ctx context.Context, after int64, limit int) ([]verdict.Record, error)

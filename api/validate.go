@@ -69,6 +69,9 @@ func Validate(req CreateRequest) (CreateSpec, error) {
 	if s.Wait, err = validWait(req.WaitMS); err != nil {
 		return CreateSpec{}, err
 	}
+	if s.StopTimeout, err = validStopTimeout(req.StopTimeoutMS); err != nil {
+		return CreateSpec{}, err
+	}
 	return s, nil
 }
 
@@ -263,6 +266,26 @@ func validLabel(l string) (string, error) {
 		}
 	}
 	return l, nil
+}
+
+// Stop timeout bounds (contract "Stopping"): the default and the most a
+// generation may be given between its hangup or SIGTERM and SIGKILL.
+const (
+	DefaultStopTimeout = 10 * time.Second
+	MaxStopTimeout     = 5 * time.Minute
+	fieldStopTimeout   = "stop_timeout_ms"
+)
+
+func validStopTimeout(ms *int64) (time.Duration, error) {
+	if ms == nil {
+		return DefaultStopTimeout, nil
+	}
+	if *ms < 1 || *ms > MaxStopTimeout.Milliseconds() {
+		// 0 is refused rather than read as "the default" or "no grace": 1
+		// is as good as SIGKILL at once, and says so.
+		return 0, invalid(fieldStopTimeout, "must be 1-%d milliseconds, got %d", MaxStopTimeout.Milliseconds(), *ms)
+	}
+	return time.Duration(*ms) * time.Millisecond, nil
 }
 
 func validWait(ms *int64) (time.Duration, error) {

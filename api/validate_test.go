@@ -24,6 +24,11 @@ func TestValidateLimits(t *testing.T) {
 	}{
 		{"ok", func(r *CreateRequest) {}, ""},
 		{"id 128", func(r *CreateRequest) { r.SessionID = strings.Repeat("a", 128) }, ""},
+		{"stop 1ms", func(r *CreateRequest) { r.StopTimeoutMS = ptr64(1) }, ""},
+		{"stop 5min", func(r *CreateRequest) { r.StopTimeoutMS = ptr64(300000) }, ""},
+		{"stop 0", func(r *CreateRequest) { r.StopTimeoutMS = ptr64(0) }, "stop_timeout_ms"},
+		{"stop 5min+1", func(r *CreateRequest) { r.StopTimeoutMS = ptr64(300001) }, "stop_timeout_ms"},
+		{"stop negative", func(r *CreateRequest) { r.StopTimeoutMS = ptr64(-1) }, "stop_timeout_ms"},
 		{"id 129", func(r *CreateRequest) { r.SessionID = strings.Repeat("a", 129) }, "session_id"},
 		{"id empty", func(r *CreateRequest) { r.SessionID = "" }, "session_id"},
 		{"id dot", func(r *CreateRequest) { r.SessionID = ".a" }, "session_id"},
@@ -238,4 +243,19 @@ func FuzzDecodeCreate(f *testing.F) {
 		}
 		checkSpec(t, s)
 	})
+}
+
+func ptr64(v int64) *int64 { return &v }
+
+// TestStopTimeoutDefault: no stop_timeout_ms is the contract's 10 s.
+func TestStopTimeoutDefault(t *testing.T) {
+	spec, err := Validate(CreateRequest{StateDir: "/tmp", SessionID: "a", Argv: []string{"x"}})
+	if err != nil || spec.StopTimeout != DefaultStopTimeout {
+		t.Fatalf("%+v %v", spec, err)
+	}
+	body := `{"state_dir": "/tmp", "session_id": "a", "argv": ["x"], "stop_timeout_ms": 500}`
+	req, err := DecodeCreate([]byte(body))
+	if err != nil || req.StopTimeoutMS == nil || *req.StopTimeoutMS != 500 {
+		t.Fatalf("decode: %+v %v", req, err)
+	}
 }

@@ -1,7 +1,7 @@
 // Package doctor checks that an skc-supervisor installation can work and says
 // how to fix what cannot: tmux presence and version, socket path lengths,
 // directory and file permissions, fence database integrity, daemon
-// reachability and pty headroom. It is `skc-supervisor doctor`.
+// reachability, pty headroom and what holds a generation's processes. It is `skc-supervisor doctor`.
 //
 // Doctor only reads. The database is opened read-only (never created, never
 // migrated), the instance lock is never taken (a shared flock, however brief,
@@ -85,6 +85,7 @@ var checks = []func(context.Context, Config) []Result{
 	checkDatabase,
 	checkDaemon,
 	checkPty,
+	checkCgroups,
 }
 
 // Check runs every check and returns the findings.

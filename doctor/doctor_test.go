@@ -362,3 +362,12 @@ func TestShq(t *testing.T) {
 		}
 	}
 }
+
+// TestProcessHold: the check always answers, and says which hold applies.
+func TestProcessHold(t *testing.T) {
+	rs := checkCgroups(context.Background(), Config{})
+	if len(rs) != 1 || rs[0].Check != "process_hold" || rs[0].Status != OK ||
+		!strings.Contains(rs[0].Message, "held by") {
+		t.Fatalf("process_hold: %+v", rs)
+	}
+}

@@ -152,6 +152,9 @@ func (ti truthInspector) KillConfirm(_ context.Context, ab Reservation) error {
 	return nil
 }
 
+// ProcessesGone: these sagas start no processes.
+func (ti truthInspector) ProcessesGone(context.Context, Reservation, *Published) error { return nil }
+
 // TestCrashAfterEachPhase: a creator SIGKILLed after each step leaves a row
 // that the next owner (this process, real liveness) resolves as DESIGN §6 says.
 func TestCrashAfterEachPhase(t *testing.T) {

@@ -16,7 +16,11 @@ import (
 // reservation and generation, creating the postmortem row that RecordPostmortem
 // completes. The reservation must still exist, or have published its
 // generation; otherwise fence_lost: the helper must not run the agent.
-func (s *Store) RecordHelperStart(ctx context.Context, resID string, pid int, incarnation string) error {
+//
+// cgroup is the generation's cgroup the helper entered before anything else
+// ("" when it entered none): its record tells end detection that the cgroup
+// alone holds the whole tree.
+func (s *Store) RecordHelperStart(ctx context.Context, resID string, pid int, incarnation, cgroup string) error {
 	if err := checkReservationID(resID); err != nil {
 		return err
 	}
@@ -33,10 +37,10 @@ func (s *Store) RecordHelperStart(ctx context.Context, resID string, pid int, in
 		}
 		now := s.now()
 		if _, err := q.ExecContext(ctx, `INSERT INTO postmortems (reservation_id, state_dir, session_id,
-			generation, helper_pid, helper_incarnation, started_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+			generation, helper_pid, helper_incarnation, started_at, cgroup) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (reservation_id) DO UPDATE SET helper_pid = excluded.helper_pid,
-			helper_incarnation = excluded.helper_incarnation`,
-			resID, id.StateDir, id.SessionID, gen, pid, incarnation, nanos(now)); err != nil {
+			helper_incarnation = excluded.helper_incarnation, cgroup = excluded.cgroup`,
+			resID, id.StateDir, id.SessionID, gen, pid, incarnation, nanos(now), cgroup); err != nil {
 			return err
 		}
 		_, err = q.ExecContext(ctx, `UPDATE reservations SET helper_pid = ? WHERE reservation_id = ?`, pid, resID)
@@ -177,11 +181,12 @@ func (s *Store) Postmortem(ctx context.Context, id Identity, gen uint64) (Postmo
 	var status sql.NullInt64
 	var utime, stime, started, ended int64
 	err = s.r.QueryRowContext(ctx, `SELECT reservation_id, state_dir, session_id, generation, helper_pid,
-		helper_incarnation, agent_pid, exit_status, signal, utime_ns, stime_ns, maxrss_kb, started_at, ended_at
-		FROM postmortems WHERE state_dir = ? AND session_id = ? AND generation = ?
+		helper_incarnation, agent_pid, exit_status, signal, utime_ns, stime_ns, maxrss_kb, started_at, ended_at,
+		cgroup FROM postmortems WHERE state_dir = ? AND session_id = ? AND generation = ?
 		ORDER BY started_at DESC LIMIT 1`, id.StateDir, id.SessionID, gen).Scan(
 		&pm.ReservationID, &pm.Identity.StateDir, &pm.Identity.SessionID, &pm.Generation, &pm.HelperPID,
-		&pm.HelperIncarnation, &pm.AgentPID, &status, &pm.Signal, &utime, &stime, &pm.MaxRSS, &started, &ended)
+		&pm.HelperIncarnation, &pm.AgentPID, &status, &pm.Signal, &utime, &stime, &pm.MaxRSS, &started, &ended,
+		&pm.Cgroup)
 	pm, ok, err := noRows(pm, err)
 	if err != nil || !ok {
 		return Postmortem{}, false, s.dbErrOrNil("postmortem", err)

@@ -2,6 +2,7 @@ package fence
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/skc-supervisor/skc-supervisor/verdict"
@@ -16,6 +17,12 @@ type Inspector interface {
 	// KillConfirm kills the orphan attempt and returns nil only once it is
 	// confirmed gone.
 	KillConfirm(ctx context.Context, ab Reservation) error
+	// ProcessesGone returns nil only once the processes of the attempt's
+	// generation are proven gone (DESIGN §5: "absent" means the session is
+	// gone and so are its row's generation's processes; a creator that
+	// published and died before releasing may leave a running agent behind a
+	// vanished session). pub is the identity's published record (nil: none).
+	ProcessesGone(ctx context.Context, ab Reservation, pub *Published) error
 }
 
 // RecoverBranch is which of DESIGN §6's recovery branches was taken; its
@@ -124,8 +131,14 @@ func (s *Store) RecoverAbandoned(ctx context.Context, ab Reservation, insp Inspe
 		if err := insp.KillConfirm(ctx, row); err != nil {
 			return res, unresolved(row, auth, err)
 		}
+		if err := insp.ProcessesGone(ctx, row, res.Published); err != nil {
+			return res, stillStopping(row, auth, err)
+		}
 		return s.reclaimFor(ctx, res, BranchOrphanCleaned, spec)
 	case Absent:
+		if err := insp.ProcessesGone(ctx, row, res.Published); err != nil {
+			return res, stillStopping(row, auth, err)
+		}
 		return s.reclaimFor(ctx, res, BranchReclaimed, spec)
 	default:
 		return res, unresolved(row, auth, ierr)
@@ -161,6 +174,17 @@ func (s *Store) preserve(ctx context.Context, res RecoverResult) (RecoverResult,
 	return res, verdict.Errorf(verdict.CodeIdentityExistingOwner,
 		map[string]any{"reservation_id": ab.ID, "session_name": ab.AttemptName, "generation": ab.Generation},
 		"the abandoned attempt's session %s is authoritative and was preserved", ab.AttemptName)
+}
+
+// stillStopping is the refusal when the attempt's processes are not proven
+// gone: the inspector's own refusal when it says why (details.stopping),
+// else unresolved.
+func stillStopping(row Reservation, auth Authority, err error) error {
+	var e *verdict.Error
+	if errors.As(err, &e) && e.Details["stopping"] == true {
+		return err
+	}
+	return unresolved(row, auth, err)
 }
 
 func unresolved(row Reservation, auth Authority, cause error) error {

@@ -13,6 +13,7 @@ type fakeInspector struct {
 	auth    Authority
 	err     error
 	killErr error
+	goneErr error                // ProcessesGone's answer
 	onKill  func(ab Reservation) // runs inside KillConfirm
 	onInsp  func(ab Reservation) // runs inside Inspect
 	log     *[]string
@@ -38,6 +39,13 @@ func (f fakeInspector) KillConfirm(ctx context.Context, ab Reservation) error {
 	return f.killErr
 }
 
+func (f fakeInspector) ProcessesGone(ctx context.Context, ab Reservation, pub *Published) error {
+	if f.log != nil {
+		*f.log = append(*f.log, "gone")
+	}
+	return f.goneErr
+}
+
 // failInspector fails the test if recovery inspects at all.
 type failInspector struct{ t *testing.T }
 
@@ -48,6 +56,11 @@ func (f failInspector) Inspect(context.Context, Reservation, *Published) (Author
 
 func (f failInspector) KillConfirm(context.Context, Reservation) error {
 	f.t.Error("kill of a row that never invoked the helper")
+	return nil
+}
+
+func (f failInspector) ProcessesGone(context.Context, Reservation, *Published) error {
+	f.t.Error("process check of a row that never invoked the helper")
 	return nil
 }
 
@@ -112,10 +125,35 @@ func TestRecoverBranches(t *testing.T) {
 					t.Fatalf("new reservation %+v", nr)
 				}
 			}
-			if res.Branch == BranchOrphanCleaned && (len(log) != 2 || log[1] != "kill") {
+			if res.Branch == BranchOrphanCleaned && (len(log) != 3 || log[1] != "kill" || log[2] != "gone") {
 				t.Fatalf("order %v", log)
 			}
 		})
+	}
+}
+
+// TestRecoverAbsentWhileProcessesRun: "absent" is the session gone and its
+// row's generation's processes too; while they are not proven gone the row is
+// kept and the inspector's stopping refusal is the answer.
+func TestRecoverAbsentWhileProcessesRun(t *testing.T) {
+	w := newWorld(t)
+	_, rec, ab := abandonedAt(t, w, PhaseTagged)
+	stopping := verdict.Errorf(verdict.CodeIdentityReservedLive, map[string]any{"stopping": true}, "stopping")
+	var log []string
+	res, err := rec.RecoverAbandoned(ctx, ab, fakeInspector{auth: Absent, goneErr: stopping, log: &log})
+	if codeOf(t, err) != verdict.CodeIdentityReservedLive || res.Branch != BranchUnresolved || res.Reservation != nil {
+		t.Fatalf("absent with live processes: %+v %v", res, err)
+	}
+	if r, ok, _ := rec.Reservation(ctx, ab.ID); !ok || r.ID != ab.ID {
+		t.Fatal("the abandoned row was not kept")
+	}
+	if len(log) != 2 || log[1] != "gone" {
+		t.Fatalf("order %v", log)
+	}
+	// Any other failure to prove them gone is unresolved.
+	res, err = rec.RecoverAbandoned(ctx, ab, fakeInspector{auth: Absent, goneErr: errors.New("unknown")})
+	if codeOf(t, err) != verdict.CodeIdentityOrphanUnresolved || res.Reservation != nil {
+		t.Fatalf("absent with unknown processes: %+v %v", res, err)
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 
 const resCols = `state_dir, session_id, reservation_id, spec_json, owner_pid, owner_incarnation,
 	phase, generation, attempt_name, tmux_id, pane_pid, server_pid, server_start, helper_pid,
-	abandoned, claimed_at, updated_at, lease_until`
+	abandoned, claimed_at, updated_at, lease_until, pane_start, cgroup`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -26,7 +26,8 @@ func scanReservation(sc scanner) (Reservation, error) {
 	var claimed, updated, lease int64
 	err := sc.Scan(&r.Identity.StateDir, &r.Identity.SessionID, &r.ID, &spec, &r.OwnerPID,
 		&r.OwnerIncarnation, &r.Phase, &r.Generation, &r.AttemptName, &r.TmuxID, &r.PanePID,
-		&r.ServerPID, &r.ServerStart, &r.HelperPID, &r.Abandoned, &claimed, &updated, &lease)
+		&r.ServerPID, &r.ServerStart, &r.HelperPID, &r.Abandoned, &claimed, &updated, &lease,
+		&r.PaneStart, &r.Cgroup)
 	if err != nil {
 		return Reservation{}, err
 	}
@@ -74,15 +75,22 @@ func noRows[T any](v T, err error) (T, bool, error) {
 }
 
 const pubCols = `state_dir, session_id, generation, reservation_id, session_name, tmux_id,
-	server_pid, server_start, state_file, label, published_at, ended, ended_at`
+	server_pid, server_start, state_file, label, published_at, ended, ended_at,
+	pane_pid, pane_start, boot_id, cgroup, stop_timeout_ms, stop_since, stop_deadline, stop_reason, stop_killed`
 
 func scanPublished(sc scanner) (Published, error) {
 	var p Published
-	var at, endedAt int64
+	var at, endedAt, since, deadline int64
+	var reason string
+	var killed bool
 	err := sc.Scan(&p.Identity.StateDir, &p.Identity.SessionID, &p.Generation, &p.ReservationID,
 		&p.SessionName, &p.TmuxID, &p.ServerPID, &p.ServerStart, &p.StateFile, &p.Label, &at,
-		&p.Ended, &endedAt)
+		&p.Ended, &endedAt, &p.PanePID, &p.PaneStart, &p.BootID, &p.Cgroup, &p.StopTimeoutMS,
+		&since, &deadline, &reason, &killed)
 	p.PublishedAt, p.EndedAt = fromNanos(at), fromNanos(endedAt)
+	if since != 0 {
+		p.Stopping = &Stop{Since: fromNanos(since), Deadline: fromNanos(deadline), Reason: reason, Killed: killed}
+	}
 	return p, err
 }
 

@@ -109,6 +109,28 @@ CREATE TABLE specs (
 INSERT INTO specs (reservation_id, state_dir, session_id, generation, spec_json)
 	SELECT reservation_id, state_dir, session_id, generation, spec_json FROM reservations;
 `,
+	// 4: a generation ends only when its processes are proven gone. What holds
+	// them is recorded at spawn (the pane's pid and start time, the cgroup made
+	// for it) and copied to the published record with the boot id, so a
+	// restarted daemon can finish a stop; the stop itself (since, deadline,
+	// reason, SIGKILL sent) is durable too, and the grace period
+	// (stop_timeout_ms, from the spec) is kept with the identity. Rows from
+	// before have no hold: their processes are judged by the helper's
+	// postmortem record (lifecycle), which names the pane's process too.
+	`
+ALTER TABLE reservations ADD COLUMN pane_start INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE reservations ADD COLUMN cgroup TEXT NOT NULL DEFAULT '';
+ALTER TABLE identities ADD COLUMN pane_pid INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE identities ADD COLUMN pane_start INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE identities ADD COLUMN boot_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE identities ADD COLUMN cgroup TEXT NOT NULL DEFAULT '';
+ALTER TABLE identities ADD COLUMN stop_timeout_ms INTEGER NOT NULL DEFAULT 10000;
+ALTER TABLE identities ADD COLUMN stop_since INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE identities ADD COLUMN stop_deadline INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE identities ADD COLUMN stop_reason TEXT NOT NULL DEFAULT '';
+ALTER TABLE identities ADD COLUMN stop_killed INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE postmortems ADD COLUMN cgroup TEXT NOT NULL DEFAULT '';
+`,
 }
 
 // SchemaVersion is the user_version this binary writes and understands.

@@ -173,10 +173,10 @@ func TestPostmortem(t *testing.T) {
 	helper := w.owner(2) // the pane helper: another process, its own Store
 	r := mustReserve(t, s, w.id("x"), w.spec("x"))
 	advanceTo(t, s, &r, PhaseSpawned)
-	if err := helper.RecordHelperStart(ctx, r.ID, 4242, "boot/1/2/3"); err != nil {
+	if err := helper.RecordHelperStart(ctx, r.ID, 4242, "boot/1/2/3", ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := helper.RecordHelperStart(ctx, "0123456789abcdef0123456789abcdef", 1, "x"); !errorsIsLost(err) {
+	if err := helper.RecordHelperStart(ctx, "0123456789abcdef0123456789abcdef", 1, "x", ""); !errorsIsLost(err) {
 		t.Fatalf("helper of an unknown reservation: %v", err)
 	}
 	advanceTo(t, s, &r, PhasePublished)

@@ -47,10 +47,10 @@ func (s *Store) Advance(ctx context.Context, r *Reservation, to Phase, p Patch) 
 		}
 		applyPatch(&cur, to, p, s.now(), s.opt.Lease)
 		_, err = q.ExecContext(ctx, `UPDATE reservations SET phase = ?, attempt_name = ?, tmux_id = ?,
-			pane_pid = ?, server_pid = ?, server_start = ?, updated_at = ?, lease_until = ?
-			WHERE reservation_id = ?`,
+			pane_pid = ?, server_pid = ?, server_start = ?, updated_at = ?, lease_until = ?,
+			pane_start = ?, cgroup = ? WHERE reservation_id = ?`,
 			int(cur.Phase), cur.AttemptName, cur.TmuxID, cur.PanePID, cur.ServerPID, cur.ServerStart,
-			nanos(cur.UpdatedAt), nanos(cur.LeaseUntil), cur.ID)
+			nanos(cur.UpdatedAt), nanos(cur.LeaseUntil), cur.PaneStart, cur.Cgroup, cur.ID)
 		return err
 	})
 	if err == nil {
@@ -75,6 +75,12 @@ func applyPatch(r *Reservation, to Phase, p Patch, now time.Time, lease time.Dur
 	}
 	if p.ServerStart != 0 {
 		r.ServerStart = p.ServerStart
+	}
+	if p.PaneStart != 0 {
+		r.PaneStart = p.PaneStart
+	}
+	if p.Cgroup != "" {
+		r.Cgroup = p.Cgroup
 	}
 }
 
@@ -176,17 +182,24 @@ func (s *Store) publishRow(ctx context.Context, q queryer, cur Reservation) (Pub
 	now := s.now()
 	pub := Published{Identity: cur.Identity, Generation: cur.Generation, ReservationID: cur.ID,
 		SessionName: cur.AttemptName, TmuxID: cur.TmuxID, ServerPID: cur.ServerPID, ServerStart: cur.ServerStart,
-		StateFile: cur.Spec.StateFile, Label: cur.Spec.Label, PublishedAt: now}
+		StateFile: cur.Spec.StateFile, Label: cur.Spec.Label, PublishedAt: now,
+		PanePID: cur.PanePID, PaneStart: cur.PaneStart, Cgroup: cur.Cgroup,
+		StopTimeoutMS: cur.Spec.StopTimeout().Milliseconds()}
+	pub.BootID, _ = bootID() // "" only where the fence could not have reserved either
 	_, err = q.ExecContext(ctx, `INSERT INTO identities (state_dir, session_id, generation, reservation_id,
-		session_name, tmux_id, server_pid, server_start, state_file, label, published_at, ended, ended_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0)
+		session_name, tmux_id, server_pid, server_start, state_file, label, published_at, ended, ended_at,
+		pane_pid, pane_start, boot_id, cgroup, stop_timeout_ms, stop_since, stop_deadline, stop_reason, stop_killed)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, ?, ?, ?, ?, ?, 0, 0, '', 0)
 		ON CONFLICT (state_dir, session_id) DO UPDATE SET generation = excluded.generation,
 		reservation_id = excluded.reservation_id, session_name = excluded.session_name,
 		tmux_id = excluded.tmux_id, server_pid = excluded.server_pid, server_start = excluded.server_start,
 		state_file = excluded.state_file, label = excluded.label, published_at = excluded.published_at,
-		ended = 0, ended_at = 0`,
+		ended = 0, ended_at = 0, pane_pid = excluded.pane_pid, pane_start = excluded.pane_start,
+		boot_id = excluded.boot_id, cgroup = excluded.cgroup, stop_timeout_ms = excluded.stop_timeout_ms,
+		stop_since = 0, stop_deadline = 0, stop_reason = '', stop_killed = 0`,
 		pub.Identity.StateDir, pub.Identity.SessionID, pub.Generation, pub.ReservationID, pub.SessionName,
-		pub.TmuxID, pub.ServerPID, pub.ServerStart, pub.StateFile, pub.Label, nanos(now))
+		pub.TmuxID, pub.ServerPID, pub.ServerStart, pub.StateFile, pub.Label, nanos(now),
+		pub.PanePID, pub.PaneStart, pub.BootID, pub.Cgroup, pub.StopTimeoutMS)
 	if err != nil {
 		return Published{}, err
 	}

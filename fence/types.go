@@ -101,6 +101,24 @@ type Spec struct {
 	Env       []string `json:"env,omitempty"` // KEY=VALUE
 	Cwd       string   `json:"cwd,omitempty"`
 	Label     string   `json:"label"`
+	// StopTimeoutMS is the grace between the hangup (or SIGTERM) and SIGKILL
+	// when the generation stops; 0 means DefaultStopTimeout.
+	StopTimeoutMS int64 `json:"stop_timeout_ms,omitempty"`
+}
+
+// DefaultStopTimeout and MaxStopTimeout bound Spec.StopTimeoutMS (contract:
+// default 10 s, at most 5 min).
+const (
+	DefaultStopTimeout = 10 * time.Second
+	MaxStopTimeout     = 5 * time.Minute
+)
+
+// StopTimeout is the spec's grace period, the default when unset.
+func (s Spec) StopTimeout() time.Duration {
+	if s.StopTimeoutMS <= 0 {
+		return DefaultStopTimeout
+	}
+	return time.Duration(s.StopTimeoutMS) * time.Millisecond
 }
 
 // Reservation is one identity's reservation row (DESIGN §5).
@@ -118,6 +136,8 @@ type Reservation struct {
 	ServerPID        int       `json:"server_pid"`
 	ServerStart      int64     `json:"server_start"`
 	HelperPID        int       `json:"helper_pid"`
+	PaneStart        uint64    `json:"pane_start"` // the pane process's start time (clock ticks), 0 if unknown
+	Cgroup           string    `json:"cgroup"`     // the generation's cgroup, "" when none was made
 	Abandoned        bool      `json:"abandoned"`
 	ClaimedAt        time.Time `json:"claimed_at"`
 	UpdatedAt        time.Time `json:"updated_at"`
@@ -172,6 +192,25 @@ type Published struct {
 	PublishedAt   time.Time `json:"published_at"`
 	Ended         bool      `json:"ended"`
 	EndedAt       time.Time `json:"ended_at"`
+	// What holds the generation's processes (recorded at spawn; zero for
+	// generations published before schema 4).
+	PanePID       int    `json:"pane_pid"`
+	PaneStart     uint64 `json:"pane_start"`
+	BootID        string `json:"boot_id"`
+	Cgroup        string `json:"cgroup"`
+	StopTimeoutMS int64  `json:"stop_timeout_ms"`
+	// Stopping is set once the generation's end was seen (or a kill began)
+	// and until its processes are proven gone and it is marked ended.
+	Stopping *Stop `json:"stopping,omitempty"`
+}
+
+// Stop is a generation's stop in progress, durable so a restarted daemon
+// continues it: SIGKILL is due at Deadline.
+type Stop struct {
+	Since    time.Time `json:"since"`
+	Deadline time.Time `json:"deadline"`
+	Reason   string    `json:"reason"`
+	Killed   bool      `json:"killed"` // SIGKILL was sent
 }
 
 type publishedAlias Published
@@ -216,6 +255,8 @@ type Patch struct {
 	PanePID     int
 	ServerPID   int
 	ServerStart int64
+	PaneStart   uint64 // spawned: the pane process's start time
+	Cgroup      string // spawned: the generation's cgroup, if one is made
 }
 
 // ReserveOutcome says what Reserve found.
@@ -330,4 +371,5 @@ type Postmortem struct {
 	MaxRSS            int64         `json:"maxrss_kb"`
 	StartedAt         time.Time     `json:"started_at"`
 	EndedAt           time.Time     `json:"ended_at"` // zero while the agent runs
+	Cgroup            string        `json:"cgroup"`   // the cgroup the helper entered before its agent, "" if none
 }

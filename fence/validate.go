@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"path/filepath"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -127,6 +128,10 @@ func canonicalSpec(spec Spec) (Spec, error) {
 	}
 	if err := checkLabel(spec.Label); err != nil {
 		return Spec{}, err
+	}
+	if spec.StopTimeoutMS < 0 || time.Duration(spec.StopTimeoutMS)*time.Millisecond > MaxStopTimeout {
+		return Spec{}, invalid("stop_timeout_ms", "stop_timeout_ms must be 0-%d, got %d",
+			MaxStopTimeout.Milliseconds(), spec.StopTimeoutMS)
 	}
 	out.Argv = append([]string(nil), spec.Argv...)
 	out.Env = append([]string(nil), spec.Env...)

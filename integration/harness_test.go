@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
+	"github.com/skc-supervisor/skc-supervisor/proctree"
 )
 
 // The binary under test is built once per test binary, on first use, so that a
@@ -188,7 +189,21 @@ func (h *Home) cleanup() {
 		}
 	}
 	h.checkNoStrays()
+	// The daemon's generation cgroups (empty now: no process of the home is
+	// left) are removed with the home.
+	for _, key := range []string{h.Dir, realPath(h.Dir)} {
+		if base, err := proctree.BaseFor(key); err == nil {
+			proctree.RemoveBaseTree(base)
+		}
+	}
 	os.RemoveAll(h.root)
+}
+
+func realPath(p string) string {
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		return r
+	}
+	return p
 }
 
 // liveServerPID asks the supervised tmux server for its pid (list-sessions never

@@ -84,6 +84,7 @@ func TestMetricsMoved(t *testing.T) {
 		`skc_create_refusals_total{code="identity_state_file_mismatch"}`:    1,
 		`skc_sessions_ended_total{exit_kind="exit"}`:                        1,
 		`skc_sessions_ended_total{exit_kind="cleanup"}`:                     1,
+		`skc_stops_total{outcome="gone"}`:                                   2,
 		`skc_create_duration_seconds_count{outcome="published"}`:            2,
 		`skc_create_duration_seconds_bucket{outcome="published",le="+Inf"}`: 2,
 		`skc_create_duration_seconds_count{outcome="existing"}`:             1,

@@ -80,6 +80,8 @@ type Session struct {
 	PaneDead      bool      `json:"pane_dead"`
 	Attached      int       `json:"attached"`
 	CreatedAt     time.Time `json:"created_at"`
+	State         string    `json:"state"`
+	StopTimeoutMS int64     `json:"stop_timeout_ms"`
 }
 
 // APIError is the error object of every refusal or failure.
@@ -337,6 +339,8 @@ func (h *Home) AgentSessions(t testing.TB) []tmuxSession {
 // status line and body (used as another uid for the SO_PEERCRED test).
 func runHelperMode(mode string) int {
 	switch mode {
+	case "stopagent":
+		return runStopAgent(os.Args[1:])
 	case "tmuxproxy":
 		return runTmuxProxy()
 	case "rawget":

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/skc-supervisor/skc-supervisor/proctree"
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
@@ -60,6 +61,7 @@ func (m *Manager) compensate(ctx context.Context, a *attempt) string {
 			m.log.Warn().Err(err).Str("tmux_id", a.tmuxID).Msg("compensation kill unconfirmed")
 			return m.abandon(ctx, a)
 		}
+		m.reapAttempt(ctx, a)
 	} else if a.sent {
 		return m.abandon(ctx, a)
 	}
@@ -70,6 +72,19 @@ func (m *Manager) compensate(ctx context.Context, a *attempt) string {
 		return m.abandon(ctx, a)
 	}
 	return compReleased
+}
+
+// reapAttempt waits (briefly) for the failed attempt's pane helper, hung up
+// with its session, and removes the cgroup it may have made. The helper never
+// ran an agent (the gate opens only after publication), so nothing is blocked
+// on this: a helper still there after the wait only leaves its empty cgroup
+// for the next start's sweep.
+func (m *Manager) reapAttempt(ctx context.Context, a *attempt) {
+	cg := proctree.GenerationCgroup(m.cgroupBase, a.res.ID)
+	h := proctree.Hold{PanePID: a.panePID, PaneStart: a.paneStart, Cgroup: cg}
+	if proctree.WaitGone(ctx, h, time.Now().Add(unpublishedProofWait)).State == proctree.Gone {
+		_ = proctree.RemoveCgroup(cg)
+	}
 }
 
 // fenceCtx is the context of one undo or release write in the fence: detached

@@ -10,6 +10,7 @@ import (
 
 	"github.com/skc-supervisor/skc-supervisor/census"
 	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/proctree"
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
@@ -56,19 +57,20 @@ const maxAdmitRounds = 8
 // attempt is tracked and never change: they are all that Shutdown (another
 // goroutine) may read.
 type attempt struct {
-	resID   string // the claimed reservation's id; immutable (res is rewritten by every Advance)
-	req     CreateRequest
-	res     fence.Reservation
-	digest  string
-	name    string
-	life    tmuxctl.ServerLife
-	tmuxID  string
-	panePID int
-	paneID  string
-	created time.Time
-	spawned uint64 // tmux's command number of the new-session (census.AdmitCreated)
-	start   time.Time
-	stop    context.CancelFunc
+	resID     string // the claimed reservation's id; immutable (res is rewritten by every Advance)
+	req       CreateRequest
+	res       fence.Reservation
+	digest    string
+	name      string
+	life      tmuxctl.ServerLife
+	tmuxID    string
+	panePID   int
+	paneStart uint64 // the pane process's start time, 0 when unknown (proctree.Hold)
+	paneID    string
+	created   time.Time
+	spawned   uint64 // tmux's command number of the new-session (census.AdmitCreated)
+	start     time.Time
+	stop      context.CancelFunc
 
 	sent      bool // new-session was written: from here a session may exist
 	uncertain bool // a step's outcome is unknown: abandon, never guess
@@ -178,7 +180,7 @@ func (m *Manager) admit(ctx context.Context, req CreateRequest, start time.Time)
 				return fence.Reservation{}, out, err
 			}
 		case fence.NeedsRecovery:
-			r, err := m.recoverRow(ctx, rr.Abandoned, req.Spec)
+			r, err := m.recoverRow(ctx, rr.Abandoned, req.Spec, deadline)
 			switch {
 			case r != nil:
 				m.fault.hit(FaultReserved)
@@ -246,6 +248,9 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // inspection decides (DESIGN §5). again reports that the generation was marked ended
 // and Reserve should run again.
 func (m *Manager) maybeExisting(ctx context.Context, req CreateRequest, pub fence.Published, waited bool, start time.Time) (*CreateResult, bool, error) {
+	if pub.Stopping != nil {
+		return m.awaitStop(ctx, req, pub, causeOf(pub.Stopping.Reason), start)
+	}
 	auth, sess, err := m.inspectPublished(ctx, pub)
 	if err != nil || auth == census.Unknown {
 		if err == nil {
@@ -256,11 +261,7 @@ func (m *Manager) maybeExisting(ctx context.Context, req CreateRequest, pub fenc
 	}
 	if auth == census.Authoritative && sess != nil && sess.PaneDead {
 		// Kept by remain-on-exit, but its agent is gone: not an existing session.
-		if err := m.endDeadPane(ctx, pub, m.lifeOf(pub.ServerPID, pub.ServerStart), false); err != nil {
-			_, out, rerr := m.refuse(ctx, req, unavailable(err), start)
-			return out, false, rerr
-		}
-		return nil, true, nil
+		return m.awaitStop(ctx, req, pub, endCause{reason: verdict.ReasonAgentExited}, start)
 	}
 	switch auth {
 	case census.Authoritative:
@@ -272,12 +273,9 @@ func (m *Manager) maybeExisting(ctx context.Context, req CreateRequest, pub fenc
 		m.emit(ctx, m.existingRecord(req, pub, reason, start))
 		return &CreateResult{Status: verdict.VerdictExisting, Session: v}, false, nil
 	case census.Absent:
-		cause := endCause{reason: verdict.ReasonTmuxSessionMissing, waitForPM: true}
-		if _, err := m.endPublished(ctx, pub, cause); err != nil {
-			_, out, rerr := m.refuse(ctx, req, err, start)
-			return out, false, rerr
-		}
-		return nil, true, nil
+		// The session is gone; its processes may not be (the model's
+		// "session gone, agent stopping"): wait for the proof, then reserve.
+		return m.awaitStop(ctx, req, pub, endCause{reason: m.goneReason(pub)}, start)
 	}
 	// Another session wears the identity's tags but not the published generation:
 	// something outside the saga tampered with tmux. Fail closed — and say the
@@ -346,13 +344,17 @@ func attemptName(digest, resID string) string {
 // cwd and label stay in the fence and the helper reads them by reservation id), and
 // -c/-e/-n, which expand formats, are never used.
 func (m *Manager) newSessionArgs(a *attempt) []string {
-	return []string{
+	args := []string{
 		"new-session", "-d", "-P", "-F",
 		"#{session_id}\t#{pane_pid}\t#{pane_id}\t#{session_created}",
 		"-s", a.name, "-x", "200", "-y", "50", "--",
 		m.cfg.HelperPath, "helper", "--home", m.cfg.Home,
 		"--reservation", a.res.ID, "--generation", strconv.FormatUint(a.res.Generation, 10),
 	}
+	if cg := proctree.GenerationCgroup(m.cgroupBase, a.res.ID); cg != "" {
+		args = append(args, "--cgroup", cg)
+	}
+	return args
 }
 
 // spawnReply is what new-session's -P line says of the new session.
@@ -377,4 +379,44 @@ func parseSpawn(r tmuxctl.Reply) (spawnReply, error) {
 		return spawnReply{}, fmt.Errorf("new-session: unexpected reply %q", r.Lines[0])
 	}
 	return spawnReply{id: f[0], paneID: f[2], panePID: pid, created: time.Unix(sec, 0)}, nil
+}
+
+// awaitStop waits, within the create's wait, for the stop of the identity's
+// published generation (joining it, or starting it: the generation's end was
+// found by this create) and reports that Reserve should run again once its
+// processes are proven gone. Past the wait the create is refused
+// identity_reserved_live with details.stopping; a stop that could not prove
+// them gone refuses identity_reserved_unknown (its verdict says so).
+func (m *Manager) awaitStop(ctx context.Context, req CreateRequest, pub fence.Published, cause endCause, start time.Time) (*CreateResult, bool, error) {
+	run := m.stopGeneration(pub, cause)
+	t := time.NewTimer(time.Until(start.Add(req.Wait)))
+	defer t.Stop()
+	select {
+	case <-run.done: // a finished stop wins over a wait that is also over
+	default:
+		select {
+		case <-run.done:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+	var err error
+	select {
+	case <-run.done:
+		if run.err == nil {
+			return nil, true, nil
+		}
+		err = run.err
+		if verdict.CodeOf(err) != verdict.CodeIdentityReservedUnknown {
+			err = unavailable(err)
+		}
+	case <-t.C:
+		err = stoppingError(pub, verdict.CodeIdentityReservedLive,
+			"generation %d is stopping: its processes are not proven gone yet (waited %v)", req.Wait)
+	default:
+		err = stoppingError(pub, verdict.CodeIdentityReservedLive,
+			"generation %d is stopping; the request ended before its processes were proven gone (%v)", ctx.Err())
+	}
+	_, out, rerr := m.refuse(ctx, req, err, start)
+	return out, false, rerr
 }

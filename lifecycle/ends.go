@@ -18,8 +18,8 @@ type endCause struct {
 	reason     string // verdict.Reason…
 	cleanup    bool   // we removed it: exit kind cleanup
 	restart    bool   // found at start: a postmortem means process_postmortem
-	waitForPM  bool   // give the helper a moment to record its postmortem
 	actionKill bool   // a kill request, not end detection
+	term       bool   // SIGTERM the generation's processes first (a kill request)
 }
 
 // Run consumes the census change feed until ctx is done and writes one ended
@@ -55,57 +55,42 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 }
 
-// onRemoved ends the published generation whose session was removed: the fence's
-// record names the same tmux id in the same server life and is not yet ended. The
-// removed session's tags are not trusted for this — the census may not have seen
-// them yet (an agent that exits at once) and a human may have changed them.
+// onRemoved starts the stop of the published generation whose session was
+// removed: the fence's record names the same tmux id in the same server life
+// and is not yet ended. The session is gone but its processes may not be (tmux
+// sent them a hangup; an agent may take seconds to save its state, or ignore
+// it): the generation is stopping until they are proven gone (stop.go). The
+// removed session's tags are not trusted for this — the census may not have
+// seen them yet (an agent that exits at once) and a human may have changed them.
 func (m *Manager) onRemoved(ctx context.Context, ch census.Change) {
 	s := ch.Session
+	if k, ok := m.killingReason(s.ID); ok && k.byKill {
+		return
+	}
 	pub, ok := m.publishedByTmuxID(ctx, s.ID, ch.Life)
 	if !ok {
 		return
 	}
-	cause := endCause{reason: verdict.ReasonTmuxSessionMissing, waitForPM: true}
+	cause := endCause{reason: verdict.ReasonTmuxSessionMissing}
 	if ch.Reason == census.ReasonServerExited || ch.Reason == census.ReasonLifeChanged {
 		cause.reason = verdict.ReasonServerExited
 	}
 	if k, ok := m.killingReason(s.ID); ok {
-		if k.byKill {
-			return // Kill writes this end itself, with the verdict it returns
-		}
 		cause = endCause{reason: k.reason, cleanup: true}
 	}
-	if _, err := m.endPublished(ctx, pub, cause); err != nil {
-		m.log.Warn().Err(err).Str("tmux_id", s.ID).Msg("ended verdict not written")
-	}
+	m.stopGeneration(pub, cause)
 }
 
-// onPaneDead ends a published generation whose agent's pane is dead but kept by
-// tmux (remain-on-exit set in the server's configuration): "session exists but
-// the agent is dead" must not pass for a live session.
+// onPaneDead stops a published generation whose agent's pane is dead (kept by
+// the remain-on-exit the saga sets on every managed window): "session exists
+// but the agent is dead" must not pass for a live session. Its reason is
+// agent_exited; the session is removed once the ended verdict is written.
 func (m *Manager) onPaneDead(ctx context.Context, ch census.Change) {
 	pub, ok := m.publishedByTmuxID(ctx, ch.Session.ID, ch.Life)
 	if !ok {
 		return
 	}
-	if err := m.endDeadPane(ctx, pub, ch.Life, false); err != nil {
-		m.log.Warn().Err(err).Str("tmux_id", ch.Session.ID).Msg("dead pane not ended")
-	}
-}
-
-// endDeadPane writes the ended verdict (reason agent_exited, from the postmortem)
-// of a session whose pane is dead, then removes the session, which can never run
-// the agent again.
-func (m *Manager) endDeadPane(ctx context.Context, pub fence.Published, life tmuxctl.ServerLife, restart bool) error {
-	cause := endCause{reason: verdict.ReasonAgentExited, waitForPM: true, restart: restart}
-	if _, err := m.endPublished(ctx, pub, cause); err != nil {
-		return err
-	}
-	m.markKilling(pub.TmuxID, killReason{reason: verdict.ReasonAgentExited})
-	defer m.unmarkKilling(pub.TmuxID)
-	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
-	defer cancel()
-	return m.killConfirm(kctx, life, pub.TmuxID)
+	m.stopGeneration(pub, endCause{reason: verdict.ReasonAgentExited})
 }
 
 // publishedByTmuxID finds the published, not-ended generation living in session id
@@ -133,13 +118,17 @@ func (m *Manager) reconcile(ctx context.Context) {
 		if p.Ended {
 			continue
 		}
-		auth, _, err := m.inspectPublished(ctx, p)
-		if err != nil || auth != census.Absent {
+		if p.Stopping != nil {
+			m.stopGeneration(p, causeOf(p.Stopping.Reason))
 			continue
 		}
-		cause := endCause{reason: m.goneReason(p), waitForPM: true}
-		if _, err := m.endPublished(ctx, p, cause); err != nil {
-			m.log.Warn().Err(err).Msg("reconcile: ended verdict not written")
+		auth, sess, err := m.inspectPublished(ctx, p)
+		switch {
+		case err != nil:
+		case auth == census.Absent:
+			m.stopGeneration(p, endCause{reason: m.goneReason(p)})
+		case auth == census.Authoritative && sess != nil && sess.PaneDead:
+			m.stopGeneration(p, endCause{reason: verdict.ReasonAgentExited})
 		}
 	}
 }
@@ -153,55 +142,12 @@ func (m *Manager) goneReason(p fence.Published) string {
 	return verdict.ReasonTmuxSessionMissing
 }
 
-// errInterrupted: the wait for a postmortem was cut short by shutdown; nothing is
-// written, and the next start's recovery writes the end instead.
-var errInterrupted = errors.New("lifecycle: end detection interrupted")
+// errInterrupted: a stop was cut short by shutdown; its progress is in the
+// fence, and the next daemon's start continues it.
+var errInterrupted = errors.New("lifecycle: stop interrupted by shutdown")
 
-// endPublished marks a published generation ended with its one ended verdict. The
-// mark is a compare-and-set on the generation, so racing observers (end detection,
-// a create that found it gone, recovery, a kill) write one verdict between them;
-// the record returned is the one this call wrote (zero when another won).
-func (m *Manager) endPublished(ctx context.Context, pub fence.Published, cause endCause) (verdict.Record, error) {
-	pm, havePM, err := m.postmortem(ctx, pub, cause.waitForPM && !cause.cleanup)
-	if err != nil {
-		return verdict.Record{}, err
-	}
-	rec := endedRecord(pub, cause, pm, havePM)
-	ok, filed, err := m.fence.MarkEnded(context.WithoutCancel(ctx), pub.Identity, pub.Generation, rec)
-	if err != nil {
-		return verdict.Record{}, err
-	}
-	if ok {
-		m.verdicts.Filed(filed)
-		m.met.ended(filed.ExitKind)
-	}
-	return filed, nil
-}
-
-// postmortem reads the helper's record of its agent's end. A helper writes it just
-// before it exits, which may be a moment after tmux saw the pane go, so when asked
-// it waits briefly — but not for a helper proven dead without one (SIGKILLed: the
-// answer is owner_lost at once).
-func (m *Manager) postmortem(ctx context.Context, pub fence.Published, wait bool) (fence.Postmortem, bool, error) {
-	deadline := time.Now().Add(postmortemGrace)
-	for last := false; ; {
-		pm, ok, err := m.fence.Postmortem(ctx, pub.Identity, pub.Generation)
-		switch {
-		case err == nil && ok && !pm.EndedAt.IsZero():
-			return pm, true, nil
-		case !wait || last || time.Now().After(deadline):
-			return fence.Postmortem{}, false, nil
-		case err == nil && ok && pm.HelperPID != 0 &&
-			fence.Liveness(pm.HelperPID, pm.HelperIncarnation) == fence.Dead:
-			last = true // read once more: it may have written just before exiting
-			continue
-		}
-		if !sleepCtx(ctx, pollInterval) {
-			return fence.Postmortem{}, false, errInterrupted
-		}
-	}
-}
-
+// endedRecord is the ended verdict of a generation proven gone, from its
+// cause and the helper's postmortem; endEvidence completes it.
 func endedRecord(pub fence.Published, cause endCause, pm fence.Postmortem, havePM bool) verdict.Record {
 	rec := verdict.Record{
 		Action: verdict.ActionEnd, Outcome: verdict.OutcomeSuccess, Reason: cause.reason,
@@ -214,8 +160,6 @@ func endedRecord(pub fence.Published, cause endCause, pm fence.Postmortem, haveP
 		rec.Action = verdict.ActionKill
 	}
 	switch {
-	case cause.cleanup:
-		rec.ExitKind = verdict.ExitKindCleanup
 	case havePM:
 		rec.ExitKind = verdict.ExitKindExit
 		if cause.restart {
@@ -231,7 +175,11 @@ func endedRecord(pub fence.Published, cause endCause, pm fence.Postmortem, haveP
 	default:
 		rec.ExitKind = verdict.ExitKindOwnerLost
 		rec.Outcome = verdict.OutcomeUnknown
-		rec.Exit = &verdict.Exit{}
+	}
+	if cause.cleanup {
+		// We removed it; the agent's exit (how it answered our SIGTERM) is
+		// still recorded when known.
+		rec.ExitKind, rec.Outcome = verdict.ExitKindCleanup, verdict.OutcomeSuccess
 	}
 	return rec
 }

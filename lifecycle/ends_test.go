@@ -85,9 +85,13 @@ func TestAgentExitStatus(t *testing.T) {
 	if rec.ExitKind != verdict.ExitKindExit || rec.Exit == nil || rec.Exit.Status == nil || *rec.Exit.Status != 7 {
 		t.Fatalf("ended %+v exit %+v", rec, rec.Exit)
 	}
-	if rec.Reason != verdict.ReasonTmuxSessionMissing {
+	// The pane is kept dead (remain-on-exit, set by the saga whatever the
+	// server's config says): an agent's own exit is agent_exited, and the
+	// session is removed after the verdict.
+	if rec.Reason != verdict.ReasonAgentExited {
 		t.Fatalf("reason %q", rec.Reason)
 	}
+	waitFor(t, "the dead session removed", func() bool { return len(e.sessions(id.Digest())) == 0 })
 	// The generation is ended: a new create gets a new generation.
 	_, res := e.create(t, "exit7")
 	if res.Status != "published" || res.Session.Generation != 2 {
@@ -134,9 +138,11 @@ func TestEndWhileDaemonDownIsPostmortem(t *testing.T) {
 	if err := syscall.Kill(agent, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	// The session goes when the helper exits (tmux may leave the helper a zombie
-	// for a while: it is the pane's end that matters).
-	waitFor(t, "session end", func() bool { return len(e.sessions(id.Digest())) == 0 })
+	// The pane stays, dead (remain-on-exit), until a daemon ends the generation.
+	waitFor(t, "the pane's death", func() bool {
+		out, _ := tmuxtest.Command("-S", e.socket, "list-panes", "-a", "-F", "#{pane_pid} #{pane_dead}").Output()
+		return strings.Contains(string(out), strconv.Itoa(res.Session.PanePID)+" 1")
+	})
 	e2 := startEnv(t, home, "", false)
 	if err := e2.m.Recover(context.Background()); err != nil {
 		t.Fatal(err)

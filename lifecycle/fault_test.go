@@ -15,8 +15,9 @@ import (
 )
 
 // faultChild is a daemon that creates one identity with SKC_FAULT set and so
-// SIGKILLs itself at that point: `faultchild HOME POINT NAME`. Reaching the end
-// alive is a failure (exit 3).
+// SIGKILLs itself at that point: `faultchild HOME POINT NAME [AGENT ARG…]`
+// (an agent given runs with a 300 ms stop timeout). Reaching the end alive is
+// a failure (exit 3).
 func faultChild(args []string) int {
 	home, point, name := args[0], args[1], args[2]
 	e := &env{home: home, socket: filepath.Join(home, "tmux.sock")}
@@ -27,6 +28,10 @@ func faultChild(args []string) int {
 		return 2
 	}
 	id, spec := e.identity(name)
+	if len(args) > 3 {
+		spec.Argv = append([]string{spec.Argv[0]}, args[3:]...)
+		spec.StopTimeoutMS = 300
+	}
 	_, err := e.m.Create(ctx, CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
 	fmt.Fprintln(os.Stderr, "faultchild: survived the fault point:", err)
 	return 3

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/proctree"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
@@ -38,6 +39,7 @@ type helperArgs struct {
 	home       string
 	resID      string
 	generation uint64
+	cgroup     string           // the generation's cgroup to enter first ("" when none)
 	wake       <-chan os.Signal // the daemon's wake-ups (nil: poll only)
 }
 
@@ -82,6 +84,7 @@ func parseHelperArgs(args []string) (helperArgs, error) {
 	fs.StringVar(&a.home, "home", "", "SKC_HOME")
 	fs.StringVar(&a.resID, "reservation", "", "reservation id")
 	fs.StringVar(&gen, "generation", "", "generation")
+	fs.StringVar(&a.cgroup, "cgroup", "", "the generation's cgroup")
 	if err := fs.Parse(args); err != nil {
 		return a, err
 	}
@@ -131,9 +134,10 @@ func startHelper(ctx context.Context, st *fence.Store, a helperArgs) (code int, 
 	}
 	row = fence.Reservation{ID: h.ReservationID, Identity: h.Identity, Generation: h.Generation, Spec: h.Spec}
 	pid = os.Getpid()
+	cgroup := enterCgroup(a.cgroup)
 	inc, err = fence.Incarnation(pid)
 	if err == nil {
-		err = recordStart(ctx, st, a.resID, pid, inc)
+		err = recordStart(ctx, st, a.resID, pid, inc, cgroup)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "skc-supervisor helper: record start:", err)
@@ -146,12 +150,28 @@ func startHelper(ctx context.Context, st *fence.Store, a helperArgs) (code int, 
 	return 0, row, pid, inc, true
 }
 
+// enterCgroup moves the helper into its generation's cgroup before it starts
+// anything, so the agent and every descendant are born inside and the cgroup
+// alone holds them (proctree). It returns the cgroup entered, "" when there is
+// none or it could not be entered: the generation is then held by the pane's
+// session, as on a host without cgroups, and the fence record says which.
+func enterCgroup(dir string) string {
+	if dir == "" {
+		return ""
+	}
+	if err := proctree.EnterCgroup(dir); err != nil {
+		fmt.Fprintln(os.Stderr, "skc-supervisor helper: cgroup not entered; the pane's session holds the agent:", err)
+		return ""
+	}
+	return dir
+}
+
 // recordStart records the helper's start, retrying while the fence is contended
 // (racing creates keep it busy): giving up would fail a create that is fine.
-func recordStart(ctx context.Context, st *fence.Store, resID string, pid int, inc string) error {
+func recordStart(ctx context.Context, st *fence.Store, resID string, pid int, inc, cgroup string) error {
 	deadline := time.Now().Add(helperReadyWait)
 	for {
-		err := st.RecordHelperStart(ctx, resID, pid, inc)
+		err := st.RecordHelperStart(ctx, resID, pid, inc, cgroup)
 		if verdict.CodeOf(err) != verdict.CodeIdentityFenceContended && verdict.CodeOf(err) != verdict.CodeFenceUnavailable {
 			return err
 		}

@@ -3,16 +3,29 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/skc-supervisor/skc-supervisor/census"
 	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/proctree"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
 // inspector is the fence.Inspector recovery runs with: live authority from the
 // census (which re-reads tmux before answering) and orphan removal through the
 // control connection, confirmed by a fresh live read.
-type inspector struct{ m *Manager }
+//
+// until bounds how long ProcessesGone waits for a stopping generation's proof:
+// a create's own wait; zero for recovery at start, which must not wait out
+// grace periods (the stop goes on in the background and a later create finds
+// the generation ended).
+type inspector struct {
+	m     *Manager
+	until time.Time
+}
 
 var _ fence.Inspector = inspector{}
 
@@ -78,4 +91,50 @@ func toFenceAuthority(a census.Authority) fence.Authority {
 		return fence.Absent
 	}
 	return fence.AuthorityUnknown
+}
+
+// unpublishedProofWait bounds the proof for an attempt that never published:
+// only its pane helper can exist (it starts the agent after publication only),
+// and the hangup of its vanished session ends it at once.
+const unpublishedProofWait = 5 * time.Second
+
+// ProcessesGone proves the processes of an abandoned attempt's generation
+// gone. Its own published generation (the creator died between publishing and
+// releasing) is stopped like any generation whose session vanished, joined
+// within in.until; an unpublished attempt's helper is proven gone from the
+// row's hold, and SIGKILLed if it lingers.
+func (in inspector) ProcessesGone(ctx context.Context, ab fence.Reservation, pub *fence.Published) error {
+	m := in.m
+	if pub != nil && !pub.Ended && pub.ReservationID == ab.ID {
+		run := m.stopGeneration(*pub, endCause{reason: m.goneReason(*pub)})
+		t := time.NewTimer(max(time.Until(in.until), 0))
+		defer t.Stop()
+		select {
+		case <-run.done:
+			return run.err
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		select {
+		case <-run.done:
+			return run.err
+		default:
+		}
+		return stoppingError(*pub, verdict.CodeIdentityReservedLive,
+			"generation %d of the abandoned attempt is stopping: its processes are not proven gone yet")
+	}
+	h := proctree.Hold{PanePID: ab.PanePID, PaneStart: ab.PaneStart, Cgroup: ab.Cgroup}
+	if h.Cgroup == "" {
+		h.Cgroup = proctree.GenerationCgroup(m.cgroupBase, ab.ID) // entered before `spawned` was recorded?
+	}
+	res := proctree.WaitGone(ctx, h, time.Now().Add(unpublishedProofWait))
+	if res.State != proctree.Gone {
+		_, _ = proctree.Signal(h, unix.SIGKILL)
+		res = proctree.WaitGone(ctx, h, time.Now().Add(killProofWait))
+	}
+	if res.State != proctree.Gone {
+		return fmt.Errorf("processes of attempt %s not proven gone: %s", ab.AttemptName, res.Why)
+	}
+	_ = proctree.RemoveCgroup(h.Cgroup)
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
@@ -13,29 +14,64 @@ type KillResult struct {
 	Verdict verdict.Record `json:"verdict"`
 }
 
-// Kill ends a supervised session by id (in the server life it was published in),
-// waits until the census has seen it go, and writes its one ended verdict (exit kind
-// cleanup, reason killed_by_request). An unknown session is not_found.
+// Kill stops a supervised generation: SIGTERM to its processes, SIGKILL to
+// what is left after its stop_timeout_ms, and it returns only once they are
+// proven gone, with the one ended verdict (exit kind cleanup, reason
+// killed_by_request, skc.exit as the agent ended). The session is removed
+// after the verdict is written. A generation already stopping (its session
+// gone by hand, say) is waited for the same way. An unknown session is
+// not_found; processes that cannot be proven gone are
+// identity_reserved_unknown with details.stopping.
 func (m *Manager) Kill(ctx context.Context, ref Ref) (KillResult, error) {
-	pub, sess, err := m.resolve(ctx, ref)
+	pub, ok, err := m.publishedFor(ctx, ref)
 	if err != nil {
-		return KillResult{}, err
+		return KillResult{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
 	}
-	life := m.lifeOf(pub.ServerPID, pub.ServerStart)
-	m.markKilling(sess.ID, killReason{reason: verdict.ReasonKilledByRequest, byKill: true})
-	defer m.unmarkKilling(sess.ID)
-	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
-	defer cancel()
-	if err := m.killConfirm(kctx, life, sess.ID); err != nil {
-		return KillResult{}, verdict.Errorf(verdict.CodeTmuxUnavailable, nil, "kill %s: %w", sess.ID, err)
+	cause := endCause{reason: verdict.ReasonKilledByRequest, cleanup: true, actionKill: true, term: true}
+	if !ok || pub.Ended || pub.Stopping == nil {
+		if pub, _, err = m.resolve(ctx, ref); err != nil {
+			return KillResult{}, err
+		}
+	} else {
+		cause = causeOf(pub.Stopping.Reason)
 	}
-	m.waitCensusGone(kctx, sess.ID)
-	cause := endCause{reason: verdict.ReasonKilledByRequest, cleanup: true, actionKill: true}
-	rec, err := m.endPublished(kctx, pub, cause)
-	if err != nil {
-		return KillResult{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "mark ended: %w", err)
+	run := m.stopGeneration(pub, cause)
+	select {
+	case <-run.done:
+	case <-ctx.Done():
+		return KillResult{}, stoppingError(pub, verdict.CodeTimeout,
+			"generation %d is stopping; the request ended before its processes were proven gone (%v)", ctx.Err())
 	}
+	if run.err != nil {
+		if verdict.CodeOf(run.err) == verdict.CodeIdentityReservedUnknown {
+			return KillResult{}, run.err
+		}
+		return KillResult{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "stop: %w", run.err)
+	}
+	rec := run.rec
+	if rec.Verdict == "" {
+		// Another observer wrote the end (the agent exited as we killed it):
+		// that record is this generation's one ended verdict.
+		rec = m.endedVerdictOf(ctx, pub)
+	}
+	m.waitCensusGone(ctx, pub.TmuxID)
 	return KillResult{Status: "killed", Verdict: rec}, nil
+}
+
+// endedVerdictOf finds the ended verdict of p's generation in its identity's
+// history (zero when none is there).
+func (m *Manager) endedVerdictOf(ctx context.Context, p fence.Published) verdict.Record {
+	recs, err := m.fence.VerdictsFor(ctx, p.Identity, showVerdicts)
+	if err != nil {
+		return verdict.Record{}
+	}
+	for i := len(recs) - 1; i >= 0; i-- {
+		r := recs[i]
+		if r.Verdict == verdict.VerdictEnded && r.Session != nil && r.Session.Generation == p.Generation {
+			return r
+		}
+	}
+	return verdict.Record{}
 }
 
 // waitCensusGone waits (bounded) until the census no longer lists id, so a List
@@ -50,4 +86,16 @@ func (m *Manager) waitCensusGone(ctx context.Context, id string) {
 			return
 		}
 	}
+}
+
+// publishedFor reads the published record a Ref names straight from the fence
+// (a name matched exactly against published session names), whether or not its
+// session is still listed: Kill needs it to find a generation that is stopping
+// after its session went.
+func (m *Manager) publishedFor(ctx context.Context, ref Ref) (fence.Published, bool, error) {
+	if ref.Identity != nil {
+		return m.fence.PublishedFor(ctx, *ref.Identity)
+	}
+	// The fence's in-memory name index: one map read, not every identity row.
+	return m.fence.CachedPublishedByName(ctx, ref.Name)
 }

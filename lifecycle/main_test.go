@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,6 +19,7 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/census"
 	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/metrics"
+	"github.com/skc-supervisor/skc-supervisor/proctree"
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 
@@ -53,6 +56,25 @@ func fakeAgent(args []string) int {
 		for {
 			time.Sleep(time.Hour)
 		}
+	case "ignore": // ignores the hangup and SIGTERM: only SIGKILL ends it
+		signal.Ignore(syscall.SIGHUP, syscall.SIGTERM)
+		markReady()
+		for {
+			time.Sleep(time.Hour) // not select {}: the runtime would call that a deadlock and exit
+		}
+	case "childpgrp": // a child that ignores everything polite, in a group of its own
+		exe, _ := os.Executable()
+		c := exec.Command(exe, "agent", "ignore")
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if c.Start() != nil {
+			return 3
+		}
+		_ = c.Process.Release()
+		signal.Ignore(syscall.SIGHUP, syscall.SIGTERM)
+		markReady()
+		for {
+			time.Sleep(time.Hour) // not select {}: the runtime would call that a deadlock and exit
+		}
 	case "pwdenv":
 		wd, _ := os.Getwd()
 		body := wd + "\n" + strings.Join(os.Environ(), "\n") + "\n"
@@ -81,6 +103,8 @@ type env struct {
 	wg     sync.WaitGroup
 	closed bool
 
+	noCgroup bool // Config.NoCgroup: hold generations by the pane's session only
+
 	startServer func(context.Context) error // tmuxctl.Config.StartServer; nil: none
 }
 
@@ -93,6 +117,7 @@ func newHome(t testing.TB) string {
 	t.Cleanup(func() {
 		_ = tmuxtest.Command("-S", filepath.Join(dir, "tmux.sock"), "kill-server").Run()
 		_ = os.RemoveAll(dir)
+		removeCgroups(dir)
 	})
 	return dir
 }
@@ -108,10 +133,16 @@ func startEnv(t testing.TB, home string, fault string, noRun bool) *env {
 // calls before each dial that finds no server: a test can hold a reconnect there.
 func startEnvServer(t testing.TB, home string, fault string, noRun bool, startServer func(context.Context) error) *env {
 	t.Helper()
-	if home == "" {
-		home = newHome(t)
+	return startEnvWith(t, &env{home: home, startServer: startServer}, fault, noRun)
+}
+
+// startEnvWith starts e (home, startServer and noCgroup as the test sets them).
+func startEnvWith(t testing.TB, e *env, fault string, noRun bool) *env {
+	t.Helper()
+	if e.home == "" {
+		e.home = newHome(t)
 	}
-	e := &env{t: t, home: home, socket: filepath.Join(home, "tmux.sock"), startServer: startServer}
+	e.t, e.socket = t, filepath.Join(e.home, "tmux.sock")
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
 	if err := e.open(ctx, fault); err != nil {
@@ -156,7 +187,7 @@ func (e *env) open(ctx context.Context, fault string) error {
 		log = &l
 	}
 	e.m, err = New(Config{Home: e.home, Tmux: e.client, Census: e.census, Fence: e.store,
-		Verdicts: e.w, HelperPath: exe, Metrics: e.reg, Fault: fault, Log: log})
+		Verdicts: e.w, HelperPath: exe, Metrics: e.reg, Fault: fault, Log: log, NoCgroup: e.noCgroup})
 	return err
 }
 
@@ -251,3 +282,36 @@ func pidAlive(pid int) bool {
 }
 
 func startEnvB(b *testing.B) *env { return startEnv(b, "", "", false) }
+
+// removeCgroups removes the generation cgroups the tests' daemons made for home
+// once their processes are gone (the tmux server was killed after the Manager
+// stopped, so no stop removed them); it waits a little for the hangup to land.
+func removeCgroups(home string) {
+	base, err := proctree.BaseFor(home)
+	if err != nil {
+		return
+	}
+	for i := 0; i < 500; i++ { // up to 10 s
+		proctree.RemoveBaseTree(base)
+		if _, err := os.Stat(base); err != nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// readyComm is the name a fake agent gives itself once its signal handling is
+// in place (before that, a signal kills it by its default action): a test that
+// signals it waits for isReady.
+const readyComm = "agent-ready"
+
+// markReady renames the main thread (any thread of a group may rename another
+// through /proc/self/task/TID/comm).
+func markReady() {
+	_ = os.WriteFile(fmt.Sprintf("/proc/self/task/%d/comm", os.Getpid()), []byte(readyComm), 0)
+}
+
+func isReady(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return err == nil && strings.TrimSpace(string(b)) == readyComm
+}

@@ -17,8 +17,13 @@
 //     leave it waiting.
 //   - A session end is matched to its published generation by tmux id and server
 //     life, never by the removed session's tags (the census may not have seen them
-//     for an agent that exits at once). A pane kept dead by remain-on-exit is an end
-//     too (reason agent_exited), never an existing session.
+//     for an agent that exits at once). Every managed window has remain-on-exit
+//     on, so an agent's own exit is a dead pane (reason agent_exited), never an
+//     existing session and never a vanished one.
+//   - A generation ends only when its processes are proven gone (stop.go, with
+//     proctree): a session that vanished was only hung up, so its generation is
+//     stopping — grace period, SIGKILL, proof — and its identity taken until
+//     then. The stop is durable in the fence; a restarted daemon continues it.
 //   - Ended verdicts are compare-and-set on the generation (fence.MarkEnded), so end
 //     detection, creates, recovery and kills racing on one end write one verdict.
 package lifecycle
@@ -35,6 +40,7 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/census"
 	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/metrics"
+	"github.com/skc-supervisor/skc-supervisor/proctree"
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
@@ -50,6 +56,9 @@ type Config struct {
 	Log        *zerolog.Logger
 	Metrics    *metrics.Registry // may be nil
 	Fault      string            // SKC_FAULT, "" in production
+	// NoCgroup: hold generations by the pane's session only, even where a
+	// cgroup v2 per generation could be made (tests of that fallback).
+	NoCgroup bool
 }
 
 // tmuxAPI is the part of *tmuxctl.Client the Manager uses: small, so the saga's
@@ -69,7 +78,6 @@ const (
 	// its own (fenceCtx), never what is left of the compensation's.
 	fenceUndoTimeout = 5 * time.Second
 	helperReadyWait  = 10 * time.Second // the helper's retries of its start record
-	postmortemGrace  = time.Second
 	killConfirmWait  = 10 * time.Second
 	pollInterval     = 50 * time.Millisecond
 
@@ -99,12 +107,19 @@ type Manager struct {
 	fault    fault
 	met      *lcMetrics
 
-	mu       sync.Mutex
-	closing  bool
-	inflight map[string]*attempt   // by reservation id: creates between Reserve and their verdict
-	killing  map[string]killReason // by tmux id: sessions we are removing ourselves
-	creates  sync.WaitGroup
-	slots    chan struct{} // admission: one token per create in flight (maxInflightCreates)
+	mu           sync.Mutex
+	closing      bool
+	inflight     map[string]*attempt   // by reservation id: creates between Reserve and their verdict
+	killing      map[string]killReason // by tmux id: sessions we are removing ourselves
+	stops        map[string]*stopRun   // by stopKey: generations stopping (stop.go)
+	unprovenSaid map[string]bool       // by stopKey: an unresolved verdict was written (once per generation)
+	creates      sync.WaitGroup
+	slots        chan struct{} // admission: one token per create in flight (maxInflightCreates)
+
+	stopCtx    context.Context // the stops' life: ends at Shutdown
+	stopCancel context.CancelFunc
+	stopWG     sync.WaitGroup
+	cgroupBase string // where each generation gets its cgroup; "" when none can be made
 
 	syncWaits   atomic.Int64  // creates that found the census unsynced and waited for it
 	cmdTimeout  time.Duration // tmuxCommandTimeout; shorter in tests
@@ -142,13 +157,23 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Log != nil {
 		log = cfg.Log.With().Str("component", "lifecycle").Logger()
 	}
-	return &Manager{
+	m := &Manager{
 		cfg: cfg, tmux: cfg.Tmux, census: cfg.Census, fence: cfg.Fence,
 		verdicts: cfg.Verdicts, log: log, fault: f, met: newMetrics(cfg.Metrics),
 		inflight: make(map[string]*attempt), killing: make(map[string]killReason),
+		stops: make(map[string]*stopRun), unprovenSaid: make(map[string]bool),
 		slots:      make(chan struct{}, maxInflightCreates),
 		cmdTimeout: tmuxCommandTimeout, compTimeout: compensateTimeout,
-	}, nil
+	}
+	m.stopCtx, m.stopCancel = context.WithCancel(context.Background())
+	if !cfg.NoCgroup {
+		base, err := proctree.DetectCgroupBase(cfg.Home)
+		if err != nil {
+			log.Info().Err(err).Msg("no cgroup per generation; generations are held by their pane's session")
+		}
+		m.cgroupBase = base
+	}
+	return m, nil
 }
 
 // begin admits one create unless Shutdown has begun (ErrShuttingDown) or
@@ -212,6 +237,13 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	m.mu.Lock()
 	m.closing = true
 	m.mu.Unlock()
+	// Stops in flight end with the daemon: their progress is in the fence,
+	// and the next start continues them (Recover).
+	defer func() {
+		m.stopCancel()
+		m.stopWG.Wait()
+		proctree.RemoveBase(m.cgroupBase)
+	}()
 	done := make(chan struct{})
 	go func() { m.creates.Wait(); close(done) }()
 	select {

@@ -14,6 +14,7 @@ type lcMetrics struct {
 	failures   *metrics.CounterVec
 	recoveries *metrics.CounterVec
 	ends       *metrics.CounterVec
+	stops      *metrics.CounterVec
 	latency    *metrics.HistogramVec
 }
 
@@ -29,6 +30,8 @@ func newMetrics(r *metrics.Registry) *lcMetrics {
 		failures:   r.Counter("skc_create_failures_total", "Failed creates by code.", "code"),
 		recoveries: r.Counter("skc_recoveries_total", "Abandoned reservations resolved, by branch.", "branch"),
 		ends:       r.Counter("skc_sessions_ended_total", "Ended sessions by exit kind.", "exit_kind"),
+		stops: r.Counter("skc_stops_total", "Generation stops by outcome: gone (within the grace), "+
+			"sigkill (gone after SIGKILL), unproven, interrupted (left to the next start).", "outcome"),
 		latency: r.Histogram("skc_create_duration_seconds", "Create latency by outcome.",
 			createBuckets, "outcome"),
 	}
@@ -63,5 +66,19 @@ func (m *lcMetrics) recovered(branch string) {
 func (m *lcMetrics) ended(kind string) {
 	if m != nil {
 		m.ends.With(kind).Inc()
+	}
+}
+
+// Stop outcomes (skc_stops_total).
+const (
+	stopGone        = "gone"
+	stopSigkill     = "sigkill"
+	stopUnproven    = "unproven"
+	stopInterrupted = "interrupted"
+)
+
+func (m *lcMetrics) stopped(outcome string) {
+	if m != nil {
+		m.stops.With(outcome).Inc()
 	}
 }

@@ -3,10 +3,14 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/census"
 	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/proctree"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
@@ -18,9 +22,12 @@ var errRecovered = errors.New("recovered: reserve again")
 // an orphan killed and confirmed gone before the row is reclaimed with this create's
 // spec. It writes the one recovery verdict and returns the new reservation (ours,
 // in flight) when the row was reclaimed.
-func (m *Manager) recoverRow(ctx context.Context, ab fence.Reservation, spec fence.Spec) (*fence.Reservation, error) {
+//
+// until is how long a stopping generation of the row may be waited for (the
+// create's wait).
+func (m *Manager) recoverRow(ctx context.Context, ab fence.Reservation, spec fence.Spec, until time.Time) (*fence.Reservation, error) {
 	ab.Spec = spec
-	res, err := m.fence.RecoverAbandoned(ctx, ab, inspector{m})
+	res, err := m.fence.RecoverAbandoned(ctx, ab, inspector{m, until})
 	if err != nil && (res.Abandoned.ID == "" || verdict.CodeOf(err) == verdict.CodeFenceLost) {
 		// Nothing was decided by us (the row changed under us — someone
 		// else recovered it first — or the owner is alive after all): no
@@ -150,14 +157,35 @@ func (m *Manager) Recover(ctx context.Context) error {
 			m.log.Warn().Err(err).Str("session", p.SessionName).Msg("published identity not resolved at start")
 		}
 	}
+	m.sweepCgroups()
 	return nil
+}
+
+// sweepCgroups removes the empty cgroups a crash left behind (a daemon killed
+// between an end and its cgroup's removal, a failed attempt whose helper
+// outlived the compensation). rmdir succeeds only on an empty cgroup, so a
+// generation's cgroup that holds anything stays; an empty one holds nothing
+// to prove (proctree: a removed cgroup is an empty one).
+func (m *Manager) sweepCgroups() {
+	if m.cgroupBase == "" {
+		return
+	}
+	ents, err := os.ReadDir(m.cgroupBase)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if e.IsDir() && strings.HasPrefix(e.Name(), "gen-") {
+			_ = proctree.RemoveCgroup(filepath.Join(m.cgroupBase, e.Name()))
+		}
+	}
 }
 
 func (m *Manager) recoverAtStart(ctx context.Context, row fence.Reservation) error {
 	if fence.Liveness(row.OwnerPID, row.OwnerIncarnation) == fence.Alive {
 		return nil // a live owner's create is its own business
 	}
-	res, err := m.fence.RecoverAbandoned(ctx, row, inspector{m})
+	res, err := m.fence.RecoverAbandoned(ctx, row, inspector{m: m})
 	if err != nil && (res.Abandoned.ID == "" || verdict.CodeOf(err) == verdict.CodeFenceLost) {
 		if verdict.CodeOf(err) == verdict.CodeIdentityReservedLive || verdict.CodeOf(err) == verdict.CodeFenceLost {
 			return nil
@@ -174,14 +202,25 @@ func (m *Manager) recoverAtStart(ctx context.Context, row fence.Reservation) err
 	return nil
 }
 
-// adoptOrEnd looks at one published, not-ended generation at start.
+// adoptOrEnd looks at one published, not-ended generation at start. A stop
+// recorded by the previous daemon is continued with its original deadline; a
+// generation whose session is gone or whose pane is dead starts stopping (its
+// processes may still run: the old daemon is not there to have seen them go).
+// Stops run in the background: start does not wait out grace periods.
 func (m *Manager) adoptOrEnd(ctx context.Context, p fence.Published) error {
+	if p.Stopping != nil {
+		c := causeOf(p.Stopping.Reason)
+		c.restart = true
+		m.stopGeneration(p, c)
+		return nil
+	}
 	auth, sess, err := m.inspectPublished(ctx, p)
 	if err != nil && auth != census.Unknown {
 		return err
 	}
 	if auth == census.Authoritative && sess != nil && sess.PaneDead {
-		return m.endDeadPane(ctx, p, m.lifeOf(p.ServerPID, p.ServerStart), true)
+		m.stopGeneration(p, endCause{reason: verdict.ReasonAgentExited, restart: true})
+		return nil
 	}
 	switch auth {
 	case census.Authoritative:
@@ -199,8 +238,8 @@ func (m *Manager) adoptOrEnd(ctx context.Context, p fence.Published) error {
 		})
 		return nil
 	case census.Absent:
-		_, err := m.endPublished(ctx, p, endCause{reason: m.goneReason(p), restart: true})
-		return err
+		m.stopGeneration(p, endCause{reason: m.goneReason(p), restart: true})
+		return nil
 	}
 	m.log.Warn().Err(err).Str("identity", p.Identity.Digest()).Str("authority", auth.String()).
 		Msg("published session neither live nor gone; left for end detection")

@@ -94,6 +94,11 @@ func (m *Manager) resolveName(ctx context.Context, name string) (Target, bool, e
 		if ok && m.inThisLife(&p) {
 			s, found = m.census.ByID(p.TmuxID)
 		}
+		if !found && ok && !p.Ended && p.Stopping != nil {
+			// Its session is gone but its processes are not yet proven
+			// gone: the stopping generation is what the name still names.
+			return Target{Identity: &p.Identity, Published: &p}, true, nil
+		}
 	}
 	if !found {
 		return Target{}, false, nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/skc-supervisor/skc-supervisor/census"
 	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/proctree"
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
@@ -41,7 +42,13 @@ func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retEr
 		return res, err
 	}
 	m.fault.hit(FaultNewSession)
-	patch := fence.Patch{TmuxID: a.tmuxID, PanePID: a.panePID, ServerPID: a.life.PID, ServerStart: a.life.StartTime}
+	// What holds the generation's processes, recorded before publication:
+	// the pane's process (a session leader, the tmux server's child) by pid
+	// and start time, and the cgroup it enters. A pane process already gone
+	// (0) never started an agent: that happens only after publication.
+	a.paneStart, _ = proctree.ChildStartTime(a.panePID, a.life.PID)
+	patch := fence.Patch{TmuxID: a.tmuxID, PanePID: a.panePID, ServerPID: a.life.PID, ServerStart: a.life.StartTime,
+		PaneStart: a.paneStart, Cgroup: proctree.GenerationCgroup(m.cgroupBase, a.res.ID)}
 	if err := m.advance(ctx, a, fence.PhaseSpawned, patch); err != nil {
 		return res, err
 	}
@@ -165,14 +172,26 @@ func (m *Manager) spawnError(a *attempt, err error) error {
 // session may briefly carry @skc-identity before its other tags; nothing relies on
 // the order — a session is authoritative only with the published generation's
 // tags, recorded after `tagged`, and recovery finds an attempt by its unique name.
+//
+// With them goes `remain-on-exit on` on the session's window (a window option
+// of this session alone, so a user config that turns it off globally does not
+// matter): an agent's end is then a dead pane, whose exit tmux keeps
+// (pane_dead_status, pane_dead_signal) and whose processes the daemon proves
+// gone before it writes agent_exited and removes the session — never a
+// session that vanishes as if killed by hand. It is set before publication,
+// hence before the helper's gate opens, so no agent can exit before it.
 func (m *Manager) tag(ctx context.Context, a *attempt) error {
 	tags := a.tags()
-	var errs [4]error
+	var errs [len(tags) + 1]error
 	var wg sync.WaitGroup
-	for i := range tags {
+	for i := range errs {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
+			if i == len(tags) {
+				_, errs[i] = m.commandIn(ctx, a.life, "set-option", "-w", "-t", a.tmuxID, "remain-on-exit", "on")
+				return
+			}
 			_, errs[i] = m.commandIn(ctx, a.life, "set-option", "-t", a.tmuxID, tags[i][0], tags[i][1])
 		}(i)
 	}
@@ -183,7 +202,7 @@ func (m *Manager) tag(ctx context.Context, a *attempt) error {
 			// abandons the row at once and recovery decides from live tmux.
 			a.uncertain = true
 			return verdict.Errorf(verdict.CodeTmuxUnavailable, map[string]any{"command": "set-option"},
-				"tmux did not answer set-option %s within %v: %w", tags[i][0], m.cmdTimeout, err)
+				"tmux did not answer set-option %s within %v: %w", tagName(tags, i), m.cmdTimeout, err)
 		}
 	}
 	for i, err := range errs {
@@ -194,11 +213,18 @@ func (m *Manager) tag(ctx context.Context, a *attempt) error {
 		if !errors.As(err, &ce) {
 			// The connection failed: whether the tag landed is unknown, and so
 			// whether a kill can be confirmed; undo decides.
-			return verdict.Errorf(verdict.CodeTagFailed, nil, "set-option %s: %w", tags[i][0], err)
+			return verdict.Errorf(verdict.CodeTagFailed, nil, "set-option %s: %w", tagName(tags, i), err)
 		}
-		return verdict.Errorf(verdict.CodeTagFailed, map[string]any{"tmux": ce.Lines}, "set-option %s: %w", tags[i][0], err)
+		return verdict.Errorf(verdict.CodeTagFailed, map[string]any{"tmux": ce.Lines}, "set-option %s: %w", tagName(tags, i), err)
 	}
 	return nil
+}
+
+func tagName(tags [4][2]string, i int) string {
+	if i < len(tags) {
+		return tags[i][0]
+	}
+	return "remain-on-exit"
 }
 
 // admitCreated puts the attempt's session into the census (census.AdmitCreated).

@@ -27,6 +27,25 @@ type View struct {
 	PaneDead      bool      `json:"pane_dead"`
 	Attached      int       `json:"attached"`
 	CreatedAt     time.Time `json:"created_at"`
+	// State of a managed session's generation: "running", or "stopping" from
+	// the moment its end is seen (a dead pane, a kill) until its processes
+	// are proven gone. "" for sessions that are not ours.
+	State         string `json:"state,omitempty"`
+	StopTimeoutMS int64  `json:"stop_timeout_ms,omitempty"` // the generation's grace before SIGKILL
+}
+
+// Session states (View.State).
+const (
+	StateRunning  = "running"
+	StateStopping = "stopping"
+)
+
+// stateOf is the State of a session of published generation p.
+func stateOf(p fence.Published, paneDead bool) string {
+	if p.Stopping != nil || paneDead {
+		return StateStopping
+	}
+	return StateRunning
 }
 
 // ListResult is `ls --json`.
@@ -202,7 +221,17 @@ func publishedView(s *census.Session, p fence.Published) View {
 	return View{Name: s.Name, ID: s.ID, Managed: true,
 		StateDir: p.Identity.StateDir, SessionID: p.Identity.SessionID,
 		StateFile: p.StateFile, Label: p.Label, Generation: p.Generation, Authoritative: !p.Ended,
-		PanePID: s.PanePID, PaneDead: s.PaneDead, Attached: s.Attached, CreatedAt: s.Created.UTC()}
+		PanePID: s.PanePID, PaneDead: s.PaneDead, Attached: s.Attached, CreatedAt: s.Created.UTC(),
+		State: stateOf(p, s.PaneDead), StopTimeoutMS: p.StopTimeoutMS}
+}
+
+// stoppingView is the View of a stopping generation whose session is gone.
+func stoppingView(p fence.Published) View {
+	return View{Name: p.SessionName, ID: p.TmuxID, Managed: true,
+		StateDir: p.Identity.StateDir, SessionID: p.Identity.SessionID,
+		StateFile: p.StateFile, Label: p.Label, Generation: p.Generation, Authoritative: true,
+		PanePID: p.PanePID, PaneDead: true, CreatedAt: p.PublishedAt.UTC(),
+		State: StateStopping, StopTimeoutMS: p.StopTimeoutMS}
 }
 
 // Show returns one session with its reservation row and verdicts. The fence's
@@ -225,20 +254,27 @@ func (m *Manager) Show(ctx context.Context, ref Ref) (ShowResult, error) {
 // showParts resolves ref (Resolve) and reads what Show answers: the session's
 // View (nil when there is none) and the fence's reads of its identity (empty
 // for a session without one).
+//
+// A generation that is stopping after its session went (killed by hand, the
+// server's death) has no session to list, but is shown — state "stopping",
+// from its published record — until its processes are proven gone: it is
+// what holds the identity.
 func (m *Manager) showParts(ctx context.Context, ref Ref) (*View, fence.IdentityReads, error) {
 	t, err := m.Resolve(ctx, ref)
 	if err != nil {
 		return nil, fence.IdentityReads{}, err
 	}
 	var v *View
-	if t.Session != nil {
+	switch {
+	case t.Session != nil && t.Live && staleTags(t.Session):
 		v = new(View)
-		switch {
-		case t.Live && staleTags(t.Session):
-			*v = publishedView(t.Session, *t.Published) // published in it, tags not listed yet
-		default:
-			*v = m.viewOf(t.Session, t.Published) // as `ls` shows it
-		}
+		*v = publishedView(t.Session, *t.Published) // published in it, tags not listed yet
+	case t.Session != nil:
+		v = new(View)
+		*v = m.viewOf(t.Session, t.Published) // as `ls` shows it
+	case t.Published != nil && t.Published.Stopping != nil && !t.Published.Ended:
+		v = new(View)
+		*v = stoppingView(*t.Published)
 	}
 	if t.Identity == nil {
 		return v, fence.IdentityReads{ReservationJSON: []byte("null"), VerdictsJSON: []byte("[]")}, nil
@@ -272,6 +308,9 @@ func (m *Manager) viewOf(s *census.Session, pub *fence.Published) View {
 	v.StateFile, v.Label = pub.StateFile, pub.Label
 	v.Generation = generationTag(s)
 	v.Authoritative = !pub.Ended && pub.TmuxID == s.ID && pub.Generation == v.Generation
+	if v.Authoritative {
+		v.State, v.StopTimeoutMS = stateOf(*pub, s.PaneDead), pub.StopTimeoutMS
+	}
 	return v
 }
 
@@ -283,6 +322,7 @@ func (m *Manager) attemptView(a *attempt, pub fence.Published) View {
 		StateDir: a.req.Identity.StateDir, SessionID: a.req.Identity.SessionID,
 		StateFile: pub.StateFile, Generation: a.res.Generation, Authoritative: true,
 		Label: pub.Label, PanePID: a.panePID, CreatedAt: a.created.UTC(),
+		State: StateRunning, StopTimeoutMS: pub.StopTimeoutMS,
 	}
 }
 

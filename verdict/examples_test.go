@@ -9,8 +9,10 @@ import (
 // TestDocs), so the documentation is made of real, round-tripped records.
 
 var (
-	exIdentity    = &IdentityRef{StateDir: "/home/ana/agents/alpha", SessionID: "abc123"}
-	exSession     = &SessionRef{Name: "skc-3f2a9c1e-1", ID: "$3", Generation: 1}
+	exIdentity = &IdentityRef{StateDir: "/home/ana/agents/alpha", SessionID: "abc123"}
+	// A session's name is "skc-" + 12 hex of the identity's digest + "-" + its
+	// reservation id, as the saga names it (lifecycle.attemptName).
+	exSession     = &SessionRef{Name: "skc-3f2a9c1e5b7d-9b1c2d3e4f5a69788796a5b4c3d2e1f0", ID: "$3", Generation: 1}
 	exReservation = &ReservationRef{ID: "9b1c2d3e4f5a69788796a5b4c3d2e1f0", Phase: "published"}
 )
 
@@ -43,7 +45,7 @@ func verdictExamples() []Record {
 	reclaimed := withRes(ex(21, ActionRecover, OutcomeSuccess, VerdictReclaimed, ReasonOwnerDead), "reserved")
 	reclaimed.Evidence = map[string]any{"owner_pid": json.Number("4100"), "owner": "dead"}
 	cleaned := withRes(ex(22, ActionRecover, OutcomeSuccess, VerdictOrphanCleaned, ReasonOrphanCleanup), "spawned")
-	cleaned.Session = &SessionRef{Name: "skc-3f2a9c1e-r9b1c2d3e", ID: "$5"}
+	cleaned.Session = &SessionRef{Name: "skc-3f2a9c1e5b7d-0a1b2c3d4e5f60718293a4b5c6d7e8f9", ID: "$5"}
 	preserved := withRes(ex(23, ActionRecover, OutcomeSuccess, VerdictPreserved, ReasonChildAuthoritative), "tagged")
 	preserved.Code, preserved.Session = CodeIdentityExistingOwner, exSession
 	unresolved := withRes(ex(24, ActionRecover, OutcomeUnknown, VerdictUnresolved, ReasonInspectionUnknown), "helper_invoked")
@@ -53,7 +55,10 @@ func verdictExamples() []Record {
 	ended := ex(26, ActionEnd, OutcomeSuccess, VerdictEnded, ReasonAgentExited)
 	ended.Session, ended.ExitKind, ended.Exit = exSession, ExitKindExit, ExitStatus(0)
 	ended.Duration = 3600 * time.Second
-	return []Record{pub, existing, refused, failed, reclaimed, cleaned, preserved, unresolved, adopted, ended}
+	ended.Evidence = map[string]any{"proof": "cgroup empty", "sigkill_sent": false}
+	released := withRes(ex(27, ActionRelease, OutcomeSuccess, VerdictReleased, ReasonOperatorRelease), "spawned")
+	released.Evidence = map[string]any{"owner_pid": json.Number("4100"), "owner_liveness": "unknown"}
+	return []Record{pub, existing, refused, failed, reclaimed, cleaned, preserved, unresolved, adopted, ended, released}
 }
 
 // exitKindExamples has one ended record per exit kind, in ExitKinds order.
@@ -65,8 +70,9 @@ func exitKindExamples() []Record {
 	}
 	pm := mk(31, ExitKindProcessPostmortem, ReasonAgentExited, OutcomeSuccess, ExitSignal("SIGSEGV"))
 	pm.Evidence = map[string]any{"recorded_at": "2026-11-30T00:59:58.120000000Z", "max_rss_kb": json.Number("81234")}
-	kill := mk(33, ExitKindCleanup, ReasonKilledByRequest, OutcomeSuccess, ExitSignal("SIGHUP"))
+	kill := mk(33, ExitKindCleanup, ReasonKilledByRequest, OutcomeSuccess, ExitStatus(0))
 	kill.Action = ActionKill
+	kill.Evidence = map[string]any{"sigkill_sent": false, "stop_since": "2026-11-30T01:02:01.000000000Z"}
 	return []Record{
 		mk(30, ExitKindExit, ReasonAgentExited, OutcomeSuccess, ExitStatus(7)),
 		pm,
@@ -88,8 +94,16 @@ func reasonExamples() []Record {
 		withRes(ex(41, ActionRecover, OutcomeSuccess, VerdictReclaimed, ReasonNoChild), "reserved"),
 		withRes(ex(42, ActionRecover, OutcomeSuccess, VerdictReclaimed, ReasonChildAbsent), "spawned"),
 		func() Record {
-			r := ex(43, ActionEnd, OutcomeUnknown, VerdictEnded, ReasonTmuxSessionMissing)
-			r.Session, r.ExitKind, r.Exit = exSession, ExitKindOwnerLost, &Exit{}
+			r := ex(43, ActionEnd, OutcomeSuccess, VerdictEnded, ReasonTmuxSessionMissing)
+			r.Session, r.ExitKind, r.Exit = exSession, ExitKindExit, ExitStatus(0)
+			r.Evidence = map[string]any{"stop_since": "2026-11-30T01:02:01.000000000Z", "sigkill_sent": false}
+			return r
+		}(),
+		func() Record {
+			r := ex(44, ActionEnd, OutcomeUnknown, VerdictUnresolved, ReasonProcessesNotProvenGone)
+			r.Session, r.Code = exSession, CodeIdentityReservedUnknown
+			r.Evidence = map[string]any{"processes": "unknown", "sigkill_sent": true,
+				"why": "cgroup.events unreadable: permission denied"}
 			return r
 		}(),
 	}

@@ -36,6 +36,8 @@ const (
 	ActionKill = "kill"
 	// ActionAdopt is a published identity taken over by a restarted daemon.
 	ActionAdopt = "adopt"
+	// ActionRelease is an operator's `fence release` of a stuck row or generation.
+	ActionRelease = "release"
 )
 
 // Verdicts: skc.verdict.
@@ -58,10 +60,14 @@ const (
 	VerdictUnresolved = "unresolved"
 	// VerdictAdopted: a restarted daemon took over a live published session.
 	VerdictAdopted = "adopted"
-	// VerdictEnded: a published generation ended; skc.exit_kind says how. A kill
+	// VerdictEnded: a published generation ended: its processes are proven
+	// gone; skc.exit_kind says how. A kill
 	// request also ends in this verdict (exit kind cleanup, reason
 	// killed_by_request), so that every generation has exactly one end.
 	VerdictEnded = "ended"
+	// VerdictReleased: an operator cleared a reservation row or a generation
+	// that could not be proven dead or gone (`fence release`).
+	VerdictReleased = "released"
 )
 
 // Exit kinds: skc.exit_kind, on an ended verdict only.
@@ -71,10 +77,13 @@ const (
 	// ExitKindProcessPostmortem: the exit was recorded by the pane helper while
 	// the daemon was down, and read back from its postmortem.
 	ExitKindProcessPostmortem = "process_postmortem"
-	// ExitKindOwnerLost: the session vanished and no postmortem exists.
+	// ExitKindOwnerLost: no postmortem exists: the pane's process did not end
+	// normally (it was killed, or went with its session); skc.exit then says
+	// what tmux recorded of the pane's process, when anything.
 	ExitKindOwnerLost = "owner_lost"
 	// ExitKindCleanup: we removed the session (kill request, orphan cleanup,
-	// compensation of a failed create).
+	// compensation of a failed create); skc.exit says how the agent ended
+	// when known (its status after SIGTERM, or SIGKILL after the grace).
 	ExitKindCleanup = "cleanup"
 )
 
@@ -102,27 +111,36 @@ const (
 	ReasonInspectionUnknown = "inspection_unknown"
 	// ReasonDaemonRestart: the verdict was written by a daemon (re)starting.
 	ReasonDaemonRestart = "daemon_restart"
-	// ReasonAgentExited: the agent process exited (its pane is dead).
+	// ReasonAgentExited: the agent exited by itself: its pane is dead (every
+	// managed window has remain-on-exit on, whatever the server's config).
 	ReasonAgentExited = "agent_exited"
-	// ReasonTmuxSessionMissing: the session is gone from tmux.
+	// ReasonTmuxSessionMissing: the session is gone from tmux while its agent
+	// ran (killed by hand); the end is written once its processes are gone.
 	ReasonTmuxSessionMissing = "tmux_session_missing"
 	// ReasonServerExited: the supervised tmux server exited.
 	ReasonServerExited = "server_exited"
-	// ReasonKilledByRequest: a kill request ended the session.
+	// ReasonKilledByRequest: a kill request ended the generation (SIGTERM,
+	// SIGKILL after its stop_timeout_ms, then the session removed).
 	ReasonKilledByRequest = "killed_by_request"
 	// ReasonOrphanCleanup: an orphan attempt was killed during recovery.
 	ReasonOrphanCleanup = "orphan_cleanup"
+	// ReasonProcessesNotProvenGone: a stopping generation's processes could not be
+	// proven gone, even after SIGKILL (verdict unresolved, action end): the
+	// identity stays blocked until they are, or until `fence release`.
+	ReasonProcessesNotProvenGone = "processes_not_proven_gone"
+	// ReasonOperatorRelease: `fence release` cleared it.
+	ReasonOperatorRelease = "operator_release"
 )
 
 // Verdicts lists every skc.verdict value, for documentation and tests.
 var Verdicts = []string{
 	VerdictPublished, VerdictExisting, VerdictRefused, VerdictFailed,
 	VerdictReclaimed, VerdictOrphanCleaned, VerdictPreserved, VerdictUnresolved,
-	VerdictAdopted, VerdictEnded,
+	VerdictAdopted, VerdictEnded, VerdictReleased,
 }
 
 // Actions lists every event.action value.
-var Actions = []string{ActionCreate, ActionRecover, ActionEnd, ActionKill, ActionAdopt}
+var Actions = []string{ActionCreate, ActionRecover, ActionEnd, ActionKill, ActionAdopt, ActionRelease}
 
 // Outcomes lists every event.outcome value.
 var Outcomes = []string{OutcomeSuccess, OutcomeFailure, OutcomeUnknown}
@@ -136,7 +154,7 @@ var Reasons = []string{
 	ReasonCreated, ReasonSessionLive, ReasonInflightPublished, ReasonOwnerDead,
 	ReasonNoChild, ReasonChildAbsent, ReasonChildAuthoritative, ReasonInspectionUnknown,
 	ReasonDaemonRestart, ReasonAgentExited, ReasonTmuxSessionMissing, ReasonServerExited,
-	ReasonKilledByRequest, ReasonOrphanCleanup,
+	ReasonKilledByRequest, ReasonOrphanCleanup, ReasonProcessesNotProvenGone, ReasonOperatorRelease,
 }
 
 // AllReasons returns every event.reason value: Reasons followed by the reason of

@@ -30,7 +30,7 @@ func (s *Service) Create(ctx context.Context, spec api.CreateSpec) (api.CreateRe
 	res, err := s.Manager.Create(ctx, lifecycle.CreateRequest{
 		Identity: fence.Identity{StateDir: spec.StateDir, SessionID: spec.SessionID},
 		Spec: fence.Spec{StateFile: spec.StateFile, Argv: spec.Argv, Env: spec.Env,
-			Cwd: spec.Cwd, Label: spec.Label},
+			Cwd: spec.Cwd, Label: spec.Label, StopTimeoutMS: spec.StopTimeout.Milliseconds()},
 		Wait: spec.Wait,
 	})
 	if err != nil {
@@ -93,6 +93,15 @@ func (s *Service) Kill(ctx context.Context, ref api.Ref) (api.KillResponse, erro
 
 // Fence lists the fence's reservations and published identities, each in the
 // fence's own JSON.
+// Release is `fence release --reservation ID`.
+func (s *Service) Release(ctx context.Context, resID string) (api.ReleaseResponse, error) {
+	rec, err := s.Manager.Release(ctx, resID)
+	if err != nil {
+		return api.ReleaseResponse{}, err
+	}
+	return api.ReleaseResponse{Status: "released", Verdict: rec}, nil
+}
+
 func (s *Service) Fence(ctx context.Context) (api.FenceResponse, error) {
 	rs, err := s.Store.Reservations(ctx)
 	if err != nil {

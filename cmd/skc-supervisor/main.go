@@ -59,13 +59,13 @@ var verbs = map[string]verb{
 // usages is each verb's synopsis (CONTRACT.md "Verbs").
 var usages = map[string]string{
 	"serve":    "serve [--wire-log FILE]",
-	"create":   "create --state-dir DIR --session-id ID [--state-file FILE] [--cwd DIR] [--env KEY=VALUE]... [--label TEXT] [--wait DURATION] [--json] -- COMMAND [ARG]...",
+	"create":   "create --state-dir DIR --session-id ID [--state-file FILE] [--cwd DIR] [--env KEY=VALUE]... [--label TEXT] [--wait DURATION] [--stop-timeout DURATION] [--json] -- COMMAND [ARG]...",
 	"ls":       "ls [--json]",
 	"show":     "show (NAME | --state-dir DIR --session-id ID) [--json]",
 	"kill":     "kill (NAME | --state-dir DIR --session-id ID) [--json]",
 	"attach":   "attach (NAME | --state-dir DIR --session-id ID)",
 	"verdicts": "verdicts [--since SEQ] [--follow]",
-	"fence":    "fence [--json]",
+	"fence":    "fence [--json] | fence release --reservation ID [--json]",
 	"tmuxctl":  "tmuxctl decode",
 	"doctor":   "doctor [--json]",
 	"version":  "version [--json]",

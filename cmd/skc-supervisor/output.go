@@ -99,6 +99,10 @@ func printKill(w io.Writer, ref api.Ref, res api.KillResponse) {
 	fmt.Fprintf(w, "killed %s: %s\n", printable(name), verdictLine(res.Verdict))
 }
 
+func printRelease(w io.Writer, res api.ReleaseResponse) {
+	fmt.Fprintf(w, "released: %s\n", verdictLine(res.Verdict))
+}
+
 func printFence(w io.Writer, res api.FenceResponse) {
 	fmt.Fprintf(w, "reservations (%d):\n", len(res.Reservations))
 	for _, r := range res.Reservations {

@@ -68,6 +68,8 @@ func runCreate(cli *CLI, args []string) int {
 	fs.Var(env, "env", "")
 	wait := durationFlag(api.DefaultWait)
 	fs.Var(&wait, "wait", "")
+	stopTimeout := durationFlag(api.DefaultStopTimeout)
+	fs.Var(&stopTimeout, "stop-timeout", "")
 	argv, err := commandArgs(fs, args)
 	if err != nil {
 		return cli.fail(o, err)
@@ -81,6 +83,10 @@ func runCreate(cli *CLI, args []string) int {
 	}
 	ms := time.Duration(wait).Milliseconds()
 	req.WaitMS = &ms
+	if time.Duration(stopTimeout) != api.DefaultStopTimeout {
+		st := time.Duration(stopTimeout).Milliseconds()
+		req.StopTimeoutMS = &st
+	}
 	if err := cli.resolveCreate(&req); err != nil {
 		return cli.fail(o, err)
 	}
@@ -211,6 +217,9 @@ func runKill(cli *CLI, args []string) int {
 }
 
 func runFence(cli *CLI, args []string) int {
+	if len(args) > 0 && args[0] == "release" {
+		return runFenceRelease(cli, args[1:])
+	}
 	var o opts
 	fs := newFlags("fence", &o, true)
 	if err := parseNoArgs(fs, args); err != nil {
@@ -265,4 +274,22 @@ func respond[T any](cli *CLI, o opts, call func(*api.Client) (T, error), text fu
 	}
 	text(res)
 	return verdict.ExitOK
+}
+
+// runFenceRelease is `fence release --reservation ID`: the operator's escape
+// for a reservation row or a generation that can never be proven dead or gone.
+// The daemon refuses while the owner or the processes are proven alive.
+func runFenceRelease(cli *CLI, args []string) int {
+	var o opts
+	fs := newFlags("fence release", &o, true)
+	resID := fs.String("reservation", "", "")
+	if err := parseNoArgs(fs, args); err != nil {
+		return cli.fail(o, err)
+	}
+	if *resID == "" {
+		return cli.fail(o, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "reservation"},
+			"fence release needs --reservation ID"))
+	}
+	return respond(cli, o, func(c *api.Client) (api.ReleaseResponse, error) { return c.Release(cli.ctx, *resID) },
+		func(res api.ReleaseResponse) { printRelease(cli.stdout, res) })
 }

@@ -1,0 +1,147 @@
+package fence
+
+import (
+	"context"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// BeginStop records that the identity's published generation gen is stopping
+// (DESIGN §5: a generation ends only once its processes are proven gone), with
+// the reason and the time SIGKILL is due, unless a stop is already recorded:
+// then the first one stands, so a restarted daemon continues a stop with its
+// original deadline instead of granting a new grace period. It returns the
+// generation as now recorded; ok is false when gen is not the published,
+// not-ended generation.
+func (s *Store) BeginStop(ctx context.Context, id Identity, gen uint64, reason string, deadline time.Time) (Published, bool, error) {
+	id, err := CanonicalIdentity(id)
+	if err != nil {
+		return Published{}, false, err
+	}
+	var pub Published
+	var ok bool
+	err = s.write(ctx, "begin_stop", func(q queryer) error {
+		if _, err := q.ExecContext(ctx, `UPDATE identities SET stop_since = ?, stop_deadline = ?, stop_reason = ?
+			WHERE state_dir = ? AND session_id = ? AND generation = ? AND ended = 0 AND stop_since = 0`,
+			nanos(s.now()), nanos(deadline), reason, id.StateDir, id.SessionID, gen); err != nil {
+			return err
+		}
+		var err error
+		pub, ok, err = publishedFor(ctx, q, id)
+		ok = ok && pub.Generation == gen && !pub.Ended
+		return err
+	})
+	if err != nil {
+		return Published{}, false, err
+	}
+	if ok {
+		s.cache.put(pub)
+	}
+	return pub, ok, nil
+}
+
+// StopKilled records that SIGKILL was sent to the stopping generation gen.
+func (s *Store) StopKilled(ctx context.Context, id Identity, gen uint64) error {
+	id, err := CanonicalIdentity(id)
+	if err != nil {
+		return err
+	}
+	var pub Published
+	var ok bool
+	err = s.write(ctx, "stop_killed", func(q queryer) error {
+		if _, err := q.ExecContext(ctx, `UPDATE identities SET stop_killed = 1
+			WHERE state_dir = ? AND session_id = ? AND generation = ? AND ended = 0 AND stop_since <> 0`,
+			id.StateDir, id.SessionID, gen); err != nil {
+			return err
+		}
+		var err error
+		pub, ok, err = publishedFor(ctx, q, id)
+		return err
+	})
+	if err == nil && ok {
+		s.cache.put(pub)
+	}
+	return err
+}
+
+// Released is what ReleaseStuck cleared.
+type Released struct {
+	Reservation *Reservation // the reservation row removed, if the id named one
+	Published   *Published   // the generation marked ended, if the id named one
+}
+
+// ReleaseStuck is the operator's escape (`fence release --reservation ID`):
+// it removes the reservation row resID, or marks ended the not-ended
+// published generation whose reservation it was, and appends rec (filled in
+// by describe from what was found) in the same transaction. allowed is asked
+// inside the transaction, with what was found, and refuses by returning an
+// error: the caller decides there whether the owner or the processes are
+// proven alive. Nothing found is not_found.
+func (s *Store) ReleaseStuck(ctx context.Context, resID string, allowed func(Released) error,
+	describe func(Released) verdict.Record) (Released, verdict.Record, error) {
+	if err := checkReservationID(resID); err != nil {
+		return Released{}, verdict.Record{}, err
+	}
+	var out Released
+	var rec verdict.Record
+	var endedAt time.Time
+	err := s.write(ctx, "release_stuck", func(q queryer) error {
+		out = Released{}
+		row, ok, err := rowByID(ctx, q, resID)
+		if err != nil {
+			return err
+		}
+		if ok {
+			out.Reservation = &row
+		}
+		pub, ok, err := scanPublishedRow(ctx, q, resID)
+		if err != nil {
+			return err
+		}
+		if ok && !pub.Ended {
+			out.Published = &pub
+		}
+		if out.Reservation == nil && out.Published == nil {
+			return verdict.Errorf(verdict.CodeNotFound, map[string]any{"reservation_id": resID},
+				"no reservation row and no running generation has reservation %s", resID)
+		}
+		if err := allowed(out); err != nil {
+			return err
+		}
+		if out.Reservation != nil {
+			if _, err := deleteRow(ctx, q, resID); err != nil {
+				return err
+			}
+		}
+		if p := out.Published; p != nil {
+			endedAt = s.now()
+			if _, err := q.ExecContext(ctx, `UPDATE identities SET ended = 1, ended_at = ?
+				WHERE state_dir = ? AND session_id = ? AND generation = ? AND ended = 0`,
+				nanos(endedAt), p.Identity.StateDir, p.Identity.SessionID, p.Generation); err != nil {
+				return err
+			}
+			if _, err := q.ExecContext(ctx, `DELETE FROM specs WHERE reservation_id = ?`, resID); err != nil {
+				return err
+			}
+		}
+		rec, err = appendVerdict(ctx, q, describe(out), s.now())
+		return err
+	})
+	if err != nil {
+		return Released{}, verdict.Record{}, err
+	}
+	if out.Reservation != nil {
+		untrack(resID)
+	}
+	if p := out.Published; p != nil {
+		s.cache.ended(p.Identity, p.Generation, endedAt)
+	}
+	return out, rec, nil
+}
+
+func scanPublishedRow(ctx context.Context, q queryer, resID string) (Published, bool, error) {
+	p, err := scanPublished(q.QueryRowContext(ctx,
+		`SELECT `+pubCols+` FROM identities WHERE reservation_id = ?`, resID))
+	return noRows(p, err)
+}

@@ -1,0 +1,99 @@
+package lifecycle
+
+import (
+	"context"
+
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/proctree"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// Release is the operator's escape, `fence release --reservation ID`: it
+// clears a reservation row whose owner cannot be proven dead (liveness
+// unknown), or a generation whose processes could not be proven gone, so the
+// identity can be created again. It refuses (identity_reserved_live) while the
+// row's owner is proven alive or the generation's processes are, or its
+// session still runs; it always writes a verdict (released) with what it
+// found. The checks read /proc and tmux before the fence's write, which then
+// only confirms that the row and generation are still the ones checked.
+func (m *Manager) Release(ctx context.Context, resID string) (verdict.Record, error) {
+	row, haveRow, err := m.fence.Reservation(ctx, resID)
+	if err != nil {
+		return verdict.Record{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
+	}
+	pub, havePub, err := m.fence.PublishedByReservation(ctx, resID)
+	if err != nil {
+		return verdict.Record{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
+	}
+	ev := map[string]any{"reservation_id": resID}
+	if haveRow {
+		if err := m.releasableRow(row, ev); err != nil {
+			return verdict.Record{}, err
+		}
+	}
+	if havePub && !pub.Ended {
+		if err := m.releasableGeneration(ctx, pub, ev); err != nil {
+			return verdict.Record{}, err
+		}
+	}
+	allowed := func(r fence.Released) error {
+		if (r.Reservation != nil) != haveRow || (r.Published != nil) != (havePub && !pub.Ended) ||
+			(r.Published != nil && r.Published.Generation != pub.Generation) {
+			return verdict.Errorf(verdict.CodeFenceLost, map[string]any{"reservation_id": resID},
+				"reservation %s changed while it was checked; look again", resID)
+		}
+		return nil
+	}
+	describe := func(r fence.Released) verdict.Record {
+		rec := verdict.Record{Action: verdict.ActionRelease, Outcome: verdict.OutcomeSuccess,
+			Verdict: verdict.VerdictReleased, Reason: verdict.ReasonOperatorRelease, Evidence: ev}
+		if r.Reservation != nil {
+			rec.Identity = identityRef(r.Reservation.Identity)
+			rec.Reservation = &verdict.ReservationRef{ID: resID, Phase: r.Reservation.Phase.String()}
+		}
+		if p := r.Published; p != nil {
+			rec.Identity = identityRef(p.Identity)
+			rec.Session = &verdict.SessionRef{Name: p.SessionName, ID: p.TmuxID, Generation: p.Generation}
+		}
+		return rec
+	}
+	_, filed, err := m.fence.ReleaseStuck(ctx, resID, allowed, describe)
+	if err != nil {
+		return verdict.Record{}, err
+	}
+	m.verdicts.Filed(filed)
+	return filed, nil
+}
+
+// releasableRow refuses a row whose owner is proven alive (a create in flight,
+// ours or another process's).
+func (m *Manager) releasableRow(row fence.Reservation, ev map[string]any) error {
+	m.mu.Lock()
+	_, ours := m.inflight[row.ID]
+	m.mu.Unlock()
+	l := fence.Liveness(row.OwnerPID, row.OwnerIncarnation)
+	ev["owner_pid"], ev["owner_liveness"], ev["phase"] = row.OwnerPID, l.String(), row.Phase.String()
+	if ours || l == fence.Alive {
+		return verdict.Errorf(verdict.CodeIdentityReservedLive,
+			map[string]any{"reservation_id": row.ID, "owner_pid": row.OwnerPID},
+			"reservation %s is held by live process %d; nothing to release", row.ID, row.OwnerPID)
+	}
+	return nil
+}
+
+// releasableGeneration refuses a generation whose processes are proven alive,
+// or whose session is running (not stopping).
+func (m *Manager) releasableGeneration(ctx context.Context, p fence.Published, ev map[string]any) error {
+	res := proctree.Probe(m.holdOf(ctx, p))
+	ev["generation"], ev["processes"], ev["why"] = p.Generation, res.State.String(), res.Why
+	details := map[string]any{"reservation_id": p.ReservationID, "generation": p.Generation, "pids": res.PIDs}
+	if res.State == proctree.Alive {
+		return verdict.Errorf(verdict.CodeIdentityReservedLive, details,
+			"generation %d still has live processes %v; `kill` it instead", p.Generation, res.PIDs)
+	}
+	if s, ok := m.sessionOf(p); ok && p.Stopping == nil && !s.PaneDead {
+		return verdict.Errorf(verdict.CodeIdentityReservedLive, details,
+			"generation %d is running in session %s; `kill` it instead", p.Generation, s.Name)
+	}
+	return nil
+}

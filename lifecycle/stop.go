@@ -1,0 +1,291 @@
+package lifecycle
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/skc-supervisor/skc-supervisor/census"
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/proctree"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// killProofWait bounds the wait for the proof after SIGKILL. SIGKILL cannot be
+// caught, so only a process stuck in the kernel (uninterruptible sleep, e.g. a
+// dead NFS server) outlives it; past this the stop is unresolved and the
+// identity stays blocked (a later look may still prove it gone).
+var killProofWait = 30 * time.Second // a var only so a test can reach "unproven" sooner
+
+// stopRun is one stop of one generation in flight. Every observer of the
+// generation's end (end detection, a create, a kill, recovery) joins the same
+// run, so there is one sequence of signals and one verdict.
+type stopRun struct {
+	done chan struct{}
+	rec  verdict.Record // the ended verdict this run wrote (zero when another writer won)
+	err  error
+}
+
+func stopKey(p fence.Published) string {
+	return p.Identity.Digest() + "/" + strconv.FormatUint(p.Generation, 10)
+}
+
+// stopGeneration starts the stop of p's generation (the model's monitor,
+// saga.pml: a generation whose session is gone ends only once its agent is
+// proven gone, killing it if need be), or joins the one in flight. The run
+// belongs to the Manager, not to the caller: a create that stops waiting, or
+// a kill whose client hangs up, leaves it running, and its progress is in the
+// fence (BeginStop), so a daemon that dies mid-stop leaves it to the next.
+func (m *Manager) stopGeneration(p fence.Published, cause endCause) *stopRun {
+	key := stopKey(p)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r, ok := m.stops[key]; ok {
+		return r
+	}
+	r := &stopRun{done: make(chan struct{})}
+	if m.stopCtx.Err() != nil {
+		r.err = errInterrupted
+		close(r.done)
+		return r
+	}
+	m.stops[key] = r
+	m.stopWG.Add(1)
+	go func() {
+		defer m.stopWG.Done()
+		r.rec, r.err = m.runStop(m.stopCtx, p, cause)
+		m.met.stopped(stopOutcome(r.rec, r.err))
+		if r.err != nil && r.err != errInterrupted {
+			m.log.Warn().Err(r.err).Str("session", p.SessionName).Msg("generation not proven gone")
+		}
+		m.mu.Lock()
+		delete(m.stops, key)
+		m.mu.Unlock()
+		close(r.done)
+	}()
+	return r
+}
+
+// runStop is the stop sequence: record the stop (durable: its deadline
+// survives a daemon restart), SIGTERM the tree when the stop is a kill request
+// (otherwise tmux's hangup is the first signal), wait for the proof until the
+// deadline, SIGKILL what is left, wait for the proof again; then write the one
+// ended verdict. Without a proof it writes an unresolved verdict and the
+// generation stays stopping: its identity is blocked.
+func (m *Manager) runStop(ctx context.Context, p fence.Published, cause endCause) (verdict.Record, error) {
+	timeout := time.Duration(p.StopTimeoutMS) * time.Millisecond
+	if timeout <= 0 {
+		timeout = fence.DefaultStopTimeout
+	}
+	fctx, cancel := fenceCtx(ctx)
+	began := time.Now()
+	p, ok, err := m.fence.BeginStop(fctx, p.Identity, p.Generation, cause.reason, began.Add(timeout))
+	cancel()
+	if err != nil || !ok {
+		return verdict.Record{}, err // !ok: ended already, by another writer
+	}
+	// first: this call recorded the stop (not a predecessor or another observer).
+	first := !p.Stopping.Since.Before(began.Add(-time.Millisecond))
+	if p.Stopping.Reason != cause.reason {
+		restart := cause.restart
+		cause = causeOf(p.Stopping.Reason) // the stop began as something else: it stays that
+		cause.restart = restart
+	}
+	hold := m.holdOf(ctx, p)
+	if first && cause.term {
+		if _, err := proctree.Signal(hold, unix.SIGTERM); err != nil {
+			m.log.Debug().Err(err).Str("session", p.SessionName).Msg("SIGTERM to the generation")
+		}
+	}
+	res := proctree.WaitGone(ctx, hold, p.Stopping.Deadline)
+	killed := p.Stopping.Killed
+	if res.State != proctree.Gone {
+		if ctx.Err() != nil {
+			return verdict.Record{}, errInterrupted
+		}
+		_, kerr := proctree.Signal(hold, unix.SIGKILL)
+		killed = true
+		fctx, cancel := fenceCtx(ctx)
+		_ = m.fence.StopKilled(fctx, p.Identity, p.Generation)
+		cancel()
+		res = proctree.WaitGone(ctx, hold, time.Now().Add(killProofWait))
+		if res.State != proctree.Gone {
+			if ctx.Err() != nil {
+				return verdict.Record{}, errInterrupted
+			}
+			return verdict.Record{}, m.unproven(ctx, p, res, kerr)
+		}
+	}
+	return m.finishEnd(ctx, p, cause, killed, res)
+}
+
+// stopOutcome names a finished run for skc_stops_total.
+func stopOutcome(rec verdict.Record, err error) string {
+	switch {
+	case err == errInterrupted:
+		return stopInterrupted
+	case err != nil:
+		return stopUnproven
+	case rec.Evidence["sigkill_sent"] == true:
+		return stopSigkill
+	}
+	return stopGone
+}
+
+// causeOf rebuilds the cause of a stop recorded in the fence (by this daemon's
+// predecessor, or by another observer first).
+func causeOf(reason string) endCause {
+	switch reason {
+	case verdict.ReasonKilledByRequest:
+		return endCause{reason: reason, cleanup: true, actionKill: true, term: true}
+	case verdict.ReasonOrphanCleanup:
+		return endCause{reason: reason, cleanup: true}
+	}
+	return endCause{reason: reason}
+}
+
+// holdOf is what holds p's processes: the record made at spawn, told by the
+// helper's start record whether it entered its cgroup. A generation published
+// before the fence recorded holds (schema 4) is held by its helper's recorded
+// pid and start time, the pane's process too.
+func (m *Manager) holdOf(ctx context.Context, p fence.Published) proctree.Hold {
+	h := proctree.Hold{Boot: p.BootID, PanePID: p.PanePID, PaneStart: p.PaneStart, Cgroup: p.Cgroup}
+	pm, ok, err := m.fence.Postmortem(ctx, p.Identity, p.Generation)
+	if err != nil || !ok {
+		return h
+	}
+	h.InCgroup = pm.Cgroup != "" && pm.Cgroup == p.Cgroup
+	if h.PanePID == 0 && pm.HelperPID > 0 {
+		// boot/pidns/start/pidfs (fence's incarnation format)
+		if f := strings.Split(pm.HelperIncarnation, "/"); len(f) == 4 {
+			if st, err := strconv.ParseUint(f[2], 10, 64); err == nil {
+				h.PanePID, h.PaneStart, h.Boot = pm.HelperPID, st, f[0]
+			}
+		}
+	}
+	return h
+}
+
+// unproven writes the verdict of a stop that could not prove its generation
+// gone and returns the refusal that blocks the identity.
+func (m *Manager) unproven(ctx context.Context, p fence.Published, res proctree.Result, killErr error) error {
+	ev := map[string]any{"reservation_id": p.ReservationID, "processes": res.State.String(),
+		"why": res.Why, "pids": res.PIDs, "sigkill_sent": true}
+	if killErr != nil {
+		ev["sigkill_error"] = killErr.Error()
+	}
+	m.mu.Lock()
+	seen := m.unprovenSaid[stopKey(p)]
+	m.unprovenSaid[stopKey(p)] = true
+	m.mu.Unlock()
+	if !seen { // a later look (a create, the reconcile) tries again, but says it once
+		m.emitUnproven(ctx, p, ev)
+	}
+	return stoppingError(p, verdict.CodeIdentityReservedUnknown, "processes of generation %d could not be proven gone (%s); "+
+		"`skc-supervisor fence release --reservation %s` clears it once you have checked", res.Why, p.ReservationID)
+}
+
+func (m *Manager) emitUnproven(ctx context.Context, p fence.Published, ev map[string]any) {
+	m.emit(ctx, verdict.Record{
+		Action: verdict.ActionEnd, Outcome: verdict.OutcomeUnknown, Verdict: verdict.VerdictUnresolved,
+		Reason: verdict.ReasonProcessesNotProvenGone, Code: verdict.CodeIdentityReservedUnknown,
+		Identity: identityRef(p.Identity),
+		Session:  &verdict.SessionRef{Name: p.SessionName, ID: p.TmuxID, Generation: p.Generation},
+		Evidence: ev,
+	})
+}
+
+// stoppingError is the refusal of a create (or the error of a kill) while the
+// identity's generation is stopping.
+func stoppingError(p fence.Published, code, format string, args ...any) error {
+	return verdict.Errorf(code, map[string]any{
+		"stopping": true, "reservation_id": p.ReservationID, "generation": p.Generation,
+		"session_name": p.SessionName,
+	}, format, append([]any{p.Generation}, args...)...)
+}
+
+// finishEnd ends a generation whose processes are proven gone: its evidence is
+// assembled while a dead pane may still show (endEvidence), the ended verdict
+// is written with the compare-and-set MarkEnded, and then what is left of the
+// session is removed, with the generation's cgroup.
+func (m *Manager) finishEnd(ctx context.Context, p fence.Published, cause endCause, killed bool, res proctree.Result) (verdict.Record, error) {
+	sess, present := m.sessionOf(p)
+	rec := m.endEvidence(ctx, p, cause, sess, present, killed)
+	rec.Evidence["proof"] = res.Why
+	ok, filed, err := m.fence.MarkEnded(context.WithoutCancel(ctx), p.Identity, p.Generation, rec)
+	if err != nil {
+		return verdict.Record{}, err
+	}
+	if ok {
+		m.verdicts.Filed(filed)
+		m.met.ended(filed.ExitKind)
+	}
+	if present {
+		m.markKilling(p.TmuxID, killReason{reason: cause.reason})
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
+		if err := m.killConfirm(kctx, m.lifeOf(p.ServerPID, p.ServerStart), p.TmuxID); err != nil {
+			m.log.Warn().Err(err).Str("tmux_id", p.TmuxID).Msg("ended session not removed")
+		}
+		cancel()
+		m.unmarkKilling(p.TmuxID)
+	}
+	if err := proctree.RemoveCgroup(p.Cgroup); err != nil {
+		m.log.Debug().Err(err).Str("cgroup", p.Cgroup).Msg("cgroup not removed")
+	}
+	return filed, nil
+}
+
+// sessionOf returns the generation's session when the census still lists it
+// in the server life it was published in.
+func (m *Manager) sessionOf(p fence.Published) (census.Session, bool) {
+	info, ok := m.census.Info()
+	if !ok || info.PID != p.ServerPID || info.StartTime != p.ServerStart {
+		return census.Session{}, false
+	}
+	return m.census.ByID(p.TmuxID)
+}
+
+// endEvidence assembles an ended verdict once the generation's processes are
+// proven gone and before its session (a dead pane, when present is true) is
+// removed: this is the one place where what the pane still shows can be read
+// into the verdict. The exit comes from the helper's postmortem (complete by
+// now: the helper is proven gone), else from tmux's pane_dead_status /
+// pane_dead_signal, else from our own SIGKILL.
+func (m *Manager) endEvidence(ctx context.Context, p fence.Published, cause endCause, sess census.Session, present, killed bool) verdict.Record {
+	pm, havePM, err := m.fence.Postmortem(ctx, p.Identity, p.Generation)
+	havePM = err == nil && havePM && !pm.EndedAt.IsZero()
+	rec := endedRecord(p, cause, pm, havePM)
+	if p.Stopping != nil {
+		rec.Evidence["stop_since"] = p.Stopping.Since.UTC().Format(time.RFC3339Nano)
+	}
+	rec.Evidence["sigkill_sent"] = killed
+	if rec.Exit != nil && (rec.Exit.Status != nil || rec.Exit.Signal != "") {
+		return rec
+	}
+	switch {
+	case present && sess.PaneDead && (sess.PaneDeadStatus != nil || sess.PaneDeadSignal != ""):
+		rec.Exit = &verdict.Exit{Status: sess.PaneDeadStatus, Signal: signalName(sess.PaneDeadSignal)}
+		rec.Evidence["exit_source"] = "pane_dead_status"
+	case killed:
+		rec.Exit = &verdict.Exit{Signal: "SIGKILL"}
+		rec.Evidence["exit_source"] = "stop_sigkill"
+	}
+	if rec.Exit == nil {
+		rec.Exit = &verdict.Exit{} // status null: unknown
+	}
+	// Without a postmortem the pane's process (today the helper) did not end
+	// normally: what tmux recorded is its end, not the agent's, so the kind
+	// stays owner_lost and exit_source says whose exit it is.
+	return rec
+}
+
+// signalName turns tmux's pane_dead_signal (a number in 3.3a) into a name.
+func signalName(s string) string {
+	if n, err := strconv.Atoi(s); err == nil && n > 0 {
+		return unix.SignalName(unix.Signal(n))
+	}
+	return s
+}
