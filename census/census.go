@@ -86,6 +86,9 @@ type Census struct {
 	cl  tmuxClient
 	log zerolog.Logger
 	cfg config
+	// now is the clock of Run's coalescing; tests move it to play a daemon
+	// that was stopped for a while (SIGSTOP, a debugger, a loaded host).
+	now func() time.Time
 
 	mu        sync.RWMutex
 	info      tmuxctl.ServerInfo
@@ -172,6 +175,7 @@ func newCensus(cl tmuxClient, log *zerolog.Logger, cfg config) *Census {
 		cl:       cl,
 		log:      zerolog.Nop(),
 		cfg:      cfg,
+		now:      time.Now,
 		sessions: map[string]*entry{},
 		byName:   map[string]string{},
 		byIdent:  map[string]map[string]struct{}{},

@@ -28,6 +28,14 @@ type fakeTmux struct {
 	idLists int             // id-only list-sessions commands received
 	reads   int             // display-message reads by id
 	gone    map[string]bool // ids display-message no longer finds (killed after the list)
+	// noControl leaves the control session ($0, fakeControl) out of the
+	// lists, as a server that is exiting can answer.
+	noControl bool
+	// script, while set, answers every command with the next reply block
+	// of a replayed stream (replay_test.go); exited fails them once the
+	// stream's %exit was read.
+	script chan tmuxctl.Record
+	exited chan struct{}
 	num     uint64          // tmux's command counter: every reply gets the next number
 	running atomic.Int32
 	maxRun  atomic.Int32 // most list-sessions in flight at once
@@ -38,6 +46,12 @@ func newFake() *fakeTmux { return &fakeTmux{events: make(chan tmuxctl.Event, 100
 func (f *fakeTmux) Events() <-chan tmuxctl.Event { return f.events }
 
 func (f *fakeTmux) CommandIn(ctx context.Context, life tmuxctl.ServerLife, args ...string) (tmuxctl.Reply, error) {
+	f.mu.Lock()
+	script, exited := f.script, f.exited
+	f.mu.Unlock()
+	if script != nil {
+		return replayed(ctx, script, exited, args)
+	}
 	if args[0] == "display-message" {
 		return f.displayByID(args[3]), nil
 	}
@@ -58,7 +72,10 @@ func (f *fakeTmux) CommandIn(ctx context.Context, life tmuxctl.ServerLife, args 
 	}
 	f.mu.Lock()
 	f.lists++
-	hold, fail, lines := f.hold, f.fail, append([]string(nil), f.lines...)
+	hold, fail, lines := f.hold, f.fail, append([]string{fakeControl}, f.lines...)
+	if f.noControl {
+		lines = lines[1:]
+	}
 	if args[2] == "#{session_id}" {
 		f.idLists++
 		for i, l := range lines {
@@ -128,15 +145,30 @@ func (f *fakeTmux) notify(name string) {
 // startFake runs a census on f with cfg, connected, and waits for the first sync.
 func startFake(t *testing.T, f *fakeTmux, cfg config) *Census {
 	t.Helper()
+	info := tmuxctl.ServerInfo{ServerLife: tmuxctl.ServerLife{PID: os.Getpid(), StartTime: 1}, ControlSessionID: "$0"}
+	return startFakeInfo(t, f, cfg, info, nil)
+}
+
+// startFakeInfo is startFake for a server info of the test's choosing; setup,
+// when not nil, adjusts the census before it runs.
+func startFakeInfo(t *testing.T, f *fakeTmux, cfg config, info tmuxctl.ServerInfo, setup func(*Census)) *Census {
+	t.Helper()
 	c := newCensus(f, nil, cfg)
+	if setup != nil {
+		setup(c)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = c.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	f.events <- tmuxctl.Event{Kind: tmuxctl.Connected, Info: tmuxctl.ServerInfo{ServerLife: tmuxctl.ServerLife{PID: os.Getpid(), StartTime: 1}, ControlSessionID: "$0"}}
+	f.events <- tmuxctl.Event{Kind: tmuxctl.Connected, Info: info}
 	eventually(t, "first sync", c.Synced)
 	return c
 }
+
+// fakeControl is the list line of the control session, $0, which every
+// list of a live server shows.
+const fakeControl = "$0\t1700000000\t1\t%0\t99\t0\t\t\t1\t\t\t\t\tskc-control"
 
 const fakeLine = "$1\t1700000000\t0\t%1\t100\t0\t\t\t\t\t\t\t\tone"
 

@@ -115,7 +115,7 @@ func (c *Census) Run(ctx context.Context) error {
 		case <-c.kick:
 			c.trigger(ctx, b, true)
 		case <-reconcile.C:
-			if c.reconcileDue(time.Now()) {
+			if c.reconcileDue(c.now()) {
 				c.trigger(ctx, b, true)
 			}
 		case <-b.timer.C:
@@ -161,7 +161,8 @@ func (c *Census) reconcileDue(now time.Time) bool {
 type burst struct {
 	timer      *time.Timer
 	pending    bool      // timer armed: a re-list (trailing or retry) will start
-	hurry      bool      // … as soon as the id-list spacing allows (soonIDList): triggers do not push it back
+	hurry      bool      // … as soon as the id-list spacing allows (soonIDList): light triggers do not push it back
+	due        time.Time // when the armed timer fires (while pending)
 	first      time.Time // first trigger the pending/dirty re-list covers
 	last       time.Time // last trigger
 	inflight   bool
@@ -186,7 +187,7 @@ func newBurst() *burst {
 // trigger notes that the census may be behind tmux; full is false when the
 // trigger can only mean that sessions ended.
 func (c *Census) trigger(ctx context.Context, b *burst, full bool) {
-	now := time.Now()
+	now := c.now()
 	if b.inflight {
 		b.nextFull = b.nextFull || full
 	} else {
@@ -207,16 +208,42 @@ func (c *Census) trigger(ctx context.Context, b *burst, full bool) {
 		}
 	case b.failures > 0:
 		// Backing off: the armed retry covers this trigger; never sooner.
-	case b.pending && b.hurry:
+	case b.pending && b.hurry && !full:
 		// Due as soon as the spacing allows: never later.
+	case b.pending && b.hurry:
+		// A full trigger is not an id list's to wait for: due by its own
+		// debounce if that comes first, and the list it starts is full.
+		c.arm(b, now, minTime(b.due, c.debounce(b, now)))
 	case b.pending:
-		b.timer.Reset(max(0, min(c.cfg.quiet, b.first.Add(c.cfg.maxDelay).Sub(now))))
+		c.arm(b, now, c.debounce(b, now))
 	case idle:
 		c.startRelist(ctx, b) // leading edge
 	default:
 		b.pending, b.first = true, now
-		b.timer.Reset(c.cfg.quiet)
+		c.arm(b, now, c.debounce(b, now))
 	}
+}
+
+// debounce is when a pending re-list is due after a trigger at now: quiet
+// after the last trigger, but no later than maxDelay after the first.
+func (c *Census) debounce(b *burst, now time.Time) time.Time {
+	return minTime(now.Add(c.cfg.quiet), b.first.Add(c.cfg.maxDelay))
+}
+
+// arm sets the burst's timer to fire at at (at once when that has passed).
+func (c *Census) arm(b *burst, now, at time.Time) {
+	if at.Before(now) {
+		at = now
+	}
+	b.due = at
+	b.timer.Reset(at.Sub(now))
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // fastIDList starts an id-only list for a session end inside a burst (say,
@@ -239,9 +266,14 @@ func (c *Census) fastIDList(ctx context.Context, b *burst, now time.Time) bool {
 	return true
 }
 
-// idListDue is the earliest time the next mid-burst id-only list may start.
+// idListDue is the earliest time the next mid-burst id-only list may start:
+// five times the last one's cost after it, but never more than maxDelay. The
+// bound matters because the cost is measured on the daemon's clock: a daemon
+// stopped for a while (SIGSTOP, a debugger, a loaded host) with a list in
+// flight measures the stall as the list's cost, and unbounded spacing then
+// held every later end back by five times the stall.
 func (c *Census) idListDue(b *burst) time.Time {
-	return b.idStart.Add(max(2*time.Millisecond, 5*b.idCost))
+	return b.idStart.Add(min(c.cfg.maxDelay, max(2*time.Millisecond, 5*b.idCost)))
 }
 
 // soonIDList answers a trigger that may mean sessions ended or were created:
@@ -259,14 +291,14 @@ func (c *Census) soonIDList(ctx context.Context, b *burst, now time.Time) bool {
 	if b.pending && b.hurry {
 		return true // already due as soon as the spacing allows
 	}
-	wait := max(0, c.idListDue(b).Sub(now))
+	at := c.idListDue(b)
 	if b.pending {
-		wait = min(wait, max(0, min(c.cfg.quiet, b.first.Add(c.cfg.maxDelay).Sub(now))))
+		at = minTime(at, c.debounce(b, now))
 	} else {
 		b.pending, b.first = true, now
 	}
 	b.hurry = true
-	b.timer.Reset(wait)
+	c.arm(b, now, at)
 	return true
 }
 
@@ -291,7 +323,7 @@ func (c *Census) relistDone(ctx context.Context, b *burst, err error) {
 	b.inflight = false
 	b.full, b.nextFull = b.full || b.nextFull, false
 	if b.idFast {
-		b.idFast, b.idCost = false, time.Since(b.idStart)
+		b.idFast, b.idCost = false, c.now().Sub(b.idStart)
 	}
 	if b.urgent {
 		b.urgent, b.dirty, b.failures, b.full, b.lightDirty = false, false, 0, true, false
@@ -306,24 +338,25 @@ func (c *Census) relistDone(ctx context.Context, b *burst, err error) {
 		}
 		c.log.Warn().Err(err).Int("failures", b.failures).Dur("retry_in", d).Msg("census re-list failed; retrying")
 		b.dirty, b.full = false, true
-		b.pending, b.hurry, b.first = true, false, time.Now()
-		b.timer.Reset(d)
+		now := c.now()
+		b.pending, b.hurry, b.first = true, false, now
+		c.arm(b, now, now.Add(d))
 		return
 	}
 	b.failures = 0
-	if b.dirty && b.lightDirty && !b.full && c.fastIDList(ctx, b, time.Now()) {
+	if b.dirty && b.lightDirty && !b.full && c.fastIDList(ctx, b, c.now()) {
 		b.dirty, b.lightDirty = false, false // only ends arrived: this list is the trailing one
 		return
 	}
 	if b.dirty {
 		b.dirty, b.hurry = false, false
 		b.pending = true
-		now := time.Now()
-		b.timer.Reset(max(0, min(b.last.Add(c.cfg.quiet).Sub(now), b.first.Add(c.cfg.maxDelay).Sub(now))))
+		now := c.now()
+		c.arm(b, now, minTime(b.last.Add(c.cfg.quiet), b.first.Add(c.cfg.maxDelay)))
 	}
 	if b.lightDirty { // an end (or a create) arrived during that list: tell it now
 		b.lightDirty = false
-		c.soonIDList(ctx, b, time.Now())
+		c.soonIDList(ctx, b, c.now())
 	}
 }
 

@@ -63,6 +63,14 @@ const (
 // errStale means a sync's result belongs to an epoch that has ended.
 var errStale = errors.New("census: sync overtaken by a connect or disconnect")
 
+// errNoControl means a list did not show the census's own control session.
+// A live server always lists it (the control client is attached to it), so
+// such a list is no picture of a live server: when the server is killed,
+// tmux can answer a list already sent with an empty body just before %exit,
+// and reading that as "every session gone" would end sessions as
+// tmux_session_missing instead of server_exited. It is treated as no answer.
+var errNoControl = errors.New("census: list without the control session (server exiting?): not applied")
+
 // row is one parsed list line.
 type row struct {
 	line    string
@@ -130,6 +138,9 @@ func (c *Census) relistIDs(ctx context.Context) error {
 	}
 	c.idLists.Add(1)
 	rep, err := c.cl.CommandIn(ctx, life, "list-sessions", "-F", "#{session_id}")
+	if err == nil && !c.showsControl(rep.Lines) {
+		err = errNoControl
+	}
 	if err != nil {
 		c.syncMu.Unlock()
 		return err
@@ -248,6 +259,9 @@ func (c *Census) readList(ctx context.Context, life tmuxctl.ServerLife, parseAll
 	var g globals
 	g.shadow = len(parseOptions(replies[1].Lines)) > 0 || len(parseOptions(replies[2].Lines)) > 0
 	g.gsess = tagsOf(parseOptions(replies[3].Lines))
+	if !c.showsControl(replies[0].Lines) {
+		return nil, globals{}, 0, errNoControl
+	}
 	rows := make([]row, 0, len(replies[0].Lines))
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -268,6 +282,24 @@ func (c *Census) readList(ctx context.Context, life tmuxctl.ServerLife, parseAll
 	}
 	distrustDuplicates(rows)
 	return rows, g, replies[0].Number, nil
+}
+
+// showsControl reports whether list lines (each led by a session id and a
+// tab, or an id alone) include the control session of the current
+// connection (true when it is not known, as in unit tests).
+func (c *Census) showsControl(lines []string) bool {
+	c.mu.RLock()
+	ctl := c.info.ControlSessionID
+	c.mu.RUnlock()
+	if ctl == "" {
+		return true
+	}
+	for _, l := range lines {
+		if id, _, _ := strings.Cut(l, "\t"); id == ctl {
+			return true
+		}
+	}
+	return false
 }
 
 // distrustDuplicates marks every row of an id listed twice as broken, so
@@ -375,8 +407,15 @@ func (c *Census) resolve(ctx context.Context, life tmuxctl.ServerLife, rows []ro
 	}
 	kept := out[:0]
 	ids := make(map[string]struct{}, len(out))
-	for _, e := range out {
-		if e == nil { // the session went away between the list and the exact read
+	for i, e := range out {
+		if e == nil && rows[i].prev != nil {
+			// Gone between the list and the exact read, or the server is
+			// exiting and answers reads of live sessions as missing: only
+			// a list that shows the control session removes a session, and
+			// its end sent a notification that brings the next one.
+			e = rows[i].prev
+		}
+		if e == nil { // a new session gone already: never held, nothing to tell
 			continue
 		}
 		if _, dup := ids[e.s.ID]; !dup { // duplicates were re-read by id: equal
