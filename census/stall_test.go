@@ -50,6 +50,12 @@ func TestStallThenRenameAndKill(t *testing.T) {
 	f.mu.Unlock()
 	close(hold)
 	eventually(t, "stalled list done", func() bool { return f.running.Load() == 0 && len(f.events) == 0 })
+	// The notifications queued during the stall: the first is a burst's
+	// leading edge again (an hour has passed on the clock), the next ones
+	// are inside that burst.
+	f.notify("%sessions-changed")
+	eventually(t, "post-stall leading list", func() bool { _, ids := f.counts(); return ids == ids0+3 })
+	eventually(t, "post-stall leading list done", func() bool { return f.running.Load() == 0 })
 
 	f.setLines(fakeLine2Renamed) // $1 killed, $2 renamed
 	f.notify("%sessions-changed")
