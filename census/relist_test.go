@@ -34,9 +34,9 @@ type fakeTmux struct {
 	// script, while set, answers every command with the next reply block
 	// of a replayed stream (replay_test.go); exited fails them once the
 	// stream's %exit was read.
-	script chan tmuxctl.Record
-	exited chan struct{}
-	num     uint64          // tmux's command counter: every reply gets the next number
+	script  chan tmuxctl.Record
+	exited  chan struct{}
+	num     uint64 // tmux's command counter: every reply gets the next number
 	running atomic.Int32
 	maxRun  atomic.Int32 // most list-sessions in flight at once
 }
