@@ -53,6 +53,14 @@ type Session struct {
 
 	Managed bool // the session carries a non-empty @skc-identity
 
+	// Activity is when the session's current window last had output from
+	// its pane (tmux's window_activity, whole seconds), zero when it has
+	// had none since the session was created: tmux starts the value at
+	// the window's creation, so output within the session's first second
+	// is not told apart from none. Kept live by the census subscription
+	// (within about a second), not by a read per session.
+	Activity time.Time
+
 	// About PaneDeadStatus: tmux sets pane_dead one tick before the status,
 	// and tmux 3.3a linked with utempter can miss the SIGCHLD of a pane that
 	// exits while it runs the utempter helper; the status then stays empty

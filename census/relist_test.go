@@ -109,10 +109,16 @@ func (f *fakeTmux) displayByID(id string) tmuxctl.Reply {
 	for _, l := range f.lines {
 		fs := strings.Split(l, "\t")
 		if fs[0] == id {
-			return tmuxctl.Reply{Lines: []string{strings.Join(append(fs[:8:8], fs[len(fs)-1]), "\t")}, Number: f.num}
+			return tmuxctl.Reply{Lines: []string{strings.Join(append(fs[:baseFields:baseFields], fs[len(fs)-1]), "\t")}, Number: f.num}
 		}
 	}
 	return tmuxctl.Reply{}
+}
+
+func (f *fakeTmux) readCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reads
 }
 
 func (f *fakeTmux) listCount() int {
@@ -168,9 +174,9 @@ func startFakeInfo(t *testing.T, f *fakeTmux, cfg config, info tmuxctl.ServerInf
 
 // fakeControl is the list line of the control session, $0, which every
 // list of a live server shows.
-const fakeControl = "$0\t1700000000\t1\t%0\t99\t0\t\t\t1\t\t\t\t\tskc-control"
+const fakeControl = "$0\t1700000000\t1\t%0\t99\t0\t\t\t1700000000\t1\t\t\t\t\tskc-control"
 
-const fakeLine = "$1\t1700000000\t0\t%1\t100\t0\t\t\t\t\t\t\t\tone"
+const fakeLine = "$1\t1700000000\t0\t%1\t100\t0\t\t\t1700000000\t\t\t\t\t\tone"
 
 // A lone notification re-lists at once (leading edge): with a quiet period
 // and a maximum delay of an hour, only the leading edge can run it.
@@ -264,7 +270,7 @@ func TestRetryBackoff(t *testing.T) {
 	eventually(t, "recovered", func() bool { return c.Synced() && c.lastSync.Load() > 0 })
 }
 
-const fakeLine2 = "$2\t1700000000\t0\t%2\t101\t0\t\t\t\t\t\t\t\ttwo"
+const fakeLine2 = "$2\t1700000000\t0\t%2\t101\t0\t\t\t1700000000\t\t\t\t\t\ttwo"
 
 // Session ends cost an id-only list, not a full one; a new id in it is read
 // by id, and any other notification takes the full list.
@@ -299,11 +305,12 @@ func TestEndsUseIDList(t *testing.T) {
 	}
 }
 
-const fakeLine3 = "$3\t1700000000\t0\t%3\t102\t0\t\t\t\t\t\t\t\tthree"
+const fakeLine3 = "$3\t1700000000\t0\t%3\t102\t0\t\t\t1700000000\t\t\t\t\t\tthree"
 
 // A subscription change that only drops or adds sessions costs an id-only
 // list while the census still holds a dropped one or lacks an added one,
-// nothing otherwise; a change of a session's segment costs a full list.
+// nothing otherwise; a change of a held session's segment that the census
+// does not hold yet is read by id, never with a list.
 func TestSubscriptionDropsOnly(t *testing.T) {
 	f := newFake()
 	f.lines = []string{fakeLine, fakeLine2}
@@ -312,36 +319,43 @@ func TestSubscriptionDropsOnly(t *testing.T) {
 	c := startFake(t, f, cfg)
 	sub := c.Subscribe(10)
 	defer sub.Close()
-	settle := func(full, ids int) {
+	reads0 := f.readCount()
+	settle := func(full, ids, reads int) {
 		t.Helper()
-		eventually(t, "lists", func() bool { a, b := f.counts(); return a == full && b == ids })
+		eventually(t, "lists", func() bool {
+			a, b := f.counts()
+			return a == full && b == ids && f.readCount()-reads0 == reads
+		})
 	}
 	full, ids := f.counts()
-	f.sub("$1/0//////%1.100.0..; $2/0//////%2.101.0..; ")
+	f.sub("$1/000/0/0// $2/000/0/0// ")
 	full++ // the first value of a connection is compared with nothing
-	settle(full, ids)
+	settle(full, ids, 0)
 
 	f.setLines(fakeLine2)
-	f.sub("$2/0//////%2.101.0..; ") // $1 ended, the census still holds it
+	f.sub("$2/000/0/0// ") // $1 ended, the census still holds it
 	if ch := next(t, sub); ch.Kind != Removed || ch.Session.ID != "$1" {
 		t.Fatalf("want $1 removed, got %+v", ch)
 	}
 	ids++
-	settle(full, ids)
+	settle(full, ids, 0)
 
 	f.notify("%sessions-changed") // the same end, seen by notification: id list
 	ids++
-	settle(full, ids)
-	f.sub("$2/0//////%2.101.0..; $9/0//////%9.1.0..; ")
+	settle(full, ids, 0)
+	f.sub("$2/000/0/0// $9/000/0/0// ")
 	ids++ // a new session's segment, unknown to the census: id list
-	settle(full, ids)
-	f.sub("$9/0//////%9.1.0..; ") // $2 dropped, but it is in the census: id list
+	settle(full, ids, 0)
+	f.sub("$9/000/0/0// ") // $2 dropped, but it is in the census: id list
 	ids++
-	settle(full, ids)
+	settle(full, ids, 0)
 	f.sub("") // $9 dropped: not in the census, nothing to do
-	f.sub("$2/1//////%2.101.0..; ")
-	full++ // attached changed: full
-	settle(full, ids)
+	f.setLines(strings.Replace(fakeLine2, "\t0\t%2", "\t1\t%2", 1))
+	f.sub("$2/000/0/1// ") // attached changed: read by id, no list
+	if ch := next(t, sub); ch.Kind != Changed || ch.Session.Attached != 1 {
+		t.Fatalf("want $2 changed to 1 attached, got %+v", ch)
+	}
+	settle(full, ids, 1)
 }
 
 // A notification that needs the full list, arriving while an id-only list
@@ -406,7 +420,7 @@ func TestManyFreshIDsCostFullList(t *testing.T) {
 	full0, ids0 := f.counts()
 	lines := []string{fakeLine}
 	for i := 10; i < 10+maxFreshReads+1; i++ {
-		lines = append(lines, "$"+strconv.Itoa(i)+"\t1700000000\t0\t%"+strconv.Itoa(i)+"\t1\t0\t\t\t\t\t\t\t\tn"+strconv.Itoa(i))
+		lines = append(lines, "$"+strconv.Itoa(i)+"\t1700000000\t0\t%"+strconv.Itoa(i)+"\t1\t0\t\t\t1700000000\t\t\t\t\t\tn"+strconv.Itoa(i))
 	}
 	f.setLines(lines...)
 	f.notify("%sessions-changed")

@@ -15,27 +15,6 @@ import (
 // subName names the census subscription (refresh-client -B, FACTS §6).
 const subName = "skc-census"
 
-// subFormat loops over every session server-side; tmux evaluates it once a
-// second and sends a line only when the value changes. It carries only safe
-// tokens (ids, digits, tag values), because the value is not escaped: a hand-
-// set tag holding a newline would spill onto bare lines, which tmuxctl skips,
-// and the next re-list reads it exactly anyway. The value itself is not parsed:
-// any change means "re-list", which keeps one source of truth.
-//
-// It is kept short on purpose. tmux 3.3a builds the #{S:} value by strlcat, so
-// each evaluation costs the square of its length: with all five tags and every
-// pane's id, pid and exit fields (about 190 bytes per session) it cost tmux
-// 30–40 % of a core at 4,000 idle sessions; this one, about 20 bytes per
-// session, 2.4–4× less (BenchmarkSubscriptionCost, BENCHMARKS.md). What it
-// leaves out has a notification of its own (clients attaching, panes and
-// windows changing) or is a hand edit that the periodic reconcile (30 s, longer
-// at scale: reconcileShare) and every authority decision (Inspect re-reads
-// tmux) catch: @skc-reservation, @skc-state and @skc-control, the identity
-// beyond its last four hex digits, a pane respawned by hand. A pane's death
-// under remain-on-exit, which has no notification, is in it.
-const subFormat = "#{S:#{session_id}/#{session_attached}/#{=-4:@skc-identity}/#{@skc-generation}/" +
-	"#{W:#{P:#{pane_dead}}} }"
-
 // relistOn are the notifications after which the census re-lists (coalesced).
 // Window notifications matter because a session's last window closing ends
 // the session, and a pane or window change moves the session's active pane;
@@ -92,6 +71,9 @@ func (c *Census) Run(ctx context.Context) error {
 		if b.inflight {
 			<-b.done
 		}
+		if b.reading {
+			<-b.readDone
+		}
 	}()
 	probe := time.NewTimer(time.Hour)
 	probe.Stop()
@@ -127,6 +109,8 @@ func (c *Census) Run(ctx context.Context) error {
 			}
 		case err := <-b.done:
 			c.relistDone(ctx, b, err)
+		case err := <-b.readDone:
+			c.readsDone(ctx, b, err)
 		}
 	}
 }
@@ -176,12 +160,18 @@ type burst struct {
 	idStart    time.Time     // when the last such list started
 	idCost     time.Duration // how long it took
 	done       chan error
+
+	// Reads by id of sessions whose subscription segment changed (a pane's
+	// death, a tag): one batch in flight at a time (subscription.go).
+	reads    map[string]struct{} // ids waiting for the next batch
+	reading  bool
+	readDone chan error
 }
 
 func newBurst() *burst {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
-	return &burst{timer: t, done: make(chan error, 1)}
+	return &burst{timer: t, done: make(chan error, 1), readDone: make(chan error, 1)}
 }
 
 // trigger notes that the census may be behind tmux; full is false when the
@@ -368,6 +358,7 @@ func (c *Census) handle(ctx context.Context, ev tmuxctl.Event, b *burst) {
 		c.subSegs, c.subSeen = nil, nil // the new subscription's first line is compared with nothing
 		c.subscribe(ctx, ev.Info.ServerLife)
 		b.pending, b.hurry, b.failures, b.full = false, false, 0, true
+		b.reads = nil // the full sync reads them all
 		b.timer.Stop()
 		if b.inflight {
 			b.urgent = true // it belongs to the old epoch
@@ -382,11 +373,7 @@ func (c *Census) handle(ctx context.Context, ev tmuxctl.Event, b *burst) {
 		switch {
 		case ours:
 			c.subLines.Add(1)
-			if stale, only := c.subChanged(ev.Note.Text); !only {
-				c.trigger(ctx, b, true)
-			} else if stale {
-				c.trigger(ctx, b, false)
-			}
+			c.onSubscription(ctx, b, ev.Note.Text)
 		case relistOn[name]:
 			c.trigger(ctx, b, !endsOnly[name])
 		}
@@ -448,64 +435,6 @@ func (c *Census) awaitingDeath() bool {
 		return false
 	}
 	return true
-}
-
-// subChanged records a census subscription line and reports whether its
-// value differs from the previous one only by sessions appearing or
-// disappearing (only), and whether the census must list to catch up
-// (stale: a disappeared session it still holds, or a new one it does not).
-// The value is one segment per session, "$id/attached/tags…/panes… ", each
-// led by the session's unique id: a new segment whose id had one before is a
-// change of that session, anything else a session appearing. Anything that is
-// not "only", the first line of a connection included, needs a full re-list.
-// Run's goroutine only.
-func (c *Census) subChanged(text string) (stale, only bool) {
-	_, val, ok := strings.Cut(text, " : ")
-	segs := map[string]struct{}{}
-	for _, f := range strings.Split(val, " ") {
-		if f != "" {
-			segs[f] = struct{}{}
-		}
-	}
-	old := c.subSegs
-	c.subSegs = segs
-	seen := c.subSeen
-	c.subSeen = make(map[string]string, len(segs))
-	if !ok || old == nil {
-		for f := range segs {
-			id, _, _ := strings.Cut(f, "/")
-			c.subSeen[id] = f
-		}
-		return false, false
-	}
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	only = true
-	for f := range segs {
-		id, _, _ := strings.Cut(f, "/")
-		c.subSeen[id] = f
-		prev, had := seen[id]
-		switch {
-		case had && prev != f:
-			only = false // a session's segment changed
-		case !had:
-			if _, known := c.sessions[id]; !known {
-				stale = true // a new session the census does not hold yet
-			}
-		}
-	}
-	for id, f := range seen {
-		if _, still := c.subSeen[id]; still {
-			continue
-		}
-		if _, known := c.sessions[id]; known {
-			c.subSeen[id] = f // kept, so that it reappearing changed is a change
-			if _, was := old[f]; was {
-				stale = true // gone from tmux just now, still in the census
-			}
-		}
-	}
-	return stale, only
 }
 
 // subscribe installs the census subscription on the current connection.

@@ -47,16 +47,17 @@ var tagNames = [...]string{TagControl, TagIdentity, TagGeneration, TagReservatio
 type tagVals [len(tagNames)]string
 
 const (
-	listFields = 8 + len(tagNames) + 1 // base fields, tags, name (the rest of the line)
+	baseFields = 9                              // id … window_activity
+	listFields = baseFields + len(tagNames) + 1 // base fields, tags, name (the rest of the line)
 	// listFormat puts the name last so that it is "the rest of the line".
 	listFormat = "#{session_id}\t#{session_created}\t#{session_attached}\t" +
-		"#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{pane_dead_status}\t#{pane_dead_signal}\t" +
+		"#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{pane_dead_status}\t#{pane_dead_signal}\t#{window_activity}\t" +
 		"#{@skc-control}\t#{@skc-identity}\t#{@skc-generation}\t#{@skc-reservation}\t#{@skc-state}\t" +
 		"#{session_name}"
 	// baseFormat is listFormat without tags, for sessions whose list line did
 	// not parse (a hand-set tag holding a tab or newline).
 	baseFormat = "#{session_id}\t#{session_created}\t#{session_attached}\t" +
-		"#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{pane_dead_status}\t#{pane_dead_signal}\t" +
+		"#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{pane_dead_status}\t#{pane_dead_signal}\t#{window_activity}\t" +
 		"#{session_name}"
 )
 
@@ -347,12 +348,12 @@ func parseRow(line string) (row, bool) {
 	r := row{line: line, s: Session{ID: f[0]}}
 	// A name never holds a raw tab (tmux escapes it), so a tab in the last
 	// field means a tag value held one and the fields are misaligned.
-	if len(f) != listFields || strings.IndexByte(f[listFields-1], '\t') >= 0 || !parseBase(&r.s, f[:8]) {
+	if len(f) != listFields || strings.IndexByte(f[listFields-1], '\t') >= 0 || !parseBase(&r.s, f[:baseFields]) {
 		r.broken = true
 		return r, true
 	}
 	for i := range tagNames {
-		v := f[8+i]
+		v := f[baseFields+i]
 		r.list[i] = v
 		if v != "" && !safeToken(v) {
 			r.badTags = true
@@ -362,14 +363,16 @@ func parseRow(line string) (row, bool) {
 	return r, true
 }
 
-// parseBase fills the non-tag fields from f (id … pane_dead_signal).
+// parseBase fills the non-tag fields from f (id … window_activity).
 func parseBase(s *Session, f []string) bool {
 	created, err1 := strconv.ParseInt(f[1], 10, 64)
 	attached, err2 := strconv.Atoi(f[2])
 	pid, err3 := strconv.Atoi(f[4])
-	if err1 != nil || err2 != nil || err3 != nil || (f[5] != "0" && f[5] != "1") {
+	act, err4 := strconv.ParseInt(f[8], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || (f[5] != "0" && f[5] != "1") {
 		return false
 	}
+	s.Activity = activityAt(act, created)
 	s.Created = time.Unix(created, 0).UTC()
 	s.Attached = attached
 	s.PaneID = f[3]
@@ -508,11 +511,11 @@ func (c *Census) exactEntry(ctx context.Context, life tmuxctl.ServerLife, r row)
 	if err != nil || len(reps[0].Lines) != 1 {
 		return nil, goneOr(err)
 	}
-	f := strings.SplitN(reps[0].Lines[0], "\t", 9)
-	if len(f) != 9 || f[0] != s.ID || !parseBase(&s, f[:8]) {
+	f := strings.SplitN(reps[0].Lines[0], "\t", baseFields+1)
+	if len(f) != baseFields+1 || f[0] != s.ID || !parseBase(&s, f[:baseFields]) {
 		return nil, nil // CANFAIL: an empty expansion means the target is gone
 	}
-	s.Name = f[8]
+	s.Name = f[baseFields]
 	return c.exactFrom(s, r, reps[1]), nil
 }
 
@@ -587,6 +590,9 @@ func (c *Census) applyAt(epoch uint64, life tmuxctl.ServerLife, entries []*entry
 			e.control = true // tmuxctl's own session, even if its tag was removed by hand
 		}
 		old := c.sessions[e.s.ID]
+		if old != nil && old != e && old.s.Activity.After(e.s.Activity) {
+			e.s.Activity = old.s.Activity // set from the subscription after this list was read
+		}
 		c.sessions[e.s.ID] = e
 		switch {
 		case old == nil:
@@ -634,7 +640,7 @@ func (c *Census) changeLocked(old, e *entry, life tmuxctl.ServerLife) {
 	case e.control:
 		c.emitLocked(Change{Kind: Removed, Session: old.s, Reason: ReasonGone, Life: life})
 	default:
-		c.emitLocked(Change{Kind: Changed, Session: e.s, Life: life})
+		c.emitLocked(Change{Kind: Changed, Session: e.s, Life: life, PaneDied: e.s.PaneDead && !old.s.PaneDead})
 	}
 }
 
@@ -651,7 +657,8 @@ func sortEntries(es []*entry) []*entry {
 func sameSession(a, b Session) bool {
 	if a.ID != b.ID || a.Name != b.Name || !a.Created.Equal(b.Created) || a.Attached != b.Attached ||
 		a.PaneID != b.PaneID || a.PanePID != b.PanePID || a.PaneDead != b.PaneDead ||
-		a.PaneDeadSignal != b.PaneDeadSignal || a.Managed != b.Managed || len(a.Tags) != len(b.Tags) {
+		a.PaneDeadSignal != b.PaneDeadSignal || a.Managed != b.Managed || len(a.Tags) != len(b.Tags) ||
+		!a.Activity.Equal(b.Activity) {
 		return false
 	}
 	if (a.PaneDeadStatus == nil) != (b.PaneDeadStatus == nil) ||
