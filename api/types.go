@@ -65,6 +65,9 @@ type Session struct {
 	PaneDead      bool      `json:"pane_dead"`
 	Attached      int       `json:"attached"`
 	CreatedAt     time.Time `json:"created_at"`
+	// ActivityAt is when the pane last produced output (whole seconds), nil
+	// (JSON null) when it has produced none.
+	ActivityAt *time.Time `json:"activity_at"`
 }
 
 // Create statuses (CONTRACT.md).

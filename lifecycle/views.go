@@ -27,6 +27,28 @@ type View struct {
 	PaneDead      bool      `json:"pane_dead"`
 	Attached      int       `json:"attached"`
 	CreatedAt     time.Time `json:"created_at"`
+	// ActivityAt is when the pane last produced output (the census's
+	// Activity, whole seconds), nil when it has produced none.
+	ActivityAt *time.Time `json:"activity_at"`
+}
+
+// activityAt is a session's ActivityAt.
+func activityAt(s *census.Session) *time.Time {
+	if s.Activity.IsZero() {
+		return nil
+	}
+	t := s.Activity.UTC()
+	return &t
+}
+
+// sameView compares views by value (ActivityAt by the time it points to).
+func sameView(a, b *View) bool {
+	x, y := *a, *b
+	x.ActivityAt, y.ActivityAt = nil, nil
+	if x != y || (a.ActivityAt == nil) != (b.ActivityAt == nil) {
+		return false
+	}
+	return a.ActivityAt == nil || a.ActivityAt.Equal(*b.ActivityAt)
 }
 
 // ListResult is `ls --json`.
@@ -201,7 +223,8 @@ func publishedView(s *census.Session, p fence.Published) View {
 	return View{Name: s.Name, ID: s.ID, Managed: true,
 		StateDir: p.Identity.StateDir, SessionID: p.Identity.SessionID,
 		StateFile: p.StateFile, Label: p.Label, Generation: p.Generation, Authoritative: !p.Ended,
-		PanePID: s.PanePID, PaneDead: s.PaneDead, Attached: s.Attached, CreatedAt: s.Created.UTC()}
+		PanePID: s.PanePID, PaneDead: s.PaneDead, Attached: s.Attached, CreatedAt: s.Created.UTC(),
+		ActivityAt: activityAt(s)}
 }
 
 // Show returns one session with its reservation row and verdicts. The fence's
@@ -251,7 +274,7 @@ func (m *Manager) verdictsOf(ctx context.Context, id fence.Identity) ([]verdict.
 // authoritative when the session carries exactly the published generation's tags.
 func (m *Manager) viewOf(s *census.Session, pub *fence.Published) View {
 	v := View{Name: s.Name, ID: s.ID, Managed: s.Managed, PanePID: s.PanePID,
-		PaneDead: s.PaneDead, Attached: s.Attached, CreatedAt: s.Created.UTC()}
+		PaneDead: s.PaneDead, Attached: s.Attached, CreatedAt: s.Created.UTC(), ActivityAt: activityAt(s)}
 	if pub == nil || !s.Managed {
 		return v
 	}
