@@ -328,12 +328,12 @@ func TestSubscriptionDropsOnly(t *testing.T) {
 		})
 	}
 	full, ids := f.counts()
-	f.sub("$1/000/0/0// $2/000/0/0// ")
+	f.sub("$1/000//0// $2/000//0// ")
 	full++ // the first value of a connection is compared with nothing
 	settle(full, ids, 0)
 
 	f.setLines(fakeLine2)
-	f.sub("$2/000/0/0// ") // $1 ended, the census still holds it
+	f.sub("$2/000//0// ") // $1 ended, the census still holds it
 	if ch := next(t, sub); ch.Kind != Removed || ch.Session.ID != "$1" {
 		t.Fatalf("want $1 removed, got %+v", ch)
 	}
@@ -343,15 +343,15 @@ func TestSubscriptionDropsOnly(t *testing.T) {
 	f.notify("%sessions-changed") // the same end, seen by notification: id list
 	ids++
 	settle(full, ids, 0)
-	f.sub("$2/000/0/0// $9/000/0/0// ")
+	f.sub("$2/000//0// $9/000//0// ")
 	ids++ // a new session's segment, unknown to the census: id list
 	settle(full, ids, 0)
-	f.sub("$9/000/0/0// ") // $2 dropped, but it is in the census: id list
+	f.sub("$9/000//0// ") // $2 dropped, but it is in the census: id list
 	ids++
 	settle(full, ids, 0)
 	f.sub("") // $9 dropped: not in the census, nothing to do
 	f.setLines(strings.Replace(fakeLine2, "\t0\t%2", "\t1\t%2", 1))
-	f.sub("$2/000/0/1// ") // attached changed: read by id, no list
+	f.sub("$2/000//1// ") // attached changed: read by id, no list
 	if ch := next(t, sub); ch.Kind != Changed || ch.Session.Attached != 1 {
 		t.Fatalf("want $2 changed to 1 attached, got %+v", ch)
 	}

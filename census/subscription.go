@@ -22,7 +22,7 @@ import (
 //     window_activity (epoch seconds), which tmux moves on every pane output.
 //     A change is applied from the value itself (subscription.go
 //     activityFrom), without asking tmux: busy agents change it every second.
-//   - panes: per pane "0" while it runs, "d<status>.<signal>" once dead
+//   - panes: per pane nothing while it runs, "<status>.<signal>" once dead
 //     under remain-on-exit (tmux 3.3a has no notification for that), so both
 //     the death and the status that follows it a tick later are seen.
 //   - the attached count, the identity's last four hex digits, the generation.
@@ -42,7 +42,7 @@ import (
 // tmux) catch: @skc-reservation, @skc-state and @skc-control, the identity
 // beyond its last four hex digits, a pane respawned by hand.
 const subFormat = "#{S:#{session_id}/#{=-3:window_activity}/" +
-	"#{W:#{P:#{?pane_dead,d#{pane_dead_status}.#{pane_dead_signal},0}}}/" +
+	"#{W:#{P:#{?pane_dead,#{pane_dead_status}.#{pane_dead_signal},}}}/" +
 	"#{session_attached}/#{=-4:@skc-identity}/#{@skc-generation} }"
 
 // activityMod is the modulus of the activity field of subFormat (3 digits).
@@ -171,13 +171,13 @@ func segmentMatches(s Session, sg segment) bool {
 // paneCode is subFormat's code of a one-pane session's pane.
 func paneCode(s Session) string {
 	if !s.PaneDead {
-		return "0"
+		return ""
 	}
 	st := ""
 	if s.PaneDeadStatus != nil {
 		st = strconv.Itoa(*s.PaneDeadStatus)
 	}
-	return "d" + st + "." + s.PaneDeadSignal
+	return st + "." + s.PaneDeadSignal
 }
 
 func lastN(v string, n int) string {

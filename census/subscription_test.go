@@ -20,20 +20,20 @@ func TestPaneDeathReadByID(t *testing.T) {
 	c := startFake(t, f, cfg)
 	sub := c.Subscribe(10)
 	defer sub.Close()
-	f.sub("$1/000/0/0// $2/000/0/0// ")
+	f.sub("$1/000//0// $2/000//0// ")
 	eventually(t, "first value's list", func() bool { full, _ := f.counts(); return full == 2 })
 	full0, ids0 := f.counts()
 	reads0 := f.readCount()
 
 	dead := strings.Replace(fakeLine, "\t100\t0\t\t\t", "\t100\t1\t\t\t", 1)
 	f.setLines(dead, fakeLine2)
-	f.sub("$1/000/d./0// $2/000/0/0// ")
+	f.sub("$1/000/./0// $2/000//0// ")
 	ch := next(t, sub)
 	if ch.Kind != Changed || ch.Session.ID != "$1" || !ch.Session.PaneDead || !ch.PaneDied || ch.Session.PaneDeadStatus != nil {
 		t.Fatalf("want $1 changed, pane died, no status yet; got %+v", ch)
 	}
 	f.setLines(strings.Replace(fakeLine, "\t100\t0\t\t\t", "\t100\t1\t3\t\t", 1), fakeLine2)
-	f.sub("$1/000/d3./0// $2/000/0/0// ")
+	f.sub("$1/000/3./0// $2/000//0// ")
 	ch = next(t, sub)
 	if ch.Kind != Changed || ch.PaneDied || ch.Session.PaneDeadStatus == nil || *ch.Session.PaneDeadStatus != 3 {
 		t.Fatalf("want $1 changed with status 3; got %+v", ch)
@@ -55,7 +55,7 @@ func TestNewSegmentAlreadyDead(t *testing.T) {
 	c := startFake(t, f, testConfig())
 	sub := c.Subscribe(10)
 	defer sub.Close()
-	f.sub("$1/000/0/0// ")
+	f.sub("$1/000//0// ")
 	eventually(t, "first value's list", func() bool { full, _ := f.counts(); return full == 2 })
 	f.setLines(fakeLine, strings.Replace(fakeLine2, "\t101\t0\t\t\t", "\t101\t1\t0\t\t", 1))
 	f.notify("%sessions-changed") // the create: $2 read by id while its pane ran
@@ -67,7 +67,7 @@ func TestNewSegmentAlreadyDead(t *testing.T) {
 	e.s.PaneDead, e.s.PaneDeadStatus = false, nil
 	c.sessions["$2"] = &e
 	c.mu.Unlock()
-	f.sub("$1/000/0/0// $2/000/d0./0// ")
+	f.sub("$1/000//0// $2/000/0./0// ")
 	if ch := next(t, sub); ch.Kind != Changed || !ch.PaneDied || ch.Session.PaneDeadStatus == nil {
 		t.Fatalf("want $2 changed, pane died with its status; got %+v", ch)
 	}
@@ -86,16 +86,16 @@ func TestActivityFromSubscription(t *testing.T) {
 	if s, _ := c.ByID("$1"); !s.Activity.IsZero() {
 		t.Fatalf("no output since creation: want zero activity, got %v", s.Activity)
 	}
-	f.sub("$1/000/0/0// ")
+	f.sub("$1/000//0// ")
 	eventually(t, "first value's list", func() bool { full, _ := f.counts(); return full == 2 })
 	full0, ids0 := f.counts()
 	reads0 := f.readCount()
-	f.sub("$1/123/0/0// ")
+	f.sub("$1/123//0// ")
 	ch := next(t, sub)
 	if want := time.Unix(1800000123, 0); ch.Kind != Changed || !ch.Session.Activity.Equal(want) {
 		t.Fatalf("want $1's activity %v, got %+v", want, ch)
 	}
-	f.sub("$1/499/0/0// ")
+	f.sub("$1/499//0// ")
 	if ch := next(t, sub); !ch.Session.Activity.Equal(time.Unix(1800000499, 0)) {
 		t.Fatalf("want activity 1800000499, got %v", ch.Session.Activity)
 	}
