@@ -124,6 +124,9 @@ type Census struct {
 
 	managed, unmanaged int // sessions in the indexes, by kind (Stats)
 
+	poking atomic.Bool    // a reap poke is in flight (panehook.go)
+	bg     sync.WaitGroup // goroutines Run started that outlive one event (pokes)
+
 	relists    atomic.Int64 // full re-lists
 	idLists    atomic.Int64 // id-only lists (relistIDs)
 	confirms   atomic.Int64

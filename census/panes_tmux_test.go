@@ -1,6 +1,7 @@
 package census
 
 import (
+	"context"
 	"strconv"
 	"testing"
 	"time"
@@ -78,5 +79,39 @@ func TestActivityFollowsOutput(t *testing.T) {
 	}
 	if s, _ := r.c.ByID(quiet); !s.Activity.IsZero() {
 		t.Fatalf("a pane without output has activity %v", s.Activity)
+	}
+}
+
+// The pane-died hook alone tells a death: with the census subscription
+// removed and the reconcile an hour away, only the hook's rename of the
+// control window (panehook.go) can bring the read by id.
+func TestPaneDiedHookTells(t *testing.T) {
+	cfg := testConfig()
+	cfg.reconcile = time.Hour
+	r := newRig(t, &cfg)
+	r.tmux("set-option", "-g", "remain-on-exit", "on")
+	id := r.tmux("new-session", "-d", "-P", "-F", "#{session_id}", "-s", "h", "cat")
+	eventually(t, "listed", func() bool { _, ok := r.c.ByID(id); return ok })
+	info, _ := r.c.Info()
+	if _, err := r.cl.CommandIn(context.Background(), info.ServerLife, "refresh-client", "-B", subName); err != nil {
+		t.Fatal(err)
+	}
+	sub := r.c.Subscribe(16)
+	defer sub.Close()
+	r.tmux("send-keys", "-t", id, "C-d") // cat exits: the pane dies, the session stays
+	// tmux may hold the status (and the hook) until another of its children
+	// exits (reapPoke): one such child, as the census's poke would be.
+	eventually(t, "pane dead in tmux", func() bool {
+		return r.tmux("display-message", "-p", "-t", id, "#{pane_dead}") == "1"
+	})
+	r.tmux("run-shell", "-b", "true")
+	for {
+		ch := next(t, sub)
+		if ch.Session.ID == id && ch.Kind == Changed && ch.PaneDied {
+			if ch.Session.PaneDeadStatus == nil || *ch.Session.PaneDeadStatus != 0 {
+				t.Fatalf("want exit status 0 with the death, got %+v", ch.Session)
+			}
+			return
+		}
 	}
 }

@@ -67,6 +67,7 @@ func (c *Census) Run(ctx context.Context) error {
 	defer reconcile.Stop()
 	b := newBurst()
 	defer b.timer.Stop()
+	defer c.bg.Wait()
 	defer func() {
 		if b.inflight {
 			<-b.done
@@ -357,6 +358,7 @@ func (c *Census) handle(ctx context.Context, ev tmuxctl.Event, b *burst) {
 		c.onConnected(ev.Info)
 		c.subSegs, c.subSeen = nil, nil // the new subscription's first line is compared with nothing
 		c.subscribe(ctx, ev.Info.ServerLife)
+		c.setPaneHook(ctx, ev.Info)
 		b.pending, b.hurry, b.failures, b.full = false, false, 0, true
 		b.reads = nil // the full sync reads them all
 		b.timer.Stop()
@@ -374,6 +376,8 @@ func (c *Census) handle(ctx context.Context, ev tmuxctl.Event, b *burst) {
 		case ours:
 			c.subLines.Add(1)
 			c.onSubscription(ctx, b, ev.Note.Text)
+		case name == "window-renamed":
+			c.onWindowRenamed(ctx, b, ev.Note.Text)
 		case relistOn[name]:
 			c.trigger(ctx, b, !endsOnly[name])
 		}

@@ -66,6 +66,7 @@ type subDiff struct {
 	full  bool                // the first value of a connection: a full re-list
 	stale bool                // a session appeared or went that the census does (not) hold: an id-only list
 	reads []string            // held sessions whose pane or tags changed: read by id
+	reap  bool                // a pane is dead without its status yet (reapPoke)
 	acts  map[string]segment  // held sessions whose activity moved
 	segs  map[string]struct{} // the value's segments (raw)
 }
@@ -79,6 +80,9 @@ func (c *Census) onSubscription(ctx context.Context, b *burst, text string) {
 	}
 	if len(d.acts) > 0 {
 		c.applyActivity(d.acts)
+	}
+	if d.reap {
+		c.reapPoke(ctx)
 	}
 	if d.stale {
 		c.trigger(ctx, b, false)
@@ -134,6 +138,9 @@ func (c *Census) subChanged(text string) subDiff {
 			continue
 		}
 		ps := parseSegment(prev)
+		if sg.panes == "." && ps.panes != "." {
+			d.reap = true
+		}
 		if !had || ps.panes != sg.panes || ps.rest != sg.rest {
 			if !segmentMatches(e.s, sg) {
 				d.reads = append(d.reads, sg.id)
