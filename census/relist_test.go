@@ -34,6 +34,7 @@ type fakeTmux struct {
 	// script, while set, answers every command with the next reply block
 	// of a replayed stream (replay_test.go); exited fails them once the
 	// stream's %exit was read.
+	sent    map[string]int // commands received, by name
 	script  chan tmuxctl.Record
 	exited  chan struct{}
 	num     uint64 // tmux's command counter: every reply gets the next number
@@ -58,6 +59,10 @@ func (f *fakeTmux) CommandIn(ctx context.Context, life tmuxctl.ServerLife, args 
 	f.mu.Lock()
 	f.num++
 	num := f.num
+	if f.sent == nil {
+		f.sent = map[string]int{}
+	}
+	f.sent[args[0]]++
 	f.mu.Unlock()
 	if args[0] != "list-sessions" {
 		return tmuxctl.Reply{}, nil

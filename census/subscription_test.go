@@ -32,6 +32,11 @@ func TestPaneDeathReadByID(t *testing.T) {
 	if ch.Kind != Changed || ch.Session.ID != "$1" || !ch.Session.PaneDead || !ch.PaneDied || ch.Session.PaneDeadStatus != nil {
 		t.Fatalf("want $1 changed, pane died, no status yet; got %+v", ch)
 	}
+	eventually(t, "a reap poke for the missing status", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.sent["run-shell"] == 1
+	})
 	f.setLines(strings.Replace(fakeLine, "\t100\t0\t\t\t", "\t100\t1\t3\t\t", 1), fakeLine2)
 	f.sub("$1/000/3./0// $2/000//0// ")
 	ch = next(t, sub)
