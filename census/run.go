@@ -357,8 +357,7 @@ func (c *Census) handle(ctx context.Context, ev tmuxctl.Event, b *burst) {
 	case tmuxctl.Connected:
 		c.onConnected(ev.Info)
 		c.subSegs, c.subSeen = nil, nil // the new subscription's first line is compared with nothing
-		c.subscribe(ctx, ev.Info.ServerLife)
-		c.setPaneHook(ctx, ev.Info)
+		c.subscribe(ctx, ev.Info)
 		b.pending, b.hurry, b.failures, b.full = false, false, 0, true
 		b.reads = nil // the full sync reads them all
 		b.timer.Stop()
@@ -441,13 +440,17 @@ func (c *Census) awaitingDeath() bool {
 	return true
 }
 
-// subscribe installs the census subscription on the current connection.
+// subscribe installs the census subscription and the pane-died hook on the
+// current connection, both at once (one round trip of waiting for Run).
 // Failure is logged, not fatal: the periodic reconcile still runs.
-func (c *Census) subscribe(ctx context.Context, life tmuxctl.ServerLife) {
-	_, err := c.cl.CommandIn(ctx, life, "refresh-client", "-B", subName+"::"+subFormat)
+func (c *Census) subscribe(ctx context.Context, info tmuxctl.ServerInfo) {
+	hooked := make(chan struct{})
+	go func() { defer close(hooked); c.setPaneHook(ctx, info) }()
+	_, err := c.cl.CommandIn(ctx, info.ServerLife, "refresh-client", "-B", subName+"::"+subFormat)
 	if err != nil {
 		c.log.Warn().Err(err).Msg("census subscription failed; relying on the periodic reconcile")
 	}
+	<-hooked
 }
 
 // processGone reports whether pid no longer names a live process. A zombie
