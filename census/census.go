@@ -64,8 +64,9 @@ type Session struct {
 	// About PaneDeadStatus: tmux sets pane_dead one tick before the status,
 	// and tmux 3.3a linked with utempter can miss the SIGCHLD of a pane that
 	// exits while it runs the utempter helper; the status then stays empty
-	// (the pane process a zombie) until another child of the server exits.
-	// A dead pane with a nil status is a normal, possibly lasting, state.
+	// (the pane process a zombie) until another child of the server exits,
+	// which the census brings about (reapPoke). A dead pane with a nil status
+	// is a normal state, for a second or so.
 }
 
 // Identity returns the session's @skc-identity tag ("" when unmanaged).

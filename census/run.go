@@ -239,8 +239,10 @@ func minTime(a, b time.Time) time.Time {
 
 // fastIDList starts an id-only list for a session end inside a burst (say,
 // right after a create), while the burst's own re-list stays debounced.
-// Such lists are spaced by five times their cost, so at most a fifth of
-// tmux's time goes to them however fast ends and creates come.
+// Such lists are spaced by five times their cost, but never more than
+// maxDelay (idListDue), so at most a fifth of tmux's time goes to them however
+// fast ends and creates come — unless one list costs more than maxDelay / 5
+// (50 ms: about 2,500 sessions), where ends are told within maxDelay instead.
 //
 // A new id in it is read at once with the full list (relistIDs), in the same
 // slot and counted in its cost, never left to the burst's debounce:
