@@ -7,7 +7,9 @@
 // fresh read of live tmux. It is fed by one tmuxctl.Client: a full sync at
 // every connect, coalesced re-lists on notifications and on a server-side
 // `refresh-client -B` subscription (the only way to see option changes made by
-// hand and pane deaths under remain-on-exit), and a slow periodic reconcile.
+// hand, pane output, and pane deaths under remain-on-exit — those also at once
+// through a pane-died hook, panehook.go), reads by id of the sessions either
+// shows changed, and a slow periodic reconcile.
 //
 // The census is keyed by server life: a new tmux server is a new census.
 // From a disconnect until the next full sync it is unsynced, and every
