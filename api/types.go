@@ -71,6 +71,9 @@ type Session struct {
 	CreatedAt     time.Time `json:"created_at"`
 	State         string    `json:"state,omitempty"`           // "running" or "stopping" (managed sessions)
 	StopTimeoutMS int64     `json:"stop_timeout_ms,omitempty"` // the generation's grace before SIGKILL
+	// ActivityAt is when the pane last produced output (whole seconds), nil
+	// (JSON null) when it has produced none.
+	ActivityAt *time.Time `json:"activity_at"`
 }
 
 // Create statuses (CONTRACT.md).

@@ -7,7 +7,9 @@
 // fresh read of live tmux. It is fed by one tmuxctl.Client: a full sync at
 // every connect, coalesced re-lists on notifications and on a server-side
 // `refresh-client -B` subscription (the only way to see option changes made by
-// hand and pane deaths under remain-on-exit), and a slow periodic reconcile.
+// hand, pane output, and pane deaths under remain-on-exit — those also at once
+// through a pane-died hook, panehook.go), reads by id of the sessions either
+// shows changed, and a slow periodic reconcile.
 //
 // The census is keyed by server life: a new tmux server is a new census.
 // From a disconnect until the next full sync it is unsynced, and every
@@ -53,11 +55,20 @@ type Session struct {
 
 	Managed bool // the session carries a non-empty @skc-identity
 
+	// Activity is when the session's current window last had output from
+	// its pane (tmux's window_activity, whole seconds), zero when it has
+	// had none since the session was created: tmux starts the value at
+	// the window's creation, so output within the session's first second
+	// is not told apart from none. Kept live by the census subscription
+	// (within about a second), not by a read per session.
+	Activity time.Time
+
 	// About PaneDeadStatus: tmux sets pane_dead one tick before the status,
 	// and tmux 3.3a linked with utempter can miss the SIGCHLD of a pane that
 	// exits while it runs the utempter helper; the status then stays empty
-	// (the pane process a zombie) until another child of the server exits.
-	// A dead pane with a nil status is a normal, possibly lasting, state.
+	// (the pane process a zombie) until another child of the server exits,
+	// which the census brings about (reapPoke). A dead pane with a nil status
+	// is a normal state, for a second or so.
 }
 
 // Identity returns the session's @skc-identity tag ("" when unmanaged).
@@ -86,6 +97,9 @@ type Census struct {
 	cl  tmuxClient
 	log zerolog.Logger
 	cfg config
+	// now is the clock of Run's coalescing; tests move it to play a daemon
+	// that was stopped for a while (SIGSTOP, a debugger, a loaded host).
+	now func() time.Time
 
 	mu        sync.RWMutex
 	info      tmuxctl.ServerInfo
@@ -112,6 +126,9 @@ type Census struct {
 	subSeen map[string]string   // id → its last segment, for ids in that value or in the census (Run only)
 
 	managed, unmanaged int // sessions in the indexes, by kind (Stats)
+
+	poking atomic.Bool    // a reap poke is in flight (panehook.go)
+	bg     sync.WaitGroup // goroutines Run started that outlive one event (pokes)
 
 	relists    atomic.Int64 // full re-lists
 	idLists    atomic.Int64 // id-only lists (relistIDs)
@@ -172,6 +189,7 @@ func newCensus(cl tmuxClient, log *zerolog.Logger, cfg config) *Census {
 		cl:       cl,
 		log:      zerolog.Nop(),
 		cfg:      cfg,
+		now:      time.Now,
 		sessions: map[string]*entry{},
 		byName:   map[string]string{},
 		byIdent:  map[string]map[string]struct{}{},

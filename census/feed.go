@@ -47,6 +47,12 @@ type Change struct {
 	Session Session            // the new state; for Removed the last known state (tags included)
 	Reason  string             // Removed only: ReasonGone, ReasonServerExited or ReasonLifeChanged
 	Life    tmuxctl.ServerLife // the server life the session belonged to
+	// PaneDied marks the Changed in which the session's pane was first
+	// seen dead (remain-on-exit keeps the session): the agent's end.
+	// Session carries PaneDeadStatus and PaneDeadSignal when tmux has them
+	// (the status follows the death by up to a second: a later Changed
+	// brings it, with PaneDied false).
+	PaneDied bool
 }
 
 // Subscription is one consumer of the change feed.

@@ -100,10 +100,12 @@ func (r *rig) waitSynced() {
 	}
 }
 
-// tmux runs the human's tmux client on the rig's socket.
+// tmux runs the human's tmux client on the rig's socket. -u: the client
+// speaks UTF-8 whatever the locale (under LC_ALL=C a client without it
+// sends non-ASCII names as "_" and reads them back escaped).
 func (r *rig) tmux(args ...string) string {
 	r.t.Helper()
-	out, err := tmuxtest.Command(append([]string{"-S", r.sock, "-f", "/dev/null"}, args...)...).CombinedOutput()
+	out, err := tmuxtest.Command(append([]string{"-u", "-S", r.sock, "-f", "/dev/null"}, args...)...).CombinedOutput()
 	if err != nil {
 		r.t.Fatalf("tmux %v: %v: %s", args, err, out)
 	}

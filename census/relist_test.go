@@ -28,7 +28,16 @@ type fakeTmux struct {
 	idLists int             // id-only list-sessions commands received
 	reads   int             // display-message reads by id
 	gone    map[string]bool // ids display-message no longer finds (killed after the list)
-	num     uint64          // tmux's command counter: every reply gets the next number
+	// noControl leaves the control session ($0, fakeControl) out of the
+	// lists, as a server that is exiting can answer.
+	noControl bool
+	// script, while set, answers every command with the next reply block
+	// of a replayed stream (replay_test.go); exited fails them once the
+	// stream's %exit was read.
+	sent    map[string]int // commands received, by name
+	script  chan tmuxctl.Record
+	exited  chan struct{}
+	num     uint64 // tmux's command counter: every reply gets the next number
 	running atomic.Int32
 	maxRun  atomic.Int32 // most list-sessions in flight at once
 }
@@ -38,12 +47,22 @@ func newFake() *fakeTmux { return &fakeTmux{events: make(chan tmuxctl.Event, 100
 func (f *fakeTmux) Events() <-chan tmuxctl.Event { return f.events }
 
 func (f *fakeTmux) CommandIn(ctx context.Context, life tmuxctl.ServerLife, args ...string) (tmuxctl.Reply, error) {
+	f.mu.Lock()
+	script, exited := f.script, f.exited
+	f.mu.Unlock()
+	if script != nil {
+		return replayed(ctx, script, exited, args)
+	}
 	if args[0] == "display-message" {
 		return f.displayByID(args[3]), nil
 	}
 	f.mu.Lock()
 	f.num++
 	num := f.num
+	if f.sent == nil {
+		f.sent = map[string]int{}
+	}
+	f.sent[args[0]]++
 	f.mu.Unlock()
 	if args[0] != "list-sessions" {
 		return tmuxctl.Reply{}, nil
@@ -58,7 +77,10 @@ func (f *fakeTmux) CommandIn(ctx context.Context, life tmuxctl.ServerLife, args 
 	}
 	f.mu.Lock()
 	f.lists++
-	hold, fail, lines := f.hold, f.fail, append([]string(nil), f.lines...)
+	hold, fail, lines := f.hold, f.fail, append([]string{fakeControl}, f.lines...)
+	if f.noControl {
+		lines = lines[1:]
+	}
 	if args[2] == "#{session_id}" {
 		f.idLists++
 		for i, l := range lines {
@@ -92,10 +114,16 @@ func (f *fakeTmux) displayByID(id string) tmuxctl.Reply {
 	for _, l := range f.lines {
 		fs := strings.Split(l, "\t")
 		if fs[0] == id {
-			return tmuxctl.Reply{Lines: []string{strings.Join(append(fs[:8:8], fs[len(fs)-1]), "\t")}, Number: f.num}
+			return tmuxctl.Reply{Lines: []string{strings.Join(append(fs[:baseFields:baseFields], fs[len(fs)-1]), "\t")}, Number: f.num}
 		}
 	}
 	return tmuxctl.Reply{}
+}
+
+func (f *fakeTmux) readCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reads
 }
 
 func (f *fakeTmux) listCount() int {
@@ -128,17 +156,32 @@ func (f *fakeTmux) notify(name string) {
 // startFake runs a census on f with cfg, connected, and waits for the first sync.
 func startFake(t *testing.T, f *fakeTmux, cfg config) *Census {
 	t.Helper()
+	info := tmuxctl.ServerInfo{ServerLife: tmuxctl.ServerLife{PID: os.Getpid(), StartTime: 1}, ControlSessionID: "$0"}
+	return startFakeInfo(t, f, cfg, info, nil)
+}
+
+// startFakeInfo is startFake for a server info of the test's choosing; setup,
+// when not nil, adjusts the census before it runs.
+func startFakeInfo(t *testing.T, f *fakeTmux, cfg config, info tmuxctl.ServerInfo, setup func(*Census)) *Census {
+	t.Helper()
 	c := newCensus(f, nil, cfg)
+	if setup != nil {
+		setup(c)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = c.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	f.events <- tmuxctl.Event{Kind: tmuxctl.Connected, Info: tmuxctl.ServerInfo{ServerLife: tmuxctl.ServerLife{PID: os.Getpid(), StartTime: 1}, ControlSessionID: "$0"}}
+	f.events <- tmuxctl.Event{Kind: tmuxctl.Connected, Info: info}
 	eventually(t, "first sync", c.Synced)
 	return c
 }
 
-const fakeLine = "$1\t1700000000\t0\t%1\t100\t0\t\t\t\t\t\t\t\tone"
+// fakeControl is the list line of the control session, $0, which every
+// list of a live server shows.
+const fakeControl = "$0\t1700000000\t1\t%0\t99\t0\t\t\t1700000000\t1\t\t\t\t\tskc-control"
+
+const fakeLine = "$1\t1700000000\t0\t%1\t100\t0\t\t\t1700000000\t\t\t\t\t\tone"
 
 // A lone notification re-lists at once (leading edge): with a quiet period
 // and a maximum delay of an hour, only the leading edge can run it.
@@ -232,7 +275,7 @@ func TestRetryBackoff(t *testing.T) {
 	eventually(t, "recovered", func() bool { return c.Synced() && c.lastSync.Load() > 0 })
 }
 
-const fakeLine2 = "$2\t1700000000\t0\t%2\t101\t0\t\t\t\t\t\t\t\ttwo"
+const fakeLine2 = "$2\t1700000000\t0\t%2\t101\t0\t\t\t1700000000\t\t\t\t\t\ttwo"
 
 // Session ends cost an id-only list, not a full one; a new id in it is read
 // by id, and any other notification takes the full list.
@@ -267,11 +310,12 @@ func TestEndsUseIDList(t *testing.T) {
 	}
 }
 
-const fakeLine3 = "$3\t1700000000\t0\t%3\t102\t0\t\t\t\t\t\t\t\tthree"
+const fakeLine3 = "$3\t1700000000\t0\t%3\t102\t0\t\t\t1700000000\t\t\t\t\t\tthree"
 
 // A subscription change that only drops or adds sessions costs an id-only
 // list while the census still holds a dropped one or lacks an added one,
-// nothing otherwise; a change of a session's segment costs a full list.
+// nothing otherwise; a change of a held session's segment that the census
+// does not hold yet is read by id, never with a list.
 func TestSubscriptionDropsOnly(t *testing.T) {
 	f := newFake()
 	f.lines = []string{fakeLine, fakeLine2}
@@ -280,36 +324,43 @@ func TestSubscriptionDropsOnly(t *testing.T) {
 	c := startFake(t, f, cfg)
 	sub := c.Subscribe(10)
 	defer sub.Close()
-	settle := func(full, ids int) {
+	reads0 := f.readCount()
+	settle := func(full, ids, reads int) {
 		t.Helper()
-		eventually(t, "lists", func() bool { a, b := f.counts(); return a == full && b == ids })
+		eventually(t, "lists", func() bool {
+			a, b := f.counts()
+			return a == full && b == ids && f.readCount()-reads0 == reads
+		})
 	}
 	full, ids := f.counts()
-	f.sub("$1/0//////%1.100.0..; $2/0//////%2.101.0..; ")
+	f.sub("$1/000//0// $2/000//0// ")
 	full++ // the first value of a connection is compared with nothing
-	settle(full, ids)
+	settle(full, ids, 0)
 
 	f.setLines(fakeLine2)
-	f.sub("$2/0//////%2.101.0..; ") // $1 ended, the census still holds it
+	f.sub("$2/000//0// ") // $1 ended, the census still holds it
 	if ch := next(t, sub); ch.Kind != Removed || ch.Session.ID != "$1" {
 		t.Fatalf("want $1 removed, got %+v", ch)
 	}
 	ids++
-	settle(full, ids)
+	settle(full, ids, 0)
 
 	f.notify("%sessions-changed") // the same end, seen by notification: id list
 	ids++
-	settle(full, ids)
-	f.sub("$2/0//////%2.101.0..; $9/0//////%9.1.0..; ")
+	settle(full, ids, 0)
+	f.sub("$2/000//0// $9/000//0// ")
 	ids++ // a new session's segment, unknown to the census: id list
-	settle(full, ids)
-	f.sub("$9/0//////%9.1.0..; ") // $2 dropped, but it is in the census: id list
+	settle(full, ids, 0)
+	f.sub("$9/000//0// ") // $2 dropped, but it is in the census: id list
 	ids++
-	settle(full, ids)
+	settle(full, ids, 0)
 	f.sub("") // $9 dropped: not in the census, nothing to do
-	f.sub("$2/1//////%2.101.0..; ")
-	full++ // attached changed: full
-	settle(full, ids)
+	f.setLines(strings.Replace(fakeLine2, "\t0\t%2", "\t1\t%2", 1))
+	f.sub("$2/000//1// ") // attached changed: read by id, no list
+	if ch := next(t, sub); ch.Kind != Changed || ch.Session.Attached != 1 {
+		t.Fatalf("want $2 changed to 1 attached, got %+v", ch)
+	}
+	settle(full, ids, 1)
 }
 
 // A notification that needs the full list, arriving while an id-only list
@@ -374,7 +425,7 @@ func TestManyFreshIDsCostFullList(t *testing.T) {
 	full0, ids0 := f.counts()
 	lines := []string{fakeLine}
 	for i := 10; i < 10+maxFreshReads+1; i++ {
-		lines = append(lines, "$"+strconv.Itoa(i)+"\t1700000000\t0\t%"+strconv.Itoa(i)+"\t1\t0\t\t\t\t\t\t\t\tn"+strconv.Itoa(i))
+		lines = append(lines, "$"+strconv.Itoa(i)+"\t1700000000\t0\t%"+strconv.Itoa(i)+"\t1\t0\t\t\t1700000000\t\t\t\t\t\tn"+strconv.Itoa(i))
 	}
 	f.setLines(lines...)
 	f.notify("%sessions-changed")

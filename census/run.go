@@ -15,27 +15,6 @@ import (
 // subName names the census subscription (refresh-client -B, FACTS §6).
 const subName = "skc-census"
 
-// subFormat loops over every session server-side; tmux evaluates it once a
-// second and sends a line only when the value changes. It carries only safe
-// tokens (ids, digits, tag values), because the value is not escaped: a hand-
-// set tag holding a newline would spill onto bare lines, which tmuxctl skips,
-// and the next re-list reads it exactly anyway. The value itself is not parsed:
-// any change means "re-list", which keeps one source of truth.
-//
-// It is kept short on purpose. tmux 3.3a builds the #{S:} value by strlcat, so
-// each evaluation costs the square of its length: with all five tags and every
-// pane's id, pid and exit fields (about 190 bytes per session) it cost tmux
-// 30–40 % of a core at 4,000 idle sessions; this one, about 20 bytes per
-// session, 2.4–4× less (BenchmarkSubscriptionCost, BENCHMARKS.md). What it
-// leaves out has a notification of its own (clients attaching, panes and
-// windows changing) or is a hand edit that the periodic reconcile (30 s, longer
-// at scale: reconcileShare) and every authority decision (Inspect re-reads
-// tmux) catch: @skc-reservation, @skc-state and @skc-control, the identity
-// beyond its last four hex digits, a pane respawned by hand. A pane's death
-// under remain-on-exit, which has no notification, is in it.
-const subFormat = "#{S:#{session_id}/#{session_attached}/#{=-4:@skc-identity}/#{@skc-generation}/" +
-	"#{W:#{P:#{pane_dead}}} }"
-
 // relistOn are the notifications after which the census re-lists (coalesced).
 // Window notifications matter because a session's last window closing ends
 // the session, and a pane or window change moves the session's active pane;
@@ -88,9 +67,13 @@ func (c *Census) Run(ctx context.Context) error {
 	defer reconcile.Stop()
 	b := newBurst()
 	defer b.timer.Stop()
+	defer c.bg.Wait()
 	defer func() {
 		if b.inflight {
 			<-b.done
+		}
+		if b.reading {
+			<-b.readDone
 		}
 	}()
 	probe := time.NewTimer(time.Hour)
@@ -115,7 +98,7 @@ func (c *Census) Run(ctx context.Context) error {
 		case <-c.kick:
 			c.trigger(ctx, b, true)
 		case <-reconcile.C:
-			if c.reconcileDue(time.Now()) {
+			if c.reconcileDue(c.now()) {
 				c.trigger(ctx, b, true)
 			}
 		case <-b.timer.C:
@@ -127,6 +110,8 @@ func (c *Census) Run(ctx context.Context) error {
 			}
 		case err := <-b.done:
 			c.relistDone(ctx, b, err)
+		case err := <-b.readDone:
+			c.readsDone(ctx, b, err)
 		}
 	}
 }
@@ -161,7 +146,8 @@ func (c *Census) reconcileDue(now time.Time) bool {
 type burst struct {
 	timer      *time.Timer
 	pending    bool      // timer armed: a re-list (trailing or retry) will start
-	hurry      bool      // … as soon as the id-list spacing allows (soonIDList): triggers do not push it back
+	hurry      bool      // … as soon as the id-list spacing allows (soonIDList): light triggers do not push it back
+	due        time.Time // when the armed timer fires (while pending)
 	first      time.Time // first trigger the pending/dirty re-list covers
 	last       time.Time // last trigger
 	inflight   bool
@@ -175,18 +161,24 @@ type burst struct {
 	idStart    time.Time     // when the last such list started
 	idCost     time.Duration // how long it took
 	done       chan error
+
+	// Reads by id of sessions whose subscription segment changed (a pane's
+	// death, a tag): one batch in flight at a time (subscription.go).
+	reads    map[string]struct{} // ids waiting for the next batch
+	reading  bool
+	readDone chan error
 }
 
 func newBurst() *burst {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
-	return &burst{timer: t, done: make(chan error, 1)}
+	return &burst{timer: t, done: make(chan error, 1), readDone: make(chan error, 1)}
 }
 
 // trigger notes that the census may be behind tmux; full is false when the
 // trigger can only mean that sessions ended.
 func (c *Census) trigger(ctx context.Context, b *burst, full bool) {
-	now := time.Now()
+	now := c.now()
 	if b.inflight {
 		b.nextFull = b.nextFull || full
 	} else {
@@ -207,22 +199,50 @@ func (c *Census) trigger(ctx context.Context, b *burst, full bool) {
 		}
 	case b.failures > 0:
 		// Backing off: the armed retry covers this trigger; never sooner.
-	case b.pending && b.hurry:
+	case b.pending && b.hurry && !full:
 		// Due as soon as the spacing allows: never later.
+	case b.pending && b.hurry:
+		// A full trigger is not an id list's to wait for: due by its own
+		// debounce if that comes first, and the list it starts is full.
+		c.arm(b, now, minTime(b.due, c.debounce(b, now)))
 	case b.pending:
-		b.timer.Reset(max(0, min(c.cfg.quiet, b.first.Add(c.cfg.maxDelay).Sub(now))))
+		c.arm(b, now, c.debounce(b, now))
 	case idle:
 		c.startRelist(ctx, b) // leading edge
 	default:
 		b.pending, b.first = true, now
-		b.timer.Reset(c.cfg.quiet)
+		c.arm(b, now, c.debounce(b, now))
 	}
+}
+
+// debounce is when a pending re-list is due after a trigger at now: quiet
+// after the last trigger, but no later than maxDelay after the first.
+func (c *Census) debounce(b *burst, now time.Time) time.Time {
+	return minTime(now.Add(c.cfg.quiet), b.first.Add(c.cfg.maxDelay))
+}
+
+// arm sets the burst's timer to fire at at (at once when that has passed).
+func (c *Census) arm(b *burst, now, at time.Time) {
+	if at.Before(now) {
+		at = now
+	}
+	b.due = at
+	b.timer.Reset(at.Sub(now))
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // fastIDList starts an id-only list for a session end inside a burst (say,
 // right after a create), while the burst's own re-list stays debounced.
-// Such lists are spaced by five times their cost, so at most a fifth of
-// tmux's time goes to them however fast ends and creates come.
+// Such lists are spaced by five times their cost, but never more than
+// maxDelay (idListDue), so at most a fifth of tmux's time goes to them however
+// fast ends and creates come — unless one list costs more than maxDelay / 5
+// (50 ms: about 2,500 sessions), where ends are told within maxDelay instead.
 //
 // A new id in it is read at once with the full list (relistIDs), in the same
 // slot and counted in its cost, never left to the burst's debounce:
@@ -239,9 +259,14 @@ func (c *Census) fastIDList(ctx context.Context, b *burst, now time.Time) bool {
 	return true
 }
 
-// idListDue is the earliest time the next mid-burst id-only list may start.
+// idListDue is the earliest time the next mid-burst id-only list may start:
+// five times the last one's cost after it, but never more than maxDelay. The
+// bound matters because the cost is measured on the daemon's clock: a daemon
+// stopped for a while (SIGSTOP, a debugger, a loaded host) with a list in
+// flight measures the stall as the list's cost, and unbounded spacing then
+// held every later end back by five times the stall.
 func (c *Census) idListDue(b *burst) time.Time {
-	return b.idStart.Add(max(2*time.Millisecond, 5*b.idCost))
+	return b.idStart.Add(min(c.cfg.maxDelay, max(2*time.Millisecond, 5*b.idCost)))
 }
 
 // soonIDList answers a trigger that may mean sessions ended or were created:
@@ -259,14 +284,14 @@ func (c *Census) soonIDList(ctx context.Context, b *burst, now time.Time) bool {
 	if b.pending && b.hurry {
 		return true // already due as soon as the spacing allows
 	}
-	wait := max(0, c.idListDue(b).Sub(now))
+	at := c.idListDue(b)
 	if b.pending {
-		wait = min(wait, max(0, min(c.cfg.quiet, b.first.Add(c.cfg.maxDelay).Sub(now))))
+		at = minTime(at, c.debounce(b, now))
 	} else {
 		b.pending, b.first = true, now
 	}
 	b.hurry = true
-	b.timer.Reset(wait)
+	c.arm(b, now, at)
 	return true
 }
 
@@ -291,7 +316,7 @@ func (c *Census) relistDone(ctx context.Context, b *burst, err error) {
 	b.inflight = false
 	b.full, b.nextFull = b.full || b.nextFull, false
 	if b.idFast {
-		b.idFast, b.idCost = false, time.Since(b.idStart)
+		b.idFast, b.idCost = false, c.now().Sub(b.idStart)
 	}
 	if b.urgent {
 		b.urgent, b.dirty, b.failures, b.full, b.lightDirty = false, false, 0, true, false
@@ -306,24 +331,25 @@ func (c *Census) relistDone(ctx context.Context, b *burst, err error) {
 		}
 		c.log.Warn().Err(err).Int("failures", b.failures).Dur("retry_in", d).Msg("census re-list failed; retrying")
 		b.dirty, b.full = false, true
-		b.pending, b.hurry, b.first = true, false, time.Now()
-		b.timer.Reset(d)
+		now := c.now()
+		b.pending, b.hurry, b.first = true, false, now
+		c.arm(b, now, now.Add(d))
 		return
 	}
 	b.failures = 0
-	if b.dirty && b.lightDirty && !b.full && c.fastIDList(ctx, b, time.Now()) {
+	if b.dirty && b.lightDirty && !b.full && c.fastIDList(ctx, b, c.now()) {
 		b.dirty, b.lightDirty = false, false // only ends arrived: this list is the trailing one
 		return
 	}
 	if b.dirty {
 		b.dirty, b.hurry = false, false
 		b.pending = true
-		now := time.Now()
-		b.timer.Reset(max(0, min(b.last.Add(c.cfg.quiet).Sub(now), b.first.Add(c.cfg.maxDelay).Sub(now))))
+		now := c.now()
+		c.arm(b, now, minTime(b.last.Add(c.cfg.quiet), b.first.Add(c.cfg.maxDelay)))
 	}
 	if b.lightDirty { // an end (or a create) arrived during that list: tell it now
 		b.lightDirty = false
-		c.soonIDList(ctx, b, time.Now())
+		c.soonIDList(ctx, b, c.now())
 	}
 }
 
@@ -333,8 +359,9 @@ func (c *Census) handle(ctx context.Context, ev tmuxctl.Event, b *burst) {
 	case tmuxctl.Connected:
 		c.onConnected(ev.Info)
 		c.subSegs, c.subSeen = nil, nil // the new subscription's first line is compared with nothing
-		c.subscribe(ctx, ev.Info.ServerLife)
+		c.subscribe(ctx, ev.Info)
 		b.pending, b.hurry, b.failures, b.full = false, false, 0, true
+		b.reads = nil // the full sync reads them all
 		b.timer.Stop()
 		if b.inflight {
 			b.urgent = true // it belongs to the old epoch
@@ -349,11 +376,9 @@ func (c *Census) handle(ctx context.Context, ev tmuxctl.Event, b *burst) {
 		switch {
 		case ours:
 			c.subLines.Add(1)
-			if stale, only := c.subChanged(ev.Note.Text); !only {
-				c.trigger(ctx, b, true)
-			} else if stale {
-				c.trigger(ctx, b, false)
-			}
+			c.onSubscription(ctx, b, ev.Note.Text)
+		case name == "window-renamed":
+			c.onWindowRenamed(ctx, b, ev.Note.Text)
 		case relistOn[name]:
 			c.trigger(ctx, b, !endsOnly[name])
 		}
@@ -417,71 +442,17 @@ func (c *Census) awaitingDeath() bool {
 	return true
 }
 
-// subChanged records a census subscription line and reports whether its
-// value differs from the previous one only by sessions appearing or
-// disappearing (only), and whether the census must list to catch up
-// (stale: a disappeared session it still holds, or a new one it does not).
-// The value is one segment per session, "$id/attached/tags…/panes… ", each
-// led by the session's unique id: a new segment whose id had one before is a
-// change of that session, anything else a session appearing. Anything that is
-// not "only", the first line of a connection included, needs a full re-list.
-// Run's goroutine only.
-func (c *Census) subChanged(text string) (stale, only bool) {
-	_, val, ok := strings.Cut(text, " : ")
-	segs := map[string]struct{}{}
-	for _, f := range strings.Split(val, " ") {
-		if f != "" {
-			segs[f] = struct{}{}
-		}
-	}
-	old := c.subSegs
-	c.subSegs = segs
-	seen := c.subSeen
-	c.subSeen = make(map[string]string, len(segs))
-	if !ok || old == nil {
-		for f := range segs {
-			id, _, _ := strings.Cut(f, "/")
-			c.subSeen[id] = f
-		}
-		return false, false
-	}
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	only = true
-	for f := range segs {
-		id, _, _ := strings.Cut(f, "/")
-		c.subSeen[id] = f
-		prev, had := seen[id]
-		switch {
-		case had && prev != f:
-			only = false // a session's segment changed
-		case !had:
-			if _, known := c.sessions[id]; !known {
-				stale = true // a new session the census does not hold yet
-			}
-		}
-	}
-	for id, f := range seen {
-		if _, still := c.subSeen[id]; still {
-			continue
-		}
-		if _, known := c.sessions[id]; known {
-			c.subSeen[id] = f // kept, so that it reappearing changed is a change
-			if _, was := old[f]; was {
-				stale = true // gone from tmux just now, still in the census
-			}
-		}
-	}
-	return stale, only
-}
-
-// subscribe installs the census subscription on the current connection.
+// subscribe installs the census subscription and the pane-died hook on the
+// current connection, both at once (one round trip of waiting for Run).
 // Failure is logged, not fatal: the periodic reconcile still runs.
-func (c *Census) subscribe(ctx context.Context, life tmuxctl.ServerLife) {
-	_, err := c.cl.CommandIn(ctx, life, "refresh-client", "-B", subName+"::"+subFormat)
+func (c *Census) subscribe(ctx context.Context, info tmuxctl.ServerInfo) {
+	hooked := make(chan struct{})
+	go func() { defer close(hooked); c.setPaneHook(ctx, info) }()
+	_, err := c.cl.CommandIn(ctx, info.ServerLife, "refresh-client", "-B", subName+"::"+subFormat)
 	if err != nil {
 		c.log.Warn().Err(err).Msg("census subscription failed; relying on the periodic reconcile")
 	}
+	<-hooked
 }
 
 // processGone reports whether pid no longer names a live process. A zombie

@@ -16,11 +16,18 @@ const oldSubFormat = "#{S:#{session_id}/#{session_attached}/" +
 	"#{@skc-control}/#{@skc-identity}/#{@skc-generation}/#{@skc-reservation}/#{@skc-state}/" +
 	"#{W:#{P:#{pane_id}.#{pane_pid}.#{pane_dead}.#{pane_dead_status}.#{pane_dead_signal};}} }"
 
+// prevSubFormat is the subscription of 2026-11-30 06:00–22:00 (id, attached,
+// identity's last four digits, generation, the panes' dead flags): without
+// the dead panes' status and signal or the window's activity.
+const prevSubFormat = "#{S:#{session_id}/#{session_attached}/#{=-4:@skc-identity}/#{@skc-generation}/" +
+	"#{W:#{P:#{pane_dead}}} }"
+
 // BenchmarkSubscriptionCost measures what the census subscription costs the
 // tmux server while nothing changes: tmux re-evaluates it every second. It
-// samples the server's CPU time (utime+stime) over 5 s with the old and the
-// current format, alternately, on the same idle server of SKC_BENCH_SESSIONS
-// sessions (default 4,000; each has one tagged pane).
+// samples the server's CPU time (utime+stime) over 5 s with the old, the
+// previous and the current format, in turn, on the same idle server of
+// SKC_BENCH_SESSIONS sessions (default 4,000; each has one tagged pane, dead
+// under remain-on-exit, which is the current format's longest segment).
 //
 //	go test -run '^$' -bench SubscriptionCost -benchtime 1x -timeout 20m ./census/
 func BenchmarkSubscriptionCost(b *testing.B) {
@@ -42,15 +49,17 @@ func BenchmarkSubscriptionCost(b *testing.B) {
 		time.Sleep(5 * time.Second)
 		return float64(cpuTicks(b, pid)-t0) / 5
 	}
-	var old, cur []float64
+	var old, prev, cur []float64
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		old = append(old, sample(oldSubFormat))
+		prev = append(prev, sample(prevSubFormat))
 		cur = append(cur, sample(subFormat))
 	}
 	b.StopTimer()
 	o, c := medianF(old), medianF(cur)
 	b.ReportMetric(o, "old-ticks/s")
+	b.ReportMetric(medianF(prev), "prev-ticks/s")
 	b.ReportMetric(c, "ticks/s")
 	if c > 0 {
 		b.ReportMetric(o/c, "old/new")

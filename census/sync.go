@@ -47,21 +47,30 @@ var tagNames = [...]string{TagControl, TagIdentity, TagGeneration, TagReservatio
 type tagVals [len(tagNames)]string
 
 const (
-	listFields = 8 + len(tagNames) + 1 // base fields, tags, name (the rest of the line)
+	baseFields = 9                              // id … window_activity
+	listFields = baseFields + len(tagNames) + 1 // base fields, tags, name (the rest of the line)
 	// listFormat puts the name last so that it is "the rest of the line".
 	listFormat = "#{session_id}\t#{session_created}\t#{session_attached}\t" +
-		"#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{pane_dead_status}\t#{pane_dead_signal}\t" +
+		"#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{pane_dead_status}\t#{pane_dead_signal}\t#{window_activity}\t" +
 		"#{@skc-control}\t#{@skc-identity}\t#{@skc-generation}\t#{@skc-reservation}\t#{@skc-state}\t" +
 		"#{session_name}"
 	// baseFormat is listFormat without tags, for sessions whose list line did
 	// not parse (a hand-set tag holding a tab or newline).
 	baseFormat = "#{session_id}\t#{session_created}\t#{session_attached}\t" +
-		"#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{pane_dead_status}\t#{pane_dead_signal}\t" +
+		"#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{pane_dead_status}\t#{pane_dead_signal}\t#{window_activity}\t" +
 		"#{session_name}"
 )
 
 // errStale means a sync's result belongs to an epoch that has ended.
 var errStale = errors.New("census: sync overtaken by a connect or disconnect")
+
+// errNoControl means a list did not show the census's own control session.
+// A live server always lists it (the control client is attached to it), so
+// such a list is no picture of a live server: when the server is killed,
+// tmux can answer a list already sent with an empty body just before %exit,
+// and reading that as "every session gone" would end sessions as
+// tmux_session_missing instead of server_exited. It is treated as no answer.
+var errNoControl = errors.New("census: list without the control session (server exiting?): not applied")
 
 // row is one parsed list line.
 type row struct {
@@ -130,6 +139,9 @@ func (c *Census) relistIDs(ctx context.Context) error {
 	}
 	c.idLists.Add(1)
 	rep, err := c.cl.CommandIn(ctx, life, "list-sessions", "-F", "#{session_id}")
+	if err == nil && !c.showsControl(rep.Lines) {
+		err = errNoControl
+	}
 	if err != nil {
 		c.syncMu.Unlock()
 		return err
@@ -248,6 +260,9 @@ func (c *Census) readList(ctx context.Context, life tmuxctl.ServerLife, parseAll
 	var g globals
 	g.shadow = len(parseOptions(replies[1].Lines)) > 0 || len(parseOptions(replies[2].Lines)) > 0
 	g.gsess = tagsOf(parseOptions(replies[3].Lines))
+	if !c.showsControl(replies[0].Lines) {
+		return nil, globals{}, 0, errNoControl
+	}
 	rows := make([]row, 0, len(replies[0].Lines))
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -268,6 +283,24 @@ func (c *Census) readList(ctx context.Context, life tmuxctl.ServerLife, parseAll
 	}
 	distrustDuplicates(rows)
 	return rows, g, replies[0].Number, nil
+}
+
+// showsControl reports whether list lines (each led by a session id and a
+// tab, or an id alone) include the control session of the current
+// connection (true when it is not known, as in unit tests).
+func (c *Census) showsControl(lines []string) bool {
+	c.mu.RLock()
+	ctl := c.info.ControlSessionID
+	c.mu.RUnlock()
+	if ctl == "" {
+		return true
+	}
+	for _, l := range lines {
+		if id, _, _ := strings.Cut(l, "\t"); id == ctl {
+			return true
+		}
+	}
+	return false
 }
 
 // distrustDuplicates marks every row of an id listed twice as broken, so
@@ -315,12 +348,12 @@ func parseRow(line string) (row, bool) {
 	r := row{line: line, s: Session{ID: f[0]}}
 	// A name never holds a raw tab (tmux escapes it), so a tab in the last
 	// field means a tag value held one and the fields are misaligned.
-	if len(f) != listFields || strings.IndexByte(f[listFields-1], '\t') >= 0 || !parseBase(&r.s, f[:8]) {
+	if len(f) != listFields || strings.IndexByte(f[listFields-1], '\t') >= 0 || !parseBase(&r.s, f[:baseFields]) {
 		r.broken = true
 		return r, true
 	}
 	for i := range tagNames {
-		v := f[8+i]
+		v := f[baseFields+i]
 		r.list[i] = v
 		if v != "" && !safeToken(v) {
 			r.badTags = true
@@ -330,14 +363,16 @@ func parseRow(line string) (row, bool) {
 	return r, true
 }
 
-// parseBase fills the non-tag fields from f (id … pane_dead_signal).
+// parseBase fills the non-tag fields from f (id … window_activity).
 func parseBase(s *Session, f []string) bool {
 	created, err1 := strconv.ParseInt(f[1], 10, 64)
 	attached, err2 := strconv.Atoi(f[2])
 	pid, err3 := strconv.Atoi(f[4])
-	if err1 != nil || err2 != nil || err3 != nil || (f[5] != "0" && f[5] != "1") {
+	act, err4 := strconv.ParseInt(f[8], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || (f[5] != "0" && f[5] != "1") {
 		return false
 	}
+	s.Activity = activityAt(act, created)
 	s.Created = time.Unix(created, 0).UTC()
 	s.Attached = attached
 	s.PaneID = f[3]
@@ -375,8 +410,15 @@ func (c *Census) resolve(ctx context.Context, life tmuxctl.ServerLife, rows []ro
 	}
 	kept := out[:0]
 	ids := make(map[string]struct{}, len(out))
-	for _, e := range out {
-		if e == nil { // the session went away between the list and the exact read
+	for i, e := range out {
+		if e == nil && rows[i].prev != nil {
+			// Gone between the list and the exact read, or the server is
+			// exiting and answers reads of live sessions as missing: only
+			// a list that shows the control session removes a session, and
+			// its end sent a notification that brings the next one.
+			e = rows[i].prev
+		}
+		if e == nil { // a new session gone already: never held, nothing to tell
 			continue
 		}
 		if _, dup := ids[e.s.ID]; !dup { // duplicates were re-read by id: equal
@@ -469,11 +511,11 @@ func (c *Census) exactEntry(ctx context.Context, life tmuxctl.ServerLife, r row)
 	if err != nil || len(reps[0].Lines) != 1 {
 		return nil, goneOr(err)
 	}
-	f := strings.SplitN(reps[0].Lines[0], "\t", 9)
-	if len(f) != 9 || f[0] != s.ID || !parseBase(&s, f[:8]) {
+	f := strings.SplitN(reps[0].Lines[0], "\t", baseFields+1)
+	if len(f) != baseFields+1 || f[0] != s.ID || !parseBase(&s, f[:baseFields]) {
 		return nil, nil // CANFAIL: an empty expansion means the target is gone
 	}
-	s.Name = f[8]
+	s.Name = f[baseFields]
 	return c.exactFrom(s, r, reps[1]), nil
 }
 
@@ -548,6 +590,9 @@ func (c *Census) applyAt(epoch uint64, life tmuxctl.ServerLife, entries []*entry
 			e.control = true // tmuxctl's own session, even if its tag was removed by hand
 		}
 		old := c.sessions[e.s.ID]
+		if old != nil && old != e && old.s.Activity.After(e.s.Activity) {
+			e.s.Activity = old.s.Activity // set from the subscription after this list was read
+		}
 		c.sessions[e.s.ID] = e
 		switch {
 		case old == nil:
@@ -595,7 +640,7 @@ func (c *Census) changeLocked(old, e *entry, life tmuxctl.ServerLife) {
 	case e.control:
 		c.emitLocked(Change{Kind: Removed, Session: old.s, Reason: ReasonGone, Life: life})
 	default:
-		c.emitLocked(Change{Kind: Changed, Session: e.s, Life: life})
+		c.emitLocked(Change{Kind: Changed, Session: e.s, Life: life, PaneDied: e.s.PaneDead && !old.s.PaneDead})
 	}
 }
 
@@ -612,7 +657,8 @@ func sortEntries(es []*entry) []*entry {
 func sameSession(a, b Session) bool {
 	if a.ID != b.ID || a.Name != b.Name || !a.Created.Equal(b.Created) || a.Attached != b.Attached ||
 		a.PaneID != b.PaneID || a.PanePID != b.PanePID || a.PaneDead != b.PaneDead ||
-		a.PaneDeadSignal != b.PaneDeadSignal || a.Managed != b.Managed || len(a.Tags) != len(b.Tags) {
+		a.PaneDeadSignal != b.PaneDeadSignal || a.Managed != b.Managed || len(a.Tags) != len(b.Tags) ||
+		!a.Activity.Equal(b.Activity) {
 		return false
 	}
 	if (a.PaneDeadStatus == nil) != (b.PaneDeadStatus == nil) ||

@@ -341,8 +341,8 @@ func TestBrokenTagValues(t *testing.T) {
 	defer sub.Close()
 	// The first value makes the continuation line a well-formed row for $99
 	// whose name is the real session's (the rest of the real line).
-	forged := "x\n$99\t1\t0\t%9\t1\t0\t\t\t\t\t\t\t"
-	dup := "x\n" + id + "\t1\t0\t%9\t1\t0\t\t\t\t\t\t\t" // the same, claiming the real id
+	forged := "x\n$99\t1\t0\t%9\t1\t0\t\t\t1\t\t\t\t\t"
+	dup := "x\n" + id + "\t1\t0\t%9\t1\t0\t\t\t1\t\t\t\t\t" // the same, claiming the real id
 	for _, v := range []string{forged, forged + "\tname", dup, "a\tb"} {
 		r.tmux("set-option", "-t", id, TagState, v)
 		if err := r.c.Refresh(context.Background()); err != nil {

@@ -18,6 +18,7 @@ var sessionKeys = map[string]string{
 	"session_id": "string", "state_file": "string", "generation": "number",
 	"authoritative": "bool", "label": "string", "pane_pid": "number",
 	"pane_dead": "bool", "attached": "number", "created_at": "string",
+	"activity_at": "string|null",
 }
 
 func jsonType(v any) string {
@@ -52,7 +53,8 @@ func checkKeys(t testing.TB, what string, obj any, want map[string]string) {
 			t.Errorf("%s: field %q missing (have %v)", what, k, keysOf(m))
 			continue
 		}
-		if got := jsonType(v); got != typ && !(typ == "object|null" && (got == "object" || got == "null")) {
+		if got := jsonType(v); got != typ && !(typ == "object|null" && (got == "object" || got == "null")) &&
+			!(typ == "string|null" && (got == "string" || got == "null")) {
 			t.Errorf("%s: field %q is %s (%v), want %s", what, k, got, v, typ)
 		}
 	}

@@ -32,6 +32,9 @@ type View struct {
 	// are proven gone. "" for sessions that are not ours.
 	State         string `json:"state,omitempty"`
 	StopTimeoutMS int64  `json:"stop_timeout_ms,omitempty"` // the generation's grace before SIGKILL
+	// ActivityAt is when the pane last produced output (the census's
+	// Activity, whole seconds), nil when it has produced none.
+	ActivityAt *time.Time `json:"activity_at"`
 }
 
 // Session states (View.State).
@@ -46,6 +49,25 @@ func stateOf(p fence.Published, paneDead bool) string {
 		return StateStopping
 	}
 	return StateRunning
+}
+
+// activityAt is a session's ActivityAt.
+func activityAt(s *census.Session) *time.Time {
+	if s.Activity.IsZero() {
+		return nil
+	}
+	t := s.Activity.UTC()
+	return &t
+}
+
+// sameView compares views by value (ActivityAt by the time it points to).
+func sameView(a, b *View) bool {
+	x, y := *a, *b
+	x.ActivityAt, y.ActivityAt = nil, nil
+	if x != y || (a.ActivityAt == nil) != (b.ActivityAt == nil) {
+		return false
+	}
+	return a.ActivityAt == nil || a.ActivityAt.Equal(*b.ActivityAt)
 }
 
 // ListResult is `ls --json`.
@@ -222,7 +244,8 @@ func publishedView(s *census.Session, p fence.Published) View {
 		StateDir: p.Identity.StateDir, SessionID: p.Identity.SessionID,
 		StateFile: p.StateFile, Label: p.Label, Generation: p.Generation, Authoritative: !p.Ended,
 		PanePID: s.PanePID, PaneDead: s.PaneDead, Attached: s.Attached, CreatedAt: s.Created.UTC(),
-		State: stateOf(p, s.PaneDead), StopTimeoutMS: p.StopTimeoutMS}
+		State: stateOf(p, s.PaneDead), StopTimeoutMS: p.StopTimeoutMS,
+		ActivityAt: activityAt(s)}
 }
 
 // stoppingView is the View of a stopping generation whose session is gone.
@@ -300,7 +323,7 @@ func (m *Manager) verdictsOf(ctx context.Context, id fence.Identity) ([]verdict.
 // authoritative when the session carries exactly the published generation's tags.
 func (m *Manager) viewOf(s *census.Session, pub *fence.Published) View {
 	v := View{Name: s.Name, ID: s.ID, Managed: s.Managed, PanePID: s.PanePID,
-		PaneDead: s.PaneDead, Attached: s.Attached, CreatedAt: s.Created.UTC()}
+		PaneDead: s.PaneDead, Attached: s.Attached, CreatedAt: s.Created.UTC(), ActivityAt: activityAt(s)}
 	if pub == nil || !s.Managed {
 		return v
 	}

@@ -130,7 +130,7 @@ type encodedView struct {
 // encoded returns v's JSON, from the cache when v is unchanged.
 func (vc *viewCache) encoded(v *View) ([]byte, error) {
 	e := vc.byID[v.ID]
-	if e != nil && e.v == *v {
+	if e != nil && sameView(&e.v, v) {
 		e.seen = vc.gen
 		return e.json, nil
 	}

@@ -29,7 +29,8 @@ func printList(w io.Writer, res api.ListResponse) {
 		fmt.Fprintln(w, "census: not synced yet (the list may be incomplete)")
 	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tID\tGEN\tPANE\tATTACHED\tIDENTITY\tLABEL")
+	fmt.Fprintln(tw, "NAME\tID\tGEN\tPANE\tATTACHED\tACTIVITY\tIDENTITY\tLABEL")
+	now := time.Now()
 	for _, s := range res.Sessions {
 		ident := "-"
 		if s.Managed {
@@ -42,11 +43,39 @@ func printList(w io.Writer, res api.ListResponse) {
 		if s.PaneDead {
 			pane += " (dead)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\n", printable(s.Name), s.ID, s.Generation, pane,
-			s.Attached, ident, printable(s.Label))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n", printable(s.Name), s.ID, s.Generation, pane,
+			s.Attached, idleText(now, s.ActivityAt), ident, printable(s.Label))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "%d session(s) on tmux %s, server pid %d\n", len(res.Sessions), c.TmuxVersion, c.ServerPID)
+}
+
+// idleText says how long ago a pane last wrote: "active" within the last few
+// seconds, "idle 3m" after that, "-" when it never has.
+func idleText(now time.Time, at *time.Time) string {
+	if at == nil {
+		return "-"
+	}
+	d := now.Sub(*at)
+	switch {
+	case d < 5*time.Second:
+		return "active"
+	case d < time.Minute:
+		return "idle " + strconv.Itoa(int(d/time.Second)) + "s"
+	case d < time.Hour:
+		return "idle " + strconv.Itoa(int(d/time.Minute)) + "m"
+	case d < 48*time.Hour:
+		return "idle " + strconv.Itoa(int(d/time.Hour)) + "h"
+	}
+	return "idle " + strconv.Itoa(int(d/(24*time.Hour))) + "d"
+}
+
+// stampText is an optional time in RFC 3339, "-" when absent.
+func stampText(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.Format(time.RFC3339)
 }
 
 func printShow(w io.Writer, res api.ShowResponse) {
@@ -72,6 +101,7 @@ func printSession(w io.Writer, s *api.Session) {
 		{"authoritative", strconv.FormatBool(s.Authoritative)}, {"label", printable(s.Label)},
 		{"pane_pid", strconv.Itoa(s.PanePID)}, {"pane_dead", strconv.FormatBool(s.PaneDead)},
 		{"attached", strconv.Itoa(s.Attached)}, {"created_at", s.CreatedAt.Format(time.RFC3339)},
+		{"activity_at", stampText(s.ActivityAt)},
 	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	for _, r := range rows {

@@ -1,0 +1,117 @@
+package census
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// Pane deaths under remain-on-exit follow tmux within about a subscription
+// tick, with their exit status and signal, for sessions created one fork at
+// a time by a separate client (each one dying at once, often within the
+// tick of its creation): the case BenchmarkBurst100/forks found stuck at
+// pane_dead false for 27–47 s. Waits have the generous limit, never a
+// duration bound; the old behaviour missed them until the 30 s reconcile,
+// and 40 of them made at least one miss all but certain.
+func TestPaneDeathsFollowTmux(t *testing.T) {
+	cfg := testConfig()
+	cfg.reconcile = time.Hour // only the subscription path may tell
+	r := newRig(t, &cfg)
+	r.tmux("set-option", "-g", "remain-on-exit", "on")
+	want := map[string]string{} // name → "status/signal"
+	for i := 0; i < 40; i++ {
+		name := "d" + strconv.Itoa(i)
+		switch i % 4 {
+		case 0, 1:
+			r.tmux("new-session", "-d", "-s", name, "true")
+			want[name] = "0/"
+		case 2:
+			r.tmux("new-session", "-d", "-s", name, "exit 3")
+			want[name] = "3/"
+		default:
+			r.tmux("new-session", "-d", "-s", name, "kill -9 $$")
+			want[name] = "/9"
+		}
+	}
+	eventually(t, "every pane dead with its status", func() bool {
+		n := 0
+		for _, s := range r.c.Snapshot().Sessions {
+			st := ""
+			if s.PaneDeadStatus != nil {
+				st = strconv.Itoa(*s.PaneDeadStatus)
+			}
+			if w, ok := want[s.Name]; ok && s.PaneDead && st+"/"+s.PaneDeadSignal == w {
+				n++
+			}
+		}
+		return n == len(want)
+	})
+}
+
+// Activity follows the pane's output (tmux's window_activity), and stays
+// zero for a pane that has written nothing since its session was created.
+func TestActivityFollowsOutput(t *testing.T) {
+	r := newRig(t, nil)
+	quiet := r.tmux("new-session", "-d", "-P", "-F", "#{session_id}", "-s", "quiet", "cat")
+	busy := r.tmux("new-session", "-d", "-P", "-F", "#{session_id}", "-s", "busy", "cat")
+	eventually(t, "both listed", func() bool {
+		_, a := r.c.ByID(quiet)
+		_, b := r.c.ByID(busy)
+		return a && b
+	})
+	for round := 0; round < 2; round++ {
+		// Output in a later second than the last: the activity must move.
+		before, _ := r.c.ByID(busy)
+		eventually(t, "a new second", func() bool {
+			return time.Now().Unix() > max(before.Activity.Unix(), before.Created.Unix())
+		})
+		r.tmux("send-keys", "-t", busy, "-l", "hello"+strconv.Itoa(round))
+		var tmuxAct int64
+		eventually(t, "tmux's activity moved", func() bool {
+			tmuxAct, _ = strconv.ParseInt(r.tmux("display-message", "-p", "-t", busy, "#{window_activity}"), 10, 64)
+			return tmuxAct > max(before.Activity.Unix(), before.Created.Unix())
+		})
+		eventually(t, "census activity equals tmux's", func() bool {
+			s, _ := r.c.ByID(busy)
+			return s.Activity.Unix() >= tmuxAct
+		})
+	}
+	if s, _ := r.c.ByID(quiet); !s.Activity.IsZero() {
+		t.Fatalf("a pane without output has activity %v", s.Activity)
+	}
+}
+
+// The pane-died hook alone tells a death: with the census subscription
+// removed and the reconcile an hour away, only the hook's rename of the
+// control window (panehook.go) can bring the read by id.
+func TestPaneDiedHookTells(t *testing.T) {
+	cfg := testConfig()
+	cfg.reconcile = time.Hour
+	r := newRig(t, &cfg)
+	r.tmux("set-option", "-g", "remain-on-exit", "on")
+	id := r.tmux("new-session", "-d", "-P", "-F", "#{session_id}", "-s", "h", "cat")
+	eventually(t, "listed", func() bool { _, ok := r.c.ByID(id); return ok })
+	info, _ := r.c.Info()
+	if _, err := r.cl.CommandIn(context.Background(), info.ServerLife, "refresh-client", "-B", subName); err != nil {
+		t.Fatal(err)
+	}
+	sub := r.c.Subscribe(16)
+	defer sub.Close()
+	r.tmux("send-keys", "-t", id, "C-d") // cat exits: the pane dies, the session stays
+	// tmux may hold the status (and the hook) until another of its children
+	// exits (reapPoke): one such child, as the census's poke would be.
+	eventually(t, "pane dead in tmux", func() bool {
+		return r.tmux("display-message", "-p", "-t", id, "#{pane_dead}") == "1"
+	})
+	r.tmux("run-shell", "-b", "true")
+	for {
+		ch := next(t, sub)
+		if ch.Session.ID == id && ch.Kind == Changed && ch.PaneDied {
+			if ch.Session.PaneDeadStatus == nil || *ch.Session.PaneDeadStatus != 0 {
+				t.Fatalf("want exit status 0 with the death, got %+v", ch.Session)
+			}
+			return
+		}
+	}
+}

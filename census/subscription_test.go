@@ -1,0 +1,128 @@
+package census
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
+)
+
+// A pane's death under remain-on-exit (no notification in tmux 3.3a) is
+// read by id when the subscription shows it — no list — and told as a
+// Changed with PaneDied; the exit status, which tmux fills in a tick later,
+// follows as another Changed.
+func TestPaneDeathReadByID(t *testing.T) {
+	f := newFake()
+	f.lines = []string{fakeLine, fakeLine2}
+	cfg := testConfig()
+	c := startFake(t, f, cfg)
+	sub := c.Subscribe(10)
+	defer sub.Close()
+	f.sub("$1/000//0// $2/000//0// ")
+	eventually(t, "first value's list", func() bool { full, _ := f.counts(); return full == 2 })
+	full0, ids0 := f.counts()
+	reads0 := f.readCount()
+
+	dead := strings.Replace(fakeLine, "\t100\t0\t\t\t", "\t100\t1\t\t\t", 1)
+	f.setLines(dead, fakeLine2)
+	f.sub("$1/000/./0// $2/000//0// ")
+	ch := next(t, sub)
+	if ch.Kind != Changed || ch.Session.ID != "$1" || !ch.Session.PaneDead || !ch.PaneDied || ch.Session.PaneDeadStatus != nil {
+		t.Fatalf("want $1 changed, pane died, no status yet; got %+v", ch)
+	}
+	eventually(t, "a reap poke for the missing status", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.sent["run-shell"] == 1
+	})
+	f.setLines(strings.Replace(fakeLine, "\t100\t0\t\t\t", "\t100\t1\t3\t\t", 1), fakeLine2)
+	f.sub("$1/000/3./0// $2/000//0// ")
+	ch = next(t, sub)
+	if ch.Kind != Changed || ch.PaneDied || ch.Session.PaneDeadStatus == nil || *ch.Session.PaneDeadStatus != 3 {
+		t.Fatalf("want $1 changed with status 3; got %+v", ch)
+	}
+	if full, ids := f.counts(); full != full0 || ids != ids0 || f.readCount()-reads0 != 2 {
+		t.Fatalf("two pane changes cost %d full lists, %d id lists, %d reads; want 0, 0, 2",
+			full-full0, ids-ids0, f.readCount()-reads0)
+	}
+}
+
+// A session the census holds alive (read at its creation) whose first
+// segment already shows its pane dead — it was created and died within one
+// subscription tick — is read by id: comparing segments only with the
+// previous value saw nothing to do, and the census kept pane_dead false until
+// the periodic reconcile (BenchmarkBurst100/forks, 27–47 s).
+func TestNewSegmentAlreadyDead(t *testing.T) {
+	f := newFake()
+	f.lines = []string{fakeLine}
+	c := startFake(t, f, testConfig())
+	sub := c.Subscribe(10)
+	defer sub.Close()
+	f.sub("$1/000//0// ")
+	eventually(t, "first value's list", func() bool { full, _ := f.counts(); return full == 2 })
+	f.setLines(fakeLine, strings.Replace(fakeLine2, "\t101\t0\t\t\t", "\t101\t1\t0\t\t", 1))
+	f.notify("%sessions-changed") // the create: $2 read by id while its pane ran
+	if ch := next(t, sub); ch.Kind != Added || ch.Session.ID != "$2" {
+		t.Fatalf("want $2 added, got %+v", ch)
+	}
+	c.mu.Lock() // as read a moment before the pane exited
+	e := *c.sessions["$2"]
+	e.s.PaneDead, e.s.PaneDeadStatus = false, nil
+	c.sessions["$2"] = &e
+	c.mu.Unlock()
+	f.sub("$1/000//0// $2/000/0./0// ")
+	if ch := next(t, sub); ch.Kind != Changed || !ch.PaneDied || ch.Session.PaneDeadStatus == nil {
+		t.Fatalf("want $2 changed, pane died with its status; got %+v", ch)
+	}
+}
+
+// Pane output moves a session's Activity from the subscription value
+// itself: no list, no read by id.
+func TestActivityFromSubscription(t *testing.T) {
+	f := newFake()
+	f.lines = []string{fakeLine}
+	now := time.Unix(1800000500, 0)
+	info := tmuxctl.ServerInfo{ServerLife: tmuxctl.ServerLife{PID: os.Getpid(), StartTime: 1}, ControlSessionID: "$0"}
+	c := startFakeInfo(t, f, testConfig(), info, func(c *Census) { c.now = func() time.Time { return now } })
+	sub := c.Subscribe(10)
+	defer sub.Close()
+	if s, _ := c.ByID("$1"); !s.Activity.IsZero() {
+		t.Fatalf("no output since creation: want zero activity, got %v", s.Activity)
+	}
+	f.sub("$1/000//0// ")
+	eventually(t, "first value's list", func() bool { full, _ := f.counts(); return full == 2 })
+	full0, ids0 := f.counts()
+	reads0 := f.readCount()
+	f.sub("$1/123//0// ")
+	ch := next(t, sub)
+	if want := time.Unix(1800000123, 0); ch.Kind != Changed || !ch.Session.Activity.Equal(want) {
+		t.Fatalf("want $1's activity %v, got %+v", want, ch)
+	}
+	f.sub("$1/499//0// ")
+	if ch := next(t, sub); !ch.Session.Activity.Equal(time.Unix(1800000499, 0)) {
+		t.Fatalf("want activity 1800000499, got %v", ch.Session.Activity)
+	}
+	if full, ids := f.counts(); full != full0 || ids != ids0 || f.readCount() != reads0 {
+		t.Fatalf("activity cost %d full lists, %d id lists, %d reads; want none", full-full0, ids-ids0, f.readCount()-reads0)
+	}
+}
+
+func TestActivityFrom(t *testing.T) {
+	now := time.Unix(1800000005, 0)
+	for _, tc := range []struct {
+		digits string
+		want   int64
+	}{
+		{"005", 1800000005}, {"006", 1800000006}, {"004", 1800000004}, {"999", 1799999999}, {"007", 1799999007},
+	} {
+		got, ok := activityFrom(tc.digits, now)
+		if !ok || got.Unix() != tc.want {
+			t.Errorf("%s at %d: got %d %v, want %d", tc.digits, now.Unix(), got.Unix(), ok, tc.want)
+		}
+	}
+	if _, ok := activityFrom("x", now); ok {
+		t.Error("non-digits accepted")
+	}
+}
