@@ -55,12 +55,12 @@ type Options struct {
 // Store is an open fence database. It is safe for concurrent use; writes are
 // funnelled through one connection.
 type Store struct {
-	path  string
-	files [3]string // path and its -wal and -shm files (writable.go)
-	w     *sql.DB   // writer: one connection, BEGIN IMMEDIATE
-	wr    writer    // that connection, held, with its prepared statements (writer.go)
-	r     *sql.DB   // readers (WAL: never blocked by the writer)
-	opt   Options
+	path string
+	shm  string  // path's -shm file, checked before SQLite maps it (writable.go)
+	w    *sql.DB // writer: one connection, BEGIN IMMEDIATE
+	wr   writer  // that connection, held, with its prepared statements (writer.go)
+	r    *sql.DB // readers (WAL: never blocked by the writer)
+	opt  Options
 
 	selfMu  sync.Mutex
 	selfPID int
@@ -121,7 +121,7 @@ func Open(path string, opt Options) (*Store, error) {
 		return nil, err
 	}
 	enableOFD()
-	s := &Store{path: path, files: fenceFiles(path), opt: opt, wr: newWriter()}
+	s := &Store{path: path, shm: path + "-shm", opt: opt, wr: newWriter()}
 	if err := s.writable("open"); err != nil {
 		return nil, err
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
-// Why every read and write first asks whether the fence's files can be written.
+// Why every read and write first asks whether the fence's -shm file can be written.
 //
 // In WAL mode SQLite keeps the wal-index in the -shm file, mapped shared into
 // every connection, and writes it on reads too: a read transaction that finds
@@ -31,39 +31,36 @@ import (
 // not help: libc v1.81.2 implements the atomics the same way.
 //
 // So the fence answers fence_unavailable before SQLite touches the mapping:
-// access(2) with W_OK fails EPERM on an immutable file and EROFS on a
-// read-only filesystem. It costs three path lookups (a few µs) per operation,
-// and it gives the operator the actual cause instead of "disk I/O error". A
-// file frozen between this check and SQLite's access still faults: in a normal
-// build the SEH emulation answers SQLITE_IOERR_IN_PAGE (fence_unavailable too,
-// TestReadOnlyFenceFault); only a -race build can die in that window.
+// access(2) with W_OK on the -shm file fails EPERM when it is immutable and
+// EROFS on a read-only filesystem. The -shm file is the only one mapped (the
+// database file is read and written with pread/pwrite, mmap_size being 0), so
+// it is the one whose state decides whether SQLite can fault; a frozen database
+// or -wal file alone makes SQLite fail cleanly (SQLITE_READONLY, SQLITE_IOERR).
+// One path lookup per operation (BenchmarkWritable) buys that, and the operator
+// gets the actual cause instead of "disk I/O error". A file frozen between this
+// check and SQLite's access still faults: in a normal build the SEH emulation
+// answers SQLITE_IOERR_IN_PAGE (fence_unavailable too, TestReadOnlyFenceFault);
+// only a -race build can die in that window.
 //
 // Other access errors pass: EACCES (a mode change) does not stop SQLite, which
-// writes through descriptors it already has, nor does a -wal or -shm file
-// that is missing (SQLite creates it).
+// writes through the descriptor it already has, nor does a missing -shm file
+// (SQLite creates it).
 
 // testSkipWritable turns the check off (tests only): TestReadOnlyFenceFault
 // lets SQLite meet the frozen mapping itself.
 var testSkipWritable bool
 
-// writable refuses op with fence_unavailable when one of the fence's files is
+// writable refuses op with fence_unavailable when the fence's -shm file is
 // immutable or on a read-only filesystem. Called before every operation that
 // reaches SQLite.
 func (s *Store) writable(op string) error {
 	if testSkipWritable {
 		return nil
 	}
-	for _, p := range s.files {
-		err := unix.Access(p, unix.W_OK)
-		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EROFS) {
-			return verdict.Errorf(verdict.CodeFenceUnavailable, map[string]any{"path": p, "op": op},
-				"fence %s: %s cannot be written (immutable, or on a read-only filesystem): %w", op, p, err)
-		}
+	err := unix.Access(s.shm, unix.W_OK)
+	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EROFS) {
+		return verdict.Errorf(verdict.CodeFenceUnavailable, map[string]any{"path": s.shm, "op": op},
+			"fence %s: %s cannot be written (immutable, or on a read-only filesystem): %w", op, s.shm, err)
 	}
 	return nil
-}
-
-// fenceFiles are the database file and the WAL files SQLite writes beside it.
-func fenceFiles(path string) [3]string {
-	return [3]string{path, path + "-wal", path + "-shm"}
 }
