@@ -69,3 +69,20 @@ func benchTransitions(b *testing.B, writers int) {
 	}
 	b.ReportMetric(float64(errs), "contended")
 }
+
+// BenchmarkWritable measures the check every fence operation makes before it
+// reaches SQLite (writable.go): one access(2) call.
+//
+//	go test -run '^$' -bench Writable ./fence/
+func BenchmarkWritable(b *testing.B) {
+	s, err := Open(filepath.Join(b.TempDir(), "fence.sqlite"), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	for b.Loop() {
+		if err := s.writable("bench"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

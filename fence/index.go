@@ -15,6 +15,9 @@ func (s *Store) PublishedByTmux(ctx context.Context, serverPID int, serverStart 
 	if tmuxID == "" || serverPID <= 0 {
 		return Published{}, false, nil
 	}
+	if err := s.writable("published"); err != nil {
+		return Published{}, false, err
+	}
 	p, err := scanPublished(s.r.QueryRowContext(ctx, `SELECT `+pubCols+` FROM identities
 		WHERE server_pid = ? AND server_start = ? AND tmux_id = ? AND ended = 0
 		ORDER BY published_at DESC LIMIT 1`, serverPID, serverStart, tmuxID))
@@ -37,6 +40,9 @@ func (s *Store) VerdictsFor(ctx context.Context, id Identity, limit int) ([]verd
 	}
 	if limit <= 0 {
 		limit = -1 // SQLite: no limit
+	}
+	if err := s.writable("verdicts"); err != nil {
+		return nil, err
 	}
 	rows, err := s.r.QueryContext(ctx, `SELECT sequence, record FROM (
 			SELECT sequence, record FROM verdicts WHERE state_dir = ? AND session_id = ?

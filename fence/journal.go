@@ -56,6 +56,9 @@ func (s *Store) VerdictsSince(ctx context.Context, after int64, limit int) ([]ve
 	if limit <= 0 {
 		limit = -1 // SQLite: no limit
 	}
+	if err := s.writable("verdicts"); err != nil {
+		return nil, err
+	}
 	rows, err := s.r.QueryContext(ctx, `SELECT sequence, record FROM verdicts WHERE sequence > ?
 		ORDER BY sequence LIMIT ?`, after, limit)
 	if err != nil {
@@ -93,6 +96,9 @@ func (s *Store) PublishedFor(ctx context.Context, id Identity) (Published, bool,
 	if err != nil {
 		return Published{}, false, err
 	}
+	if err := s.writable("published"); err != nil {
+		return Published{}, false, err
+	}
 	p, ok, err := publishedFor(ctx, s.r, id)
 	if err != nil {
 		return Published{}, false, s.dbErr("published", err)
@@ -106,6 +112,9 @@ func (s *Store) PublishedFor(ctx context.Context, id Identity) (Published, bool,
 // and not ended.
 func (s *Store) PublishedByReservation(ctx context.Context, resID string) (Published, bool, error) {
 	if err := checkReservationID(resID); err != nil {
+		return Published{}, false, err
+	}
+	if err := s.writable("published"); err != nil {
 		return Published{}, false, err
 	}
 	p, err := scanPublished(s.r.QueryRowContext(ctx,
@@ -122,6 +131,9 @@ func (s *Store) Reservation(ctx context.Context, resID string) (Reservation, boo
 	if err := checkReservationID(resID); err != nil {
 		return Reservation{}, false, err
 	}
+	if err := s.writable("reservation"); err != nil {
+		return Reservation{}, false, err
+	}
 	r, ok, err := rowByID(ctx, s.r, resID)
 	if err != nil {
 		return Reservation{}, false, s.dbErr("reservation", err)
@@ -135,6 +147,9 @@ func (s *Store) ReservationFor(ctx context.Context, id Identity) (Reservation, b
 	if err != nil {
 		return Reservation{}, false, err
 	}
+	if err := s.writable("reservation"); err != nil {
+		return Reservation{}, false, err
+	}
 	r, ok, err := rowFor(ctx, s.r, id)
 	if err != nil {
 		return Reservation{}, false, s.dbErr("reservation", err)
@@ -144,6 +159,9 @@ func (s *Store) ReservationFor(ctx context.Context, id Identity) (Reservation, b
 
 // Reservations lists every reservation row, oldest claim first.
 func (s *Store) Reservations(ctx context.Context) ([]Reservation, error) {
+	if err := s.writable("reservations"); err != nil {
+		return nil, err
+	}
 	rows, err := s.r.QueryContext(ctx, `SELECT `+resCols+` FROM reservations ORDER BY claimed_at, reservation_id`)
 	if err != nil {
 		return nil, s.dbErr("reservations", err)
@@ -165,6 +183,9 @@ func (s *Store) Reservations(ctx context.Context) ([]Reservation, error) {
 
 // Identities lists every published identity, ended ones included.
 func (s *Store) Identities(ctx context.Context) ([]Published, error) {
+	if err := s.writable("identities"); err != nil {
+		return nil, err
+	}
 	rows, err := s.r.QueryContext(ctx, `SELECT `+pubCols+` FROM identities ORDER BY state_dir, session_id`)
 	if err != nil {
 		return nil, s.dbErr("identities", err)
@@ -186,6 +207,9 @@ func (s *Store) Identities(ctx context.Context) ([]Published, error) {
 
 // Check runs PRAGMA integrity_check and returns its first message ("ok" when sound).
 func (s *Store) Check(ctx context.Context) (string, error) {
+	if err := s.writable("integrity_check"); err != nil {
+		return "", err
+	}
 	var msg string
 	if err := s.r.QueryRowContext(ctx, `PRAGMA integrity_check`).Scan(&msg); err != nil {
 		return "", s.dbErr("integrity_check", err)

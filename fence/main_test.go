@@ -49,6 +49,8 @@ func runHelper(mode string) int {
 		return helperInTx()
 	case "liveness":
 		return helperLiveness()
+	case "readonly":
+		return helperReadOnly()
 	}
 	fmt.Fprintf(os.Stderr, "unknown helper mode %q\n", mode)
 	return 2

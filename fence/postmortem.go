@@ -65,6 +65,9 @@ func (s *Store) HelperSpec(ctx context.Context, resID string) (HelperSpec, bool,
 	if err := checkReservationID(resID); err != nil {
 		return HelperSpec{}, false, err
 	}
+	if err := s.writable("spec"); err != nil {
+		return HelperSpec{}, false, err
+	}
 	var h HelperSpec
 	var specJSON string
 	err := s.r.QueryRowContext(ctx, `SELECT state_dir, session_id, generation, spec_json FROM specs
@@ -175,6 +178,9 @@ func postmortemKey(ctx context.Context, q queryer, resID string) (Identity, uint
 func (s *Store) Postmortem(ctx context.Context, id Identity, gen uint64) (Postmortem, bool, error) {
 	id, err := CanonicalIdentity(id)
 	if err != nil {
+		return Postmortem{}, false, err
+	}
+	if err := s.writable("postmortem"); err != nil {
 		return Postmortem{}, false, err
 	}
 	var pm Postmortem

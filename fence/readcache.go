@@ -83,6 +83,10 @@ func (s *Store) CachedIdentityReads(ctx context.Context, id Identity, limit int)
 		return IdentityReads{}, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "identity"},
 			"fence: identity reads need a stored identity")
 	}
+	// Before the cache: a refusal here says nothing about what it holds.
+	if err := s.writable("read_cache"); err != nil {
+		return IdentityReads{}, err
+	}
 	c := s.readCache()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -113,6 +117,17 @@ func (s *Store) readCache() *readCache {
 
 // closeReadCache releases s's read cache and its connection (Store.Close).
 func closeReadCache(s *Store) { dropReadCache(weak.Make(s)) }
+
+// resetReadCache empties s's read cache and closes its connection, keeping the
+// cache itself: a reader that already holds it finds it empty and starts over.
+func resetReadCache(s *Store) {
+	if c, ok := readCaches.Load(weak.Make(s)); ok {
+		rc := c.(*readCache)
+		rc.mu.Lock()
+		rc.reset()
+		rc.mu.Unlock()
+	}
+}
 
 func dropReadCache(k weak.Pointer[Store]) {
 	if c, ok := readCaches.LoadAndDelete(k); ok {

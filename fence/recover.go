@@ -97,6 +97,9 @@ func (s *Store) RecoverAbandoned(ctx context.Context, ab Reservation, insp Inspe
 	if err != nil {
 		return RecoverResult{}, err
 	}
+	if err := s.writable("recover"); err != nil {
+		return RecoverResult{}, err
+	}
 	row, ok, err := rowFor(ctx, s.r, id)
 	if err != nil {
 		return RecoverResult{}, s.dbErr("recover", err)

@@ -56,6 +56,7 @@ type Options struct {
 // funnelled through one connection.
 type Store struct {
 	path string
+	shm  string  // path's -shm file, checked before SQLite maps it (writable.go)
 	w    *sql.DB // writer: one connection, BEGIN IMMEDIATE
 	wr   writer  // that connection, held, with its prepared statements (writer.go)
 	r    *sql.DB // readers (WAL: never blocked by the writer)
@@ -120,7 +121,10 @@ func Open(path string, opt Options) (*Store, error) {
 		return nil, err
 	}
 	enableOFD()
-	s := &Store{path: path, opt: opt, wr: newWriter()}
+	s := &Store{path: path, shm: path + "-shm", opt: opt, wr: newWriter()}
+	if err := s.writable("open"); err != nil {
+		return nil, err
+	}
 	var err error
 	if s.w, err = sql.Open("sqlite", dsn(path, opt, true)); err != nil {
 		return nil, unavailable(path, "open", err)
@@ -132,6 +136,7 @@ func Open(path string, opt Options) (*Store, error) {
 		return nil, unavailable(path, "open", err)
 	}
 	s.r.SetMaxOpenConns(4)
+	s.r.SetMaxIdleConns(readerIdle)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := retryBusy(ctx, func() error { return s.w.PingContext(ctx) }); err != nil {
@@ -176,6 +181,10 @@ func enableOFD() {
 
 // OFD reports whether OFD locking is in effect for this process's database files.
 func (s *Store) OFD() bool { return sqlite.OFDLockingEnabled() }
+
+// readerIdle is how many idle reader connections the pool keeps (database/sql's
+// default, made explicit because dropReaders sets it back).
+const readerIdle = 2
 
 // dsn builds the connection string: every option is in the DSN so each new
 // pool connection is configured the same way.
@@ -354,21 +363,15 @@ type queryer interface {
 // BEGIN, COMMIT and ROLLBACK are issued by hand so a failed COMMIT is always
 // rolled back before the connection goes back to the pool.
 func (s *Store) write(ctx context.Context, op string, fn func(q queryer) error) error {
-	conn, err := s.wr.acquire(ctx, s.w)
-	if err != nil {
+	if err := s.writable(op); err != nil {
+		return err
+	}
+	if err := s.wr.lock(ctx); err != nil {
 		return s.dbErr(op, err)
 	}
 	defer s.wr.release()
-	if err := s.beginImmediate(ctx, conn); err != nil {
-		if !isBusy(err) {
-			// A caller's context cancelled while BEGIN ran can leave the
-			// transaction open although BEGIN reported the cancellation; on
-			// the one writer connection every later write would then fail
-			// "cannot start a transaction within a transaction". Discard the
-			// connection (closing it rolls back whatever it holds). Busy is
-			// the common failure and opens nothing: keep the connection.
-			s.wr.discard()
-		}
+	conn, err := s.begin(ctx)
+	if err != nil {
 		return s.dbErr(op, err)
 	}
 	err = fn(stmtQueryer{&s.wr})
@@ -387,6 +390,9 @@ func (s *Store) write(ctx context.Context, op string, fn func(q queryer) error) 
 		defer cancel()
 		if _, rerr := conn.ExecContext(rctx, "ROLLBACK"); rerr != nil {
 			s.wr.discard() // its transaction state is unknown
+		} else if isReadOnly(err) {
+			s.wr.discard() // as in begin: fresh connections for the next write
+			s.dropReaders()
 		}
 		return s.dbErr(op, err)
 	}
@@ -426,6 +432,12 @@ func isBusy(err error) bool {
 	return false
 }
 
+// isReadOnly reports whether err is SQLITE_READONLY (any extended code).
+func isReadOnly(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqliteReadOnly
+}
+
 // isCorrupt reports whether err says the file is not a database or is damaged.
 func isCorrupt(err error) bool {
 	var se *sqlite.Error
@@ -455,8 +467,9 @@ func retryBusy(ctx context.Context, f func() error) error {
 
 // SQLite primary result codes (sqlite3.h).
 const (
-	sqliteBusy    = 5
-	sqliteLocked  = 6
-	sqliteCorrupt = 11
-	sqliteNotADB  = 26
+	sqliteBusy     = 5
+	sqliteLocked   = 6
+	sqliteReadOnly = 8
+	sqliteCorrupt  = 11
+	sqliteNotADB   = 26
 )

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"time"
 )
 
@@ -21,24 +22,58 @@ type writer struct {
 
 func newWriter() writer { return writer{sem: make(chan struct{}, 1)} }
 
-// acquire waits for the writer and returns its connection, opening one from db
-// when none is held (first use, or after a discard).
-func (w *writer) acquire(ctx context.Context, db *sql.DB) (*sql.Conn, error) {
+// lock waits for the writer: the caller has it until release.
+func (w *writer) lock(ctx context.Context) error {
 	select {
 	case w.sem <- struct{}{}:
+		return nil
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
+}
+
+// connect returns the held connection, opening one from db when none is held
+// (first use, or after a discard). Called with the writer locked.
+func (w *writer) connect(ctx context.Context, db *sql.DB) (*sql.Conn, error) {
 	if w.conn != nil {
 		return w.conn, nil
 	}
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		<-w.sem
+		return nil, err
+	}
+	if err := openedWritable(conn); err != nil {
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		_ = conn.Close()
 		return nil, err
 	}
 	w.conn, w.stmts = conn, map[string]*sql.Stmt{}
 	return conn, nil
+}
+
+// errOpenedReadOnly is why a new writer connection is refused (fence_unavailable).
+var errOpenedReadOnly = errors.New("the database file could only be opened read-only")
+
+// openedWritable refuses a connection that SQLite opened read-only: when the
+// database file cannot be opened for writing, SQLite falls back to read-only
+// and the connection stays so, refusing every write (BEGIN IMMEDIATE even
+// succeeds on it) long after the file is writable again. Held as the writer,
+// it would make the fence read-only until the process restarts.
+func openedWritable(conn *sql.Conn) error {
+	ro := false
+	err := conn.Raw(func(dc any) error {
+		c, ok := dc.(interface{ IsReadOnly(string) (bool, error) })
+		if !ok {
+			return nil
+		}
+		var err error
+		ro, err = c.IsReadOnly("main")
+		return err
+	})
+	if err == nil && ro {
+		err = errOpenedReadOnly
+	}
+	return err
 }
 
 // release lets the next transaction have the writer.
@@ -114,6 +149,46 @@ func (q stmtQueryer) QueryRowContext(ctx context.Context, query string, args ...
 		return q.w.conn.QueryRowContext(ctx, query, args...)
 	}
 	return st.QueryRowContext(ctx, args...)
+}
+
+// begin opens the write transaction on the writer's connection; the writer is
+// locked. A connection that answers SQLITE_READONLY was opened, or attached to
+// the process's shared -shm mapping, while the fence's files could not be
+// written (SQLite then opens them read-only, and keeps it so): it would refuse
+// every write for good, the files long writable again. So it is dropped, with
+// the readers' idle connections that may hold the read-only mapping, and BEGIN
+// is tried once more on fresh ones. Nothing ran yet, so the retry is safe.
+func (s *Store) begin(ctx context.Context) (*sql.Conn, error) {
+	for retried := false; ; retried = true {
+		conn, err := s.wr.connect(ctx, s.w)
+		if err != nil {
+			return nil, err
+		}
+		if err = s.beginImmediate(ctx, conn); err == nil {
+			return conn, nil
+		}
+		if !isBusy(err) {
+			// A caller's context cancelled while BEGIN ran can leave the
+			// transaction open although BEGIN reported the cancellation; on
+			// the one writer connection every later write would then fail
+			// "cannot start a transaction within a transaction". Discard the
+			// connection (closing it rolls back whatever it holds). Busy is
+			// the common failure and opens nothing: keep the connection.
+			s.wr.discard()
+		}
+		if retried || !isReadOnly(err) {
+			return nil, err
+		}
+		s.dropReaders()
+	}
+}
+
+// dropReaders closes the readers' idle connections and the read cache's, so
+// that the next ones open the files afresh (see begin).
+func (s *Store) dropReaders() {
+	resetReadCache(s)
+	s.r.SetMaxIdleConns(0)
+	s.r.SetMaxIdleConns(readerIdle)
 }
 
 // beginImmediate opens the write transaction, waiting for another process's

@@ -68,7 +68,11 @@ func RunHelper(args []string) int {
 	defer signal.Stop(wake)
 	a.wake = wake
 	path := filepath.Join(a.home, "fence.sqlite")
-	st, err := fence.Open(path, fence.Options{})
+	var st *fence.Store
+	err = retryFence(context.Background(), func() (err error) {
+		st, err = fence.Open(path, fence.Options{})
+		return err
+	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "skc-supervisor helper:", err)
 		return helperNoFence
@@ -123,7 +127,12 @@ func runHelper(ctx context.Context, st *fence.Store, a helperArgs, reopen func()
 func startHelper(ctx context.Context, st *fence.Store, a helperArgs) (code int, row fence.Reservation, pid int, inc string, ok bool) {
 	// The spec outlives the row's release (fence.HelperSpec), so this works
 	// whether the helper starts before or after its generation is published.
-	h, found, err := st.HelperSpec(ctx, a.resID)
+	var h fence.HelperSpec
+	var found bool
+	err := retryFence(ctx, func() (err error) {
+		h, found, err = st.HelperSpec(ctx, a.resID)
+		return err
+	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "skc-supervisor helper:", err)
 		return helperNoFence, row, 0, "", false
@@ -169,9 +178,17 @@ func enterCgroup(dir string) string {
 // recordStart records the helper's start, retrying while the fence is contended
 // (racing creates keep it busy): giving up would fail a create that is fine.
 func recordStart(ctx context.Context, st *fence.Store, resID string, pid int, inc, cgroup string) error {
+	return retryFence(ctx, func() error { return st.RecordHelperStart(ctx, resID, pid, inc, cgroup) })
+}
+
+// retryFence runs f until it succeeds or fails otherwise than with a busy or
+// unavailable fence, for up to helperReadyWait: racing creates keep the fence
+// busy, and a helper that starts while its files cannot be written (a disk
+// gone read-only for a moment) waits for them rather than failing its create.
+func retryFence(ctx context.Context, f func() error) error {
 	deadline := time.Now().Add(helperReadyWait)
 	for {
-		err := st.RecordHelperStart(ctx, resID, pid, inc, cgroup)
+		err := f()
 		if verdict.CodeOf(err) != verdict.CodeIdentityFenceContended && verdict.CodeOf(err) != verdict.CodeFenceUnavailable {
 			return err
 		}
