@@ -20,6 +20,7 @@ type endCause struct {
 	restart    bool   // found at start: a postmortem means process_postmortem
 	waitForPM  bool   // give the helper a moment to record its postmortem
 	actionKill bool   // a kill request, not end detection
+	tail       string // skc.output.tail, captured while the pane still existed (OutputTail)
 }
 
 // Run consumes the census change feed until ctx is done and writes one ended
@@ -97,7 +98,8 @@ func (m *Manager) onPaneDead(ctx context.Context, ch census.Change) {
 // of a session whose pane is dead, then removes the session, which can never run
 // the agent again.
 func (m *Manager) endDeadPane(ctx context.Context, pub fence.Published, life tmuxctl.ServerLife, restart bool) error {
-	cause := endCause{reason: verdict.ReasonAgentExited, waitForPM: true, restart: restart}
+	cause := endCause{reason: verdict.ReasonAgentExited, waitForPM: true, restart: restart,
+		tail: m.OutputTail(ctx, life, pub.TmuxID)}
 	if _, err := m.endPublished(ctx, pub, cause); err != nil {
 		return err
 	}
@@ -205,10 +207,11 @@ func (m *Manager) postmortem(ctx context.Context, pub fence.Published, wait bool
 func endedRecord(pub fence.Published, cause endCause, pm fence.Postmortem, havePM bool) verdict.Record {
 	rec := verdict.Record{
 		Action: verdict.ActionEnd, Outcome: verdict.OutcomeSuccess, Reason: cause.reason,
-		Verdict:  verdict.VerdictEnded,
-		Identity: identityRef(pub.Identity),
-		Session:  &verdict.SessionRef{Name: pub.SessionName, ID: pub.TmuxID, Generation: pub.Generation},
-		Evidence: map[string]any{"reservation_id": pub.ReservationID},
+		Verdict:    verdict.VerdictEnded,
+		Identity:   identityRef(pub.Identity),
+		Session:    &verdict.SessionRef{Name: pub.SessionName, ID: pub.TmuxID, Generation: pub.Generation},
+		Evidence:   map[string]any{"reservation_id": pub.ReservationID},
+		OutputTail: cause.tail,
 	}
 	if cause.actionKill {
 		rec.Action = verdict.ActionKill

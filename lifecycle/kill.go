@@ -34,11 +34,12 @@ func (m *Manager) Kill(ctx context.Context, ref Ref) (KillResult, error) {
 	defer m.unmarkKilling(sess.ID)
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
 	defer cancel()
+	tail := m.OutputTail(kctx, life, sess.ID) // the last the agent showed, before it goes
 	if err := m.killConfirm(kctx, life, sess.ID); err != nil {
 		return KillResult{}, verdict.Errorf(verdict.CodeTmuxUnavailable, nil, "kill %s: %w", sess.ID, err)
 	}
 	m.waitCensusGone(kctx, sess.ID)
-	cause := endCause{reason: verdict.ReasonKilledByRequest, cleanup: true, actionKill: true}
+	cause := endCause{reason: verdict.ReasonKilledByRequest, cleanup: true, actionKill: true, tail: tail}
 	rec, err := m.endPublished(kctx, pub, cause)
 	if err != nil {
 		return KillResult{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "mark ended: %w", err)

@@ -106,6 +106,8 @@ type Manager struct {
 	creates  sync.WaitGroup
 	slots    chan struct{} // admission: one token per create in flight (maxInflightCreates)
 
+	talk talkState // inputs, output followers (talk*.go)
+
 	syncWaits   atomic.Int64  // creates that found the census unsynced and waited for it
 	cmdTimeout  time.Duration // tmuxCommandTimeout; shorter in tests
 	compTimeout time.Duration // compensateTimeout; shorter in tests

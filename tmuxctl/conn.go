@@ -153,7 +153,7 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 		ctx, cancel = context.WithTimeout(ctx, cfg.CommandTimeout)
 		defer cancel()
 	}
-	p, err := startProc(&cfg)
+	p, err := startProc(&cfg, controlArgs(&cfg))
 	if err != nil {
 		return nil, err
 	}

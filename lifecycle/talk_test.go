@@ -1,0 +1,462 @@
+package lifecycle
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// echoSession starts an echo agent (talk_agent_test.go) and waits until its
+// terminal is raw; it returns the session's Ref and the file of bytes it read.
+func (e *env) echoSession(t *testing.T, name string, extra ...string) (Ref, string) {
+	t.Helper()
+	file := filepath.Join(e.home, name+".in")
+	_, res := e.create(t, name, append([]string{"agent", "echo", file}, extra...)...)
+	waitFor(t, "echo agent ready", func() bool {
+		_, err := os.Stat(file + ".ready")
+		return err == nil
+	})
+	return Ref{Name: res.Session.Name}, file
+}
+
+// readFile waits until file holds want bytes and returns them.
+func readFile(t *testing.T, file string, n int) []byte {
+	t.Helper()
+	var b []byte
+	waitFor(t, "agent input", func() bool {
+		b, _ = os.ReadFile(file)
+		return len(b) >= n
+	})
+	return b
+}
+
+func codeOf(err error) string { return verdict.CodeOf(err) }
+
+// collect reads sub until its data contains want.
+func collect(t *testing.T, sub *OutputSub, want []byte) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var got []byte
+	for !bytes.Contains(got, want) {
+		items, ok := sub.Next(ctx)
+		if !ok {
+			t.Fatalf("output stream ended before %q; got %q", want, got)
+		}
+		for _, it := range items {
+			got = append(got, it.Data...)
+		}
+	}
+	return got
+}
+
+// TestTalkHostileRoundTrip: text that looks like tmux formats, key names and
+// shell, control characters and non-ASCII arrive at the agent byte for byte, and
+// come back on the screen and in the output stream.
+func TestTalkHostileRoundTrip(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	ref, file := e.echoSession(t, "hostile")
+	ctx := context.Background()
+	sub, err := e.m.FollowOutput(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	text := `#{pane_pid} #(id) C-c $(id) ; \ "q' ~x -l é日本🎉` + "\x01\x03\x1b[A\x7f\t"
+	if err := e.m.Input(ctx, ref, Input{Text: text, Enter: true}); err != nil {
+		t.Fatal(err)
+	}
+	want := text + "\r"
+	if got := readFile(t, file, len(want)); string(got) != want {
+		t.Fatalf("agent read %q, want %q", got, want)
+	}
+	printable := `#{pane_pid} #(id) C-c $(id) ; \ "q' ~x -l é日本🎉`
+	collect(t, sub, []byte(printable+"^A^C^[[A^?^I"))
+	waitFor(t, "screen shows the text", func() bool {
+		s, err := e.m.Screen(ctx, ref, 0, false)
+		return err == nil && strings.Contains(strings.Join(s.Lines, "\n"), printable)
+	})
+	// A multi-line text is pasted: unbracketed here (the agent did not ask).
+	before := len(want)
+	if err := e.m.Input(ctx, ref, Input{Text: "one\ntwo\n"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, file, before+8); string(got[before:]) != "one\ntwo\n" {
+		t.Fatalf("paste read %q", got[before:])
+	}
+	// Keys are key names.
+	if err := e.m.Input(ctx, ref, Input{Keys: []string{"C-c", "Up", "a", "M-x"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, file, before+8+1+3+1+2); string(got[before+8:]) != "\x03\x1b[Aa\x1bx" {
+		t.Fatalf("keys read %q", got[before+8:])
+	}
+}
+
+func TestTalkBracketedPaste(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	ref, file := e.echoSession(t, "paste", "bp")
+	if err := e.m.Input(context.Background(), ref, Input{Text: "a\nb"}); err != nil {
+		t.Fatal(err)
+	}
+	want := "\x1b[200~a\nb\x1b[201~"
+	if got := readFile(t, file, len(want)); string(got) != want {
+		t.Fatalf("agent read %q, want %q", got, want)
+	}
+}
+
+// TestTalkBadInput: refusals name their field and send nothing.
+func TestTalkBadInput(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	ref, file := e.echoSession(t, "bad")
+	ctx := context.Background()
+	cases := []struct {
+		in    Input
+		field string
+	}{
+		{Input{Text: "a\x00b"}, "text"},
+		{Input{Text: "a\xffb"}, "text"},
+		{Input{Text: strings.Repeat("x", MaxInputText+1)}, "text"},
+		{Input{Keys: []string{"Enter", "NoSuchKey"}}, "keys"},
+		{Input{Keys: []string{"C-C-c"}}, "keys"},
+		{Input{Keys: []string{"#{pane_pid}"}}, "keys"},
+		{Input{Text: "x", Keys: []string{"Enter"}}, "keys"},
+		{Input{}, "text"},
+	}
+	for _, c := range cases {
+		err := e.m.Input(ctx, ref, c.in)
+		var ve *verdict.Error
+		if !errors.As(err, &ve) || ve.Code != verdict.CodeInvalidRequest || ve.Details["field"] != c.field {
+			t.Errorf("%+.40v: got %v, want invalid_request on %s", c.in, err, c.field)
+		}
+	}
+	if _, err := e.m.Screen(ctx, ref, MaxScreenLines+1, false); codeOf(err) != verdict.CodeInvalidRequest {
+		t.Errorf("lines too large: %v", err)
+	}
+	if err := e.m.Input(ctx, Ref{Name: "no-such-session"}, Input{Text: "x"}); codeOf(err) != verdict.CodeNotFound {
+		t.Errorf("unknown session: %v", err)
+	}
+	if b, _ := os.ReadFile(file); len(b) != 0 {
+		t.Fatalf("the agent read %q from refused inputs", b)
+	}
+}
+
+// TestTalkConcurrentSenders: 8 senders each send a distinct 1 KiB block (a
+// control byte in the middle makes each block several tmux commands); every
+// block arrives whole.
+func TestTalkConcurrentSenders(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	ref, file := e.echoSession(t, "senders")
+	blocks := make([]string, 8)
+	for i := range blocks {
+		c := string(rune('a' + i))
+		blocks[i] = strings.Repeat(c, 511) + "\x01" + strings.Repeat(c, 512)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(blocks))
+	for _, b := range blocks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- e.m.Input(context.Background(), ref, Input{Text: b})
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := string(readFile(t, file, 8*1024))
+	if len(got) != 8*1024 {
+		t.Fatalf("read %d bytes", len(got))
+	}
+	seen := map[string]bool{}
+	for i := 0; i < len(got); i += 1024 {
+		chunk := got[i : i+1024]
+		found := false
+		for _, b := range blocks {
+			if chunk == b && !seen[b] {
+				seen[b], found = true, true
+			}
+		}
+		if !found {
+			t.Fatalf("block at %d is not one whole block: %.80q", i, chunk)
+		}
+	}
+}
+
+// TestTalkSlowFollower: a follower that never reads while the agent writes 100
+// MB: the agent finishes, the daemon's heap stays bounded, and the follower is
+// told what it lost.
+func TestTalkSlowFollower(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 100 MB through tmux")
+	}
+	e := startEnv(t, "", "", false)
+	done := filepath.Join(e.home, "flood.done")
+	start := filepath.Join(e.home, "flood.go")
+	_, res := e.create(t, "flood", "agent", "flood", "100000000", done, start)
+	ref := Ref{Name: res.Session.Name}
+	slow, err := e.m.FollowOutput(context.Background(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	_ = os.WriteFile(start, nil, 0o600)
+	var peak uint64
+	var ms runtime.MemStats
+	waitFor100MB(t, done, func() {
+		runtime.ReadMemStats(&ms)
+		peak = max(peak, ms.HeapInuse)
+	})
+	// Bound: the follower's buffer (1 MiB) plus tmuxctl's read buffers and the
+	// rest of the daemon; far below the 100 MB written.
+	if peak > 48<<20 {
+		t.Errorf("heap in use peaked at %d MiB while the agent wrote 100 MB", peak>>20)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var data, dropped int64
+	for data+dropped < 100000000 {
+		items, ok := slow.Next(ctx)
+		if !ok {
+			break
+		}
+		for _, it := range items {
+			data += int64(len(it.Data))
+			dropped += it.Dropped
+		}
+	}
+	if dropped == 0 || data > FollowBuffer+64<<10 {
+		t.Fatalf("follower got %d bytes and was told of %d dropped", data, dropped)
+	}
+	t.Logf("peak heap %d MiB; follower got %d bytes, told of %d dropped", peak>>20, data, dropped)
+}
+
+// waitFor100MB waits (up to 10 minutes: 100 MB through tmux on a loaded
+// machine) for done to exist, sampling as it goes.
+func waitFor100MB(t *testing.T, done string, sample func()) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		sample()
+		if _, err := os.Stat(done); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the agent did not finish writing")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestTalkWaitText: wait --text returns once the agent shows the text, not on
+// other output.
+func TestTalkWaitText(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	ref, _ := e.echoSession(t, "waittext")
+	ctx := context.Background()
+	got := make(chan error, 1)
+	go func() {
+		_, err := e.m.Wait(ctx, ref, WaitRequest{Text: "MARK-42"})
+		got <- err
+	}()
+	if err := e.m.Input(ctx, ref, Input{Text: "other text", Enter: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "screen shows the other text", func() bool {
+		s, err := e.m.Screen(ctx, ref, 0, false)
+		return err == nil && strings.Contains(strings.Join(s.Lines, "\n"), "other text")
+	})
+	select {
+	case err := <-got:
+		t.Fatalf("wait returned (%v) before the text was shown", err)
+	default:
+	}
+	if err := e.m.Input(ctx, ref, Input{Text: "MARK-42"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("wait --text did not return")
+	}
+	// Already shown: returns at once from the screen.
+	if res, err := e.m.Wait(ctx, ref, WaitRequest{Text: "MARK-42", Timeout: time.Minute}); err != nil || res.Status != "text" {
+		t.Fatalf("second wait: %v %v", res, err)
+	}
+}
+
+// TestTalkWaitIdle: wait --idle returns only after the agent stops writing.
+func TestTalkWaitIdle(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	stop := filepath.Join(e.home, "tick.stop")
+	_, res := e.create(t, "idle", "agent", "tick", stop)
+	ref := Ref{Name: res.Session.Name}
+	var mu sync.Mutex
+	stopped := false
+	got := make(chan bool, 1)
+	go func() {
+		_, err := e.m.Wait(context.Background(), ref, WaitRequest{Idle: 300 * time.Millisecond})
+		mu.Lock()
+		got <- err == nil && stopped
+		mu.Unlock()
+	}()
+	// Let the ticker run for a while; the wait must not return meanwhile.
+	waitFor(t, "ticks", func() bool {
+		s, err := e.m.Screen(context.Background(), ref, 0, false)
+		return err == nil && strings.Contains(strings.Join(s.Lines, "\n"), "tick 40")
+	})
+	mu.Lock()
+	stopped = true
+	_ = os.WriteFile(stop, nil, 0o600)
+	mu.Unlock()
+	select {
+	case ok := <-got:
+		if !ok {
+			t.Fatal("wait --idle returned while the agent was writing, or failed")
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("wait --idle did not return")
+	}
+}
+
+// TestTalkWaitExitAndGone: wait --exit returns the ended verdict; a wait on a
+// gone session is not_found.
+func TestTalkWaitExitAndGone(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	ref, _ := e.echoSession(t, "waitexit")
+	id, _ := e.identity("waitexit")
+	byID := Ref{Identity: &id} // found also when the kill wins the race with the wait
+	got := make(chan WaitResult, 1)
+	go func() {
+		res, err := e.m.Wait(context.Background(), byID, WaitRequest{Exit: true})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- res
+	}()
+	if _, err := e.m.Kill(context.Background(), ref); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case res := <-got:
+		if res.Status != "exited" || res.Verdict == nil || res.Verdict.Verdict != verdict.VerdictEnded {
+			t.Fatalf("wait --exit: %+v", res)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("wait --exit did not return")
+	}
+	if _, err := e.m.Wait(context.Background(), ref, WaitRequest{Idle: time.Second}); codeOf(err) != verdict.CodeNotFound {
+		t.Fatalf("wait --idle on a gone session: %v", err)
+	}
+	// --exit on a session that has ended already answers with its verdict.
+	if res, err := e.m.Wait(context.Background(), byID, WaitRequest{Exit: true}); err != nil || res.Verdict == nil {
+		t.Fatalf("wait --exit on an ended session: %+v %v", res, err)
+	}
+}
+
+// TestTalkTailOfKilled: a killed session's ended verdict carries its last lines.
+func TestTalkTailOfKilled(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	_, res := e.create(t, "tail", "agent", "lines", "100")
+	ref := Ref{Name: res.Session.Name}
+	waitFor(t, "lines shown", func() bool {
+		s, err := e.m.Screen(context.Background(), ref, 0, false)
+		return err == nil && strings.Contains(strings.Join(s.Lines, "\n"), "line 100")
+	})
+	k, err := e.m.Kill(context.Background(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tail := k.Verdict.OutputTail
+	if !strings.HasSuffix(tail, "line 100") || !strings.HasPrefix(tail, "line 51\n") || strings.Count(tail, "\n") != 49 {
+		t.Fatalf("tail %q", tail)
+	}
+}
+
+// TestTalkTailWhileDaemonDown: an agent that exits while the daemon is down,
+// its dead pane kept by tmux (remain-on-exit), gets its tail in the ended
+// verdict the next daemon writes.
+func TestTalkTailWhileDaemonDown(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	gofile := filepath.Join(e.home, "exit.go")
+	id, res := e.create(t, "downtail", "agent", "linesexit", "70", gofile)
+	ref := Ref{Name: res.Session.Name}
+	if _, err := e.m.commandIn(context.Background(), e.m.lifeOf(e.census.Snapshot().Info.PID, e.census.Snapshot().Info.StartTime),
+		"set-option", "-t", res.Session.ID, "remain-on-exit", "on"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "lines shown", func() bool {
+		s, err := e.m.Screen(context.Background(), ref, 0, false)
+		return err == nil && strings.Contains(strings.Join(s.Lines, "\n"), "line 70")
+	})
+	home := e.home
+	e.close()
+	_ = os.WriteFile(gofile, nil, 0o600)
+	waitFor(t, "pane dead", func() bool {
+		out, _ := execTmux(home, "display-message", "-p", "-t", res.Session.ID, "#{pane_dead}")
+		return strings.TrimSpace(out) == "1"
+	})
+	e2 := startEnv(t, home, "", false)
+	if err := e2.m.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rec := e2.ended(t, id)
+	if !strings.HasSuffix(rec.OutputTail, "line 70") || !strings.Contains(rec.OutputTail, "line 21\n") {
+		t.Fatalf("tail %q", rec.OutputTail)
+	}
+}
+
+func TestSanitizeTail(t *testing.T) {
+	lines := []string{"a\x1b[31mb\x07", "\tc  ", "é\xff日", "", ""}
+	if got := SanitizeTail(lines); got != "a[31mb\n c\né日" {
+		t.Fatalf("%q", got)
+	}
+	long := []string{strings.Repeat("é", 10000)}
+	if got := SanitizeTail(long); len(got) > tailBytes || !strings.HasPrefix(got, "é") {
+		t.Fatalf("long line: %d bytes", len(got))
+	}
+	many := make([]string, 200)
+	for i := range many {
+		many[i] = strings.Repeat("x", 100)
+	}
+	if got := SanitizeTail(many); len(got) > tailBytes || strings.Count(got, "\n")+1 > tailLines {
+		t.Fatalf("many lines: %d bytes", len(got))
+	}
+}
+
+func TestValidKey(t *testing.T) {
+	for _, k := range []string{"Enter", "C-c", "M-x", "C-M-a", "S-Up", "F1", "F12", "a", "~", "BSpace", "Escape"} {
+		if !ValidKey(k) {
+			t.Errorf("%q refused", k)
+		}
+	}
+	for _, k := range []string{"", "F0", "F13", "F01", "C-", "C-C-c", "ab", " ", "Space ", "#{x}", "é", "C-é", "0x03"} {
+		if ValidKey(k) {
+			t.Errorf("%q accepted", k)
+		}
+	}
+}
+
+// execTmux runs one tmux command on the home's private server (a fork: the
+// test reads tmux without the daemon, which is down).
+func execTmux(home string, args ...string) (string, error) {
+	out, err := exec.Command("tmux", append([]string{"-S", filepath.Join(home, "tmux.sock")}, args...)...).Output()
+	return string(out), err
+}
