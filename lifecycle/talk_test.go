@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
@@ -459,4 +461,35 @@ func TestValidKey(t *testing.T) {
 func execTmux(home string, args ...string) (string, error) {
 	out, err := exec.Command("tmux", append([]string{"-S", filepath.Join(home, "tmux.sock")}, args...)...).Output()
 	return string(out), err
+}
+
+// TestTalkFollowersShareOneClient: followers of one session share one tmux
+// client, which leaves (and its goroutines with it) with the last follower.
+func TestTalkFollowersShareOneClient(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	ref, _ := e.echoSession(t, "share")
+	before := goleak.IgnoreCurrent()
+	subs := make([]*OutputSub, 5)
+	for i := range subs {
+		var err error
+		if subs[i], err = e.m.FollowOutput(context.Background(), ref); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clients := func() int {
+		out, _ := execTmux(e.home, "list-clients", "-F", "#{client_pid}")
+		return len(strings.Fields(out))
+	}
+	if n := e.m.Follows(); n != 1 || clients() != 2 {
+		t.Fatalf("%d followers attached, %d tmux clients; want 1 and 2 (with the daemon's own)", n, clients())
+	}
+	if err := e.m.Input(context.Background(), ref, Input{Text: "shared"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range subs {
+		collect(t, s, []byte("shared"))
+		s.Close()
+	}
+	waitFor(t, "the follower client gone", func() bool { return e.m.Follows() == 0 && clients() == 1 })
+	goleak.VerifyNone(t, before)
 }
