@@ -83,12 +83,23 @@ func (m *Manager) Screen(ctx context.Context, ref Ref, lines int, ansi bool) (Sc
 	if err != nil {
 		return Screen{}, err
 	}
-	rep, err := m.commandIn(ctx, t.life, "display-message", "-p", "-t", t.pane(),
-		"#{cursor_x} #{cursor_y} #{pane_dead}")
-	if err != nil {
+	// Both commands are on the wire at once: one round trip, not two. The
+	// cursor and the lines are read in the same pass of tmux's loop unless the
+	// agent writes between them.
+	var rep tmuxctl.Reply
+	var derr error
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		rep, derr = m.commandIn(ctx, t.life, "display-message", "-p", "-t", t.pane(),
+			"#{cursor_x} #{cursor_y} #{pane_dead}")
+	}()
+	captured, cerr := m.capture(ctx, t.life, t.pane(), lines, ansi)
+	<-read
+	if err := errors.Join(derr, cerr); err != nil {
 		return Screen{}, m.talkError(t, err)
 	}
-	out := Screen{Name: t.sess.Name}
+	out := Screen{Name: t.sess.Name, Lines: captured}
 	if len(rep.Lines) == 1 {
 		f := strings.Fields(rep.Lines[0])
 		if len(f) == 3 {
@@ -96,9 +107,6 @@ func (m *Manager) Screen(ctx context.Context, ref Ref, lines int, ansi bool) (Sc
 			out.Cursor.Y, _ = strconv.Atoi(f[1])
 			out.PaneDead = f[2] == "1"
 		}
-	}
-	if out.Lines, err = m.capture(ctx, t.life, t.pane(), lines, ansi); err != nil {
-		return Screen{}, m.talkError(t, err)
 	}
 	return out, nil
 }

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"unicode/utf8"
 
-	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
@@ -254,9 +253,4 @@ func (m *Manager) Input(ctx context.Context, ref Ref, in Input) error {
 		}
 	}
 	return nil
-}
-
-// lifeKey names a server life in logs.
-func lifeKey(l tmuxctl.ServerLife) string {
-	return strconv.Itoa(l.PID) + "@" + strconv.FormatInt(l.StartTime, 10)
 }
