@@ -228,7 +228,7 @@ func cpuOver(b *testing.B, d *daemon, window time.Duration) (self, tmux float64)
 	time.Sleep(window)
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &r1)
 	t1, wall := procCPU(pid), time.Since(w0)
-	used := time.Duration(r1.Utime.Nano()+r1.Stime.Nano()-r0.Utime.Nano()-r0.Stime.Nano())
+	used := time.Duration(r1.Utime.Nano() + r1.Stime.Nano() - r0.Utime.Nano() - r0.Stime.Nano())
 	return 100 * used.Seconds() / wall.Seconds(), 100 * (t1 - t0).Seconds() / wall.Seconds()
 }
 
