@@ -157,6 +157,11 @@ func typeCommands(pane, text string) [][]string {
 
 func printableASCII(c byte) bool { return c >= 0x20 && c < 0x7f }
 
+func notRunning(name string) error {
+	return verdict.Errorf(verdict.CodeAgentNotRunning, map[string]any{"name": name},
+		"the agent of session %s is not running (its pane is dead)", name)
+}
+
 // inputQueue orders the inputs of one session: tickets are taken when an input
 // is accepted and served strictly in ticket order, one input at a time, so
 // inputs from concurrent senders are applied whole and in acceptance order.
@@ -175,6 +180,7 @@ type talkState struct {
 	feeds   map[string]*outputFeed // by server life and tmux id (talk_output.go)
 	bufSeq  atomic.Uint64          // paste buffer names
 	follows atomic.Int64           // followers attached now (metrics, tests)
+	running sync.WaitGroup         // startFeed goroutines, until their client exited
 }
 
 func talkKey(t talkTarget) string {
@@ -230,8 +236,7 @@ func (m *Manager) Input(ctx context.Context, ref Ref, in Input) error {
 		return err
 	}
 	if t.sess.PaneDead {
-		return verdict.Errorf(verdict.CodeAgentNotRunning, map[string]any{"name": t.sess.Name},
-			"the agent of session %s is not running (its pane is dead)", t.sess.Name)
+		return notRunning(t.sess.Name)
 	}
 	key := talkKey(t)
 	q, n := m.talk.ticket(key)
@@ -243,6 +248,15 @@ func (m *Manager) Input(ctx context.Context, ref Ref, in Input) error {
 	q.mu.Unlock()
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
 	defer cancel()
+	// The census learns of a dead pane within a second; tmux knows now, and
+	// send-keys to a dead pane succeeds silently.
+	rep, err := m.commandIn(actx, t.life, "display-message", "-p", "-t", t.pane(), "#{pane_dead}")
+	if err != nil {
+		return m.talkError(t, err)
+	}
+	if len(rep.Lines) == 1 && rep.Lines[0] == "1" {
+		return notRunning(t.sess.Name)
+	}
 	buffer := "skc-input-" + strconv.FormatUint(m.talk.bufSeq.Add(1), 10)
 	for _, cmd := range inputCommands(t.pane(), in, buffer) {
 		if _, err := m.commandIn(actx, t.life, cmd...); err != nil {

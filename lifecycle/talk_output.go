@@ -83,7 +83,8 @@ func (m *Manager) followTarget(ctx context.Context, t talkTarget) (*OutputSub, e
 	for attempt := 0; attempt < 3; attempt++ {
 		feed, created := m.talk.feed(talkKey(t), t.pane())
 		if created {
-			go m.startFeed(feed, t)
+			m.talk.running.Add(1)
+			go func() { defer m.talk.running.Done(); m.startFeed(feed, t) }()
 		}
 		select {
 		case <-feed.ready:
@@ -141,6 +142,35 @@ func (m *Manager) startFeed(feed *outputFeed, t talkTarget) {
 	m.talk.follows.Add(-1)
 	m.dropFeed(feed)
 	_ = f.Close()
+}
+
+// CloseFollowers detaches every output Follower — by EOF on its stdin, one at a
+// time — and waits (within ctx) until their clients have exited: at daemon
+// stop, so that none is left to die by the parent-death signal, which a tmux
+// 3.3a server can take badly. Streams still open end.
+func (m *Manager) CloseFollowers(ctx context.Context) {
+	m.talk.mu.Lock()
+	feeds := make([]*outputFeed, 0, len(m.talk.feeds))
+	for _, f := range m.talk.feeds {
+		feeds = append(feeds, f)
+	}
+	m.talk.mu.Unlock()
+	for _, feed := range feeds {
+		select {
+		case <-feed.ready:
+			if feed.f != nil {
+				_ = feed.f.Close()
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+	done := make(chan struct{})
+	go func() { m.talk.running.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }
 
 // dropFeed ends the feed: every subscriber's stream ends after what it holds.

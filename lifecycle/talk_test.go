@@ -493,3 +493,45 @@ func TestTalkFollowersShareOneClient(t *testing.T) {
 	waitFor(t, "the follower client gone", func() bool { return e.m.Follows() == 0 && clients() == 1 })
 	goleak.VerifyNone(t, before)
 }
+
+// TestTalkDeadPane: input to a dead pane (kept by remain-on-exit; end detection
+// not running here, so it stays) is agent_not_running; screen still reads it.
+func TestTalkDeadPane(t *testing.T) {
+	e := startEnv(t, "", "", true)
+	gofile := filepath.Join(e.home, "dead.go")
+	_, res := e.create(t, "dead", "agent", "linesexit", "3", gofile)
+	ref := Ref{Name: res.Session.Name}
+	if _, err := execTmux(e.home, "set-option", "-t", res.Session.ID, "remain-on-exit", "on"); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.WriteFile(gofile, nil, 0o600)
+	waitFor(t, "pane dead", func() bool {
+		s, err := e.m.Screen(context.Background(), ref, 0, false)
+		return err == nil && s.PaneDead
+	})
+	err := e.m.Input(context.Background(), ref, Input{Text: "x"})
+	if codeOf(err) != verdict.CodeAgentNotRunning || verdict.Classify(codeOf(err)).HTTP != 409 {
+		t.Fatalf("input to a dead pane: %v", err)
+	}
+}
+
+// TestTalkCloseFollowers: at stop every follower client is detached and waited
+// for; open streams end.
+func TestTalkCloseFollowers(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	ref, _ := e.echoSession(t, "closeall")
+	sub, err := e.m.FollowOutput(context.Background(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e.m.CloseFollowers(ctx)
+	if n := e.m.Follows(); n != 0 {
+		t.Fatalf("%d followers still attached", n)
+	}
+	if _, ok := sub.Next(ctx); ok {
+		t.Fatal("the stream did not end")
+	}
+}
