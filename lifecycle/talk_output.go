@@ -248,7 +248,9 @@ func (s *OutputSub) end() {
 func (s *OutputSub) Next(ctx context.Context) (items []OutputItem, ok bool) {
 	for {
 		s.mu.Lock()
-		if len(s.items) == 0 && s.ended {
+		if len(s.items) == 0 {
+			// A loss after the last chunk queued is reported as soon as the
+			// reader has caught up, not only before the next chunk.
 			s.flushGapLocked(time.Now())
 		}
 		if len(s.items) > 0 {
