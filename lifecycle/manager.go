@@ -144,13 +144,15 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Log != nil {
 		log = cfg.Log.With().Str("component", "lifecycle").Logger()
 	}
-	return &Manager{
+	m := &Manager{
 		cfg: cfg, tmux: cfg.Tmux, census: cfg.Census, fence: cfg.Fence,
 		verdicts: cfg.Verdicts, log: log, fault: f, met: newMetrics(cfg.Metrics),
 		inflight: make(map[string]*attempt), killing: make(map[string]killReason),
 		slots:      make(chan struct{}, maxInflightCreates),
 		cmdTimeout: tmuxCommandTimeout, compTimeout: compensateTimeout,
-	}, nil
+	}
+	m.registerTalkMetrics(cfg.Metrics)
+	return m, nil
 }
 
 // begin admits one create unless Shutdown has begun (ErrShuttingDown) or

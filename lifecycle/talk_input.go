@@ -181,6 +181,8 @@ type talkState struct {
 	bufSeq  atomic.Uint64          // paste buffer names
 	follows atomic.Int64           // followers attached now (metrics, tests)
 	running sync.WaitGroup         // startFeed goroutines, until their client exited
+	subs    atomic.Int64           // output subscriptions open
+	dropped atomic.Int64           // output bytes dropped for slow subscribers
 }
 
 func talkKey(t talkTarget) string {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/skc-supervisor/skc-supervisor/metrics"
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
@@ -99,6 +100,7 @@ func (m *Manager) followTarget(ctx context.Context, t talkTarget) (*OutputSub, e
 		if !feed.done {
 			feed.subs[sub] = struct{}{}
 			feed.mu.Unlock()
+			m.talk.subs.Add(1)
 			return sub, nil
 		}
 		feed.mu.Unlock() // it ended between lookup and now: the session may be gone
@@ -211,6 +213,7 @@ func (s *OutputSub) push(now time.Time, ev tmuxctl.FollowEvent) {
 	case s.size+len(ev.Data) > s.max:
 		s.lost += int64(len(ev.Data))
 		s.total += int64(len(ev.Data))
+		s.feed.ts.dropped.Add(int64(len(ev.Data)))
 	default:
 		s.flushGapLocked(now)
 		s.items = append(s.items, OutputItem{At: now, Data: ev.Data})
@@ -285,6 +288,7 @@ func (s *OutputSub) Done() <-chan struct{} { return s.notify }
 func (s *OutputSub) Close() {
 	s.closeMu.Do(func() {
 		feed := s.feed
+		feed.ts.subs.Add(-1)
 		feed.ts.mu.Lock()
 		feed.mu.Lock()
 		delete(feed.subs, s)
@@ -303,6 +307,19 @@ func (s *OutputSub) Close() {
 			go func() { _ = feed.f.Close() }() // startFeed sees Done and drops the feed
 		}
 	})
+}
+
+// registerTalkMetrics exports the followers' figures (nil registry: none).
+func (m *Manager) registerTalkMetrics(r *metrics.Registry) {
+	if r == nil {
+		return
+	}
+	r.GaugeFunc("skc_output_follower_clients", "tmux clients attached to follow a session's output (one per followed session).",
+		func() float64 { return float64(m.talk.follows.Load()) })
+	r.GaugeFunc("skc_output_subscribers", "Open output streams (output?follow=1, wait --idle/--text).",
+		func() float64 { return float64(m.talk.subs.Load()) })
+	r.CounterFunc("skc_output_dropped_bytes_total", "Output bytes dropped for followers too slow to read them.",
+		func() float64 { return float64(m.talk.dropped.Load()) })
 }
 
 // Follows is how many sessions have an output Follower attached now.
