@@ -2,7 +2,6 @@ package lifecycle
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,10 +16,6 @@ const MaxInputText = 64 << 10
 
 // maxInputKeys bounds the named keys of one input.
 const maxInputKeys = 256
-
-// hexPerCommand bounds the bytes of one `send-keys -H` command (five
-// characters each on the wire), keeping command lines short.
-const hexPerCommand = 2048
 
 // Input is one POST /v1/sessions/{name}/input: either Text (sent literally,
 // then Enter when Enter is set) or Keys (tmux key names), never both.
@@ -103,59 +98,42 @@ func ValidKey(k string) bool {
 
 // inputCommands is the tmux command list that types in to pane, in order.
 //
-// Text without a newline is typed: runs of printable ASCII go as `send-keys -l`
-// (literal: never looked up as a key name; the argument is quote-encoded, so
-// never a format or shell either), and every other byte — C0 controls, DEL, and
-// each byte of a non-ASCII character — as `send-keys -H` hex bytes, which tmux
-// writes to the pane unchanged (iTerm2 sends C0 this way since tmux 3.5 turns
-// control keys into extended-key sequences). Text with a newline is pasted:
-// set-buffer into a private named buffer, then `paste-buffer -d -r -p`, which
-// writes the bytes as they are (-r: LF stays LF) and wraps them in bracketed-
-// paste markers exactly when the application has asked for bracketed paste
-// (-p; tmux checks the pane's mode at paste time). Enter is the Enter key.
+// Text is pasted: set-buffer into a private named buffer, then
+// `paste-buffer -d -r`, which writes the bytes to the pane's terminal exactly as
+// they are (-r: LF stays LF; -d: the buffer is deleted) — whatever mode the
+// pane is in. `send-keys -l` would hand them to copy mode while a human scrolls
+// back (they become copy-mode commands), and `send-keys -H` per byte likewise.
+// The argument is quote-encoded, so it is never a format or shell, and a
+// paste never looks up key names. Text with a newline is pasted with -p:
+// wrapped in bracketed-paste markers exactly when the application has asked for
+// bracketed paste (tmux checks the pane's mode at paste time). Enter is a CR
+// byte: appended to a one-line text, a paste of its own after a multi-line one
+// (outside the brackets). Keys are key names, sent with send-keys.
 func inputCommands(pane string, in Input, buffer string) [][]string {
-	var cmds [][]string
-	switch {
-	case len(in.Keys) > 0:
-		cmds = append(cmds, append([]string{"send-keys", "-t", pane}, in.Keys...))
-	case strings.IndexByte(in.Text, '\n') >= 0:
-		cmds = append(cmds,
-			[]string{"set-buffer", "-b", buffer, "--", in.Text},
-			[]string{"paste-buffer", "-d", "-r", "-p", "-b", buffer, "-t", pane})
-	default:
-		cmds = typeCommands(pane, in.Text)
+	if len(in.Keys) > 0 {
+		return [][]string{append([]string{"send-keys", "-t", pane}, in.Keys...)}
 	}
-	if in.Enter {
-		cmds = append(cmds, []string{"send-keys", "-t", pane, "Enter"})
+	var cmds [][]string
+	paste := func(data string, bracket bool) {
+		p := []string{"paste-buffer", "-d", "-r"}
+		if bracket {
+			p = append(p, "-p")
+		}
+		cmds = append(cmds, []string{"set-buffer", "-b", buffer, "--", data},
+			append(p, "-b", buffer, "-t", pane))
+	}
+	text, multi := in.Text, strings.IndexByte(in.Text, '\n') >= 0
+	if in.Enter && !multi {
+		text += "\r"
+	}
+	if text != "" {
+		paste(text, multi)
+	}
+	if in.Enter && multi {
+		paste("\r", false)
 	}
 	return cmds
 }
-
-// typeCommands splits text into literal runs and hex bytes (see inputCommands).
-func typeCommands(pane, text string) [][]string {
-	var cmds [][]string
-	for i := 0; i < len(text); {
-		j := i
-		for j < len(text) && printableASCII(text[j]) {
-			j++
-		}
-		if j > i {
-			cmds = append(cmds, []string{"send-keys", "-t", pane, "-l", "--", text[i:j]})
-			i = j
-			continue
-		}
-		hex := []string{"send-keys", "-t", pane, "-H"}
-		for j < len(text) && !printableASCII(text[j]) && j-i < hexPerCommand {
-			hex = append(hex, fmt.Sprintf("%02x", text[j]))
-			j++
-		}
-		cmds = append(cmds, hex)
-		i = j
-	}
-	return cmds
-}
-
-func printableASCII(c byte) bool { return c >= 0x20 && c < 0x7f }
 
 func notRunning(name string) error {
 	return verdict.Errorf(verdict.CodeAgentNotRunning, map[string]any{"name": name},
