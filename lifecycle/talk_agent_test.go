@@ -16,6 +16,7 @@ import (
 //   - echo FILE [bp]: puts its terminal in raw mode, appends every byte it reads
 //     to FILE (exactly), and echoes it visibly (controls as ^X, CR as a line end);
 //     with bp it first asks for bracketed paste. FILE.ready appears once raw.
+//   - color: prints "red" in red, then " plain", then sleeps.
 //   - lines N: prints "line 1" … "line N", then sleeps.
 //   - flood BYTES DONEFILE GOFILE: once GOFILE exists, writes BYTES bytes of
 //     text lines, then creates DONEFILE and sleeps.
@@ -25,6 +26,9 @@ func talkAgent(args []string) int {
 	switch args[0] {
 	case "echo":
 		return echoAgent(args[1], len(args) > 2 && args[2] == "bp")
+	case "color":
+		fmt.Print("\x1b[31mred\x1b[0m plain\n")
+		sleepForever()
 	case "lines":
 		n, _ := strconv.Atoi(args[1])
 		for i := 1; i <= n; i++ {

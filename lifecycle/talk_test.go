@@ -606,3 +606,30 @@ func TestTalkInputInCopyMode(t *testing.T) {
 		t.Fatalf("agent read %q", got)
 	}
 }
+
+// TestTalkScreenANSI: ansi keeps colours as escape sequences; without it the
+// text is plain. History lines come before the screen.
+func TestTalkScreenANSI(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	_, res := e.create(t, "color", "agent", "color")
+	ref := Ref{Name: res.Session.Name}
+	var plain Screen
+	waitFor(t, "text shown", func() bool {
+		var err error
+		plain, err = e.m.Screen(context.Background(), ref, 0, false)
+		return err == nil && len(plain.Lines) > 0 && plain.Lines[0] == "red plain"
+	})
+	colored, err := e.m.Screen(context.Background(), ref, 0, true)
+	if err != nil || !strings.Contains(colored.Lines[0], "\x1b[31mred") {
+		t.Fatalf("ansi screen %q, %v", colored.Lines, err)
+	}
+	if plain.Cursor.Y != 1 || plain.Cursor.X != 0 || plain.PaneDead {
+		t.Fatalf("cursor %+v dead %v", plain.Cursor, plain.PaneDead)
+	}
+	_, res2 := e.create(t, "hist", "agent", "lines", "200")
+	ref2 := Ref{Name: res2.Session.Name}
+	waitFor(t, "history", func() bool {
+		s, err := e.m.Screen(context.Background(), ref2, MaxScreenLines, false)
+		return err == nil && len(s.Lines) > 0 && s.Lines[0] == "line 1" && strings.Contains(strings.Join(s.Lines, "\n"), "line 200")
+	})
+}
