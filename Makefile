@@ -83,7 +83,7 @@ soak: tmux build
 # in each package's testdata/fuzz). FUZZTIME=5m make fuzz for longer runs.
 FUZZTIME ?= 30s
 FUZZ_TARGETS := tmuxctl:FuzzParser tmuxctl:FuzzQuote census:FuzzParseRow \
-                api:FuzzValidate api:FuzzDecodeCreate
+                api:FuzzValidate api:FuzzDecodeCreate api:FuzzDecodeInput
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t#*:}; \

@@ -1,10 +1,12 @@
 package api
 
 import (
+	"encoding/json"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
@@ -70,4 +72,27 @@ func TestParseWait(t *testing.T) {
 	if !strings.Contains(sessionPath("a b/c", "screen"), "a%20b%2Fc") {
 		t.Error(sessionPath("a b/c", "screen"))
 	}
+}
+
+// FuzzDecodeInput: whatever the body, an accepted input's text is valid UTF-8
+// and survives a JSON round trip unchanged (what the daemon types is what was
+// sent).
+func FuzzDecodeInput(f *testing.F) {
+	for _, s := range []string{`{"text":"a\u0000"}`, `{"text":"\ud800"}`, "{\"text\":\"\xff\"}", `{"keys":["C-c"]}`, `{"text":"\ufffd"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		in, err := DecodeInput(body)
+		if err != nil {
+			return
+		}
+		if !utf8.ValidString(in.Text) {
+			t.Fatalf("accepted invalid UTF-8 %q", in.Text)
+		}
+		b, _ := json.Marshal(in)
+		back, err := DecodeInput(b)
+		if err != nil || back.Text != in.Text {
+			t.Fatalf("round trip of %q: %q %v", in.Text, back.Text, err)
+		}
+	})
 }

@@ -94,6 +94,9 @@ func TestTalkCLIAndAPI(t *testing.T) {
 	}
 
 	// Refusals: field named, nothing typed.
+	if _, err := d.Tmux("new-session", "-d", "-s", "by-hand", "sleep 1000"); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		method, path, body string
 		status             int
@@ -111,6 +114,9 @@ func TestTalkCLIAndAPI(t *testing.T) {
 		{"GET", "/v1/sessions/" + name + "/output", "", 400, "follow"},
 		{"POST", "/v1/sessions/skc-none/input", `{"text":"x"}`, 404, ""},
 		{"GET", "/v1/sessions/skc-none/screen", "", 404, ""},
+		{"GET", "/v1/sessions/by-hand/screen", "", 404, ""}, // a session that is not ours
+		{"POST", "/v1/sessions/by-hand/input", `{"text":"x"}`, 404, ""},
+		{"GET", "/v1/sessions/by-hand/output?follow=1", "", 404, ""},
 	} {
 		status, b := d.Do(t, c.method, c.path, c.body, nil)
 		var ans Answer
