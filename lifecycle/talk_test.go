@@ -370,12 +370,18 @@ func TestTalkWaitIdle(t *testing.T) {
 	if a.afterStopped {
 		return
 	}
-	// Returned while the agent was still ticking: the feed must show a gap of
-	// at least idle before the return.
+	checkIdleGap(t, obs, begun, a.at, idle)
+}
+
+// checkIdleGap: a wait --idle that returned at `at` while the agent was still
+// ticking is right only if the feed shows a gap of at least idle between begun
+// and at.
+func checkIdleGap(t *testing.T, obs *OutputSub, begun, at time.Time, idle time.Duration) {
+	t.Helper()
 	items, _ := obs.take()
 	last, gap := begun, time.Duration(0)
 	for _, it := range items {
-		if it.Data == nil || it.At.After(a.at) {
+		if it.Data == nil || it.At.After(at) {
 			continue
 		}
 		if it.At.After(last) {
@@ -383,7 +389,7 @@ func TestTalkWaitIdle(t *testing.T) {
 			last = it.At
 		}
 	}
-	gap = max(gap, a.at.Sub(last))
+	gap = max(gap, at.Sub(last))
 	if gap < idle {
 		t.Fatalf("wait --idle returned while the agent was writing (longest gap %v < %v)", gap, idle)
 	}
