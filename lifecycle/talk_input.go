@@ -159,6 +159,7 @@ type talkState struct {
 	bufSeq  atomic.Uint64          // paste buffer names
 	follows atomic.Int64           // followers attached now (metrics, tests)
 	running sync.WaitGroup         // startFeed goroutines, until their client exited
+	closed  bool                   // CloseFollowers began (mu)
 	subs    atomic.Int64           // output subscriptions open
 	dropped atomic.Int64           // output bytes dropped for slow subscribers
 }

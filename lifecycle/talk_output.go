@@ -83,8 +83,10 @@ func (m *Manager) FollowOutput(ctx context.Context, ref Ref) (*OutputSub, error)
 func (m *Manager) followTarget(ctx context.Context, t talkTarget) (*OutputSub, error) {
 	for attempt := 0; attempt < 3; attempt++ {
 		feed, created := m.talk.feed(talkKey(t), t.pane())
+		if feed == nil {
+			return nil, ErrShuttingDown
+		}
 		if created {
-			m.talk.running.Add(1)
 			go func() { defer m.talk.running.Done(); m.startFeed(feed, t) }()
 		}
 		select {
@@ -109,10 +111,14 @@ func (m *Manager) followTarget(ctx context.Context, t talkTarget) (*OutputSub, e
 		"session %s is gone", t.sess.Name)
 }
 
-// feed returns key's feed, creating it (created: the caller starts it).
+// feed returns key's feed, creating it (created: the caller starts it, and
+// running counts it); nil once CloseFollowers has begun.
 func (ts *talkState) feed(key, pane string) (*outputFeed, bool) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
+	if ts.closed {
+		return nil, false
+	}
 	if ts.feeds == nil {
 		ts.feeds = map[string]*outputFeed{}
 	}
@@ -121,6 +127,7 @@ func (ts *talkState) feed(key, pane string) (*outputFeed, bool) {
 	}
 	f := &outputFeed{ts: ts, key: key, pane: pane, ready: make(chan struct{}), subs: map[*OutputSub]struct{}{}}
 	ts.feeds[key] = f
+	ts.running.Add(1) // under mu, so never after CloseFollowers began waiting
 	return f, true
 }
 
@@ -149,9 +156,10 @@ func (m *Manager) startFeed(feed *outputFeed, t talkTarget) {
 // CloseFollowers detaches every output Follower — by EOF on its stdin, one at a
 // time — and waits (within ctx) until their clients have exited: at daemon
 // stop, so that none is left to die by the parent-death signal, which a tmux
-// 3.3a server can take badly. Streams still open end.
+// 3.3a server can take badly. Streams still open end; new ones are refused busy.
 func (m *Manager) CloseFollowers(ctx context.Context) {
 	m.talk.mu.Lock()
+	m.talk.closed = true // no new followers from now on
 	feeds := make([]*outputFeed, 0, len(m.talk.feeds))
 	for _, f := range m.talk.feeds {
 		feeds = append(feeds, f)
