@@ -105,6 +105,7 @@ func (m *Manager) endDeadPane(ctx context.Context, pub fence.Published, life tmu
 	}
 	m.markKilling(pub.TmuxID, killReason{reason: verdict.ReasonAgentExited})
 	defer m.unmarkKilling(pub.TmuxID)
+	m.DetachFollowers(life, pub.TmuxID)
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
 	defer cancel()
 	return m.killConfirm(kctx, life, pub.TmuxID)

@@ -35,6 +35,7 @@ func (m *Manager) Kill(ctx context.Context, ref Ref) (KillResult, error) {
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
 	defer cancel()
 	tail := m.OutputTail(kctx, life, sess.ID) // the last the agent showed, before it goes
+	m.DetachFollowers(life, sess.ID)
 	if err := m.killConfirm(kctx, life, sess.ID); err != nil {
 		return KillResult{}, verdict.Errorf(verdict.CodeTmuxUnavailable, nil, "kill %s: %w", sess.ID, err)
 	}

@@ -160,6 +160,7 @@ type talkState struct {
 	follows atomic.Int64           // followers attached now (metrics, tests)
 	running sync.WaitGroup         // startFeed goroutines, until their client exited
 	closed  bool                   // CloseFollowers began (mu)
+	transit sync.Mutex             // held while a follower attaches or detaches (closeFollower)
 	subs    atomic.Int64           // output subscriptions open
 	dropped atomic.Int64           // output bytes dropped for slow subscribers
 }

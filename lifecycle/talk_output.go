@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/skc-supervisor/skc-supervisor/census"
 	"github.com/skc-supervisor/skc-supervisor/metrics"
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
@@ -58,8 +59,10 @@ type OutputSub struct {
 
 // outputFeed is the one Follower of a session and its subscribers.
 type outputFeed struct {
+	m     *Manager
 	ts    *talkState
 	key   string
+	life  tmuxctl.ServerLife
 	pane  string
 	ready chan struct{} // closed once f (or err) is set
 	f     *tmuxctl.Follower
@@ -82,7 +85,7 @@ func (m *Manager) FollowOutput(ctx context.Context, ref Ref) (*OutputSub, error)
 
 func (m *Manager) followTarget(ctx context.Context, t talkTarget) (*OutputSub, error) {
 	for attempt := 0; attempt < 3; attempt++ {
-		feed, created := m.talk.feed(talkKey(t), t.pane())
+		feed, created := m.talk.feed(m, t)
 		if feed == nil {
 			return nil, ErrShuttingDown
 		}
@@ -113,7 +116,8 @@ func (m *Manager) followTarget(ctx context.Context, t talkTarget) (*OutputSub, e
 
 // feed returns key's feed, creating it (created: the caller starts it, and
 // running counts it); nil once CloseFollowers has begun.
-func (ts *talkState) feed(key, pane string) (*outputFeed, bool) {
+func (ts *talkState) feed(m *Manager, t talkTarget) (*outputFeed, bool) {
+	key := talkKey(t)
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if ts.closed {
@@ -125,7 +129,7 @@ func (ts *talkState) feed(key, pane string) (*outputFeed, bool) {
 	if f := ts.feeds[key]; f != nil {
 		return f, false
 	}
-	f := &outputFeed{ts: ts, key: key, pane: pane, ready: make(chan struct{}), subs: map[*OutputSub]struct{}{}}
+	f := &outputFeed{m: m, ts: ts, key: key, life: t.life, pane: t.pane(), ready: make(chan struct{}), subs: map[*OutputSub]struct{}{}}
 	ts.feeds[key] = f
 	ts.running.Add(1) // under mu, so never after CloseFollowers began waiting
 	return f, true
@@ -135,7 +139,9 @@ func (ts *talkState) feed(key, pane string) (*outputFeed, bool) {
 func (m *Manager) startFeed(feed *outputFeed, t talkTarget) {
 	cfg := m.cfg.Tmux.Config()
 	ctx, cancel := context.WithTimeout(context.Background(), m.cmdTimeout)
+	m.talk.transit.Lock() // see closeFollower
 	f, err := tmuxctl.DialFollower(ctx, cfg, t.sess.ID, followPauseAfter, feed.publish)
+	m.talk.transit.Unlock()
 	cancel()
 	if err == nil && f.PID() == 0 {
 		err = errors.New("follower has no pid")
@@ -150,7 +156,24 @@ func (m *Manager) startFeed(feed *outputFeed, t talkTarget) {
 	<-f.Done()
 	m.talk.follows.Add(-1)
 	m.dropFeed(feed)
-	_ = f.Close()
+	m.closeFollower(feed, t.life)
+}
+
+// closeFollower detaches feed's Follower and waits until tmux has announced the
+// detach to its control clients (one round trip on the main connection after
+// the client exited: the notification is queued when the server loses the
+// client, and runs before our command's turn). tmux 3.3a crashes when it
+// writes %client-detached to a control client that is still identifying
+// (control_state not yet set; seen in TestTalkWaitText, server log ending in
+// control_vwrite), so attaching and detaching followers are serialised under
+// transit: no follower of ours identifies while one of ours detaches.
+func (m *Manager) closeFollower(feed *outputFeed, life tmuxctl.ServerLife) {
+	m.talk.transit.Lock()
+	defer m.talk.transit.Unlock()
+	_ = feed.f.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), m.cmdTimeout)
+	defer cancel()
+	_, _ = m.commandIn(ctx, life, "display-message", "-p", "settled")
 }
 
 // CloseFollowers detaches every output Follower — by EOF on its stdin, one at a
@@ -169,7 +192,7 @@ func (m *Manager) CloseFollowers(ctx context.Context) {
 		select {
 		case <-feed.ready:
 			if feed.f != nil {
-				_ = feed.f.Close()
+				m.closeFollower(feed, feed.life)
 			}
 		case <-ctx.Done():
 			return
@@ -312,9 +335,27 @@ func (s *OutputSub) Close() {
 		feed.mu.Unlock()
 		feed.ts.mu.Unlock()
 		if last && feed.f != nil {
-			go func() { _ = feed.f.Close() }() // startFeed sees Done and drops the feed
+			go feed.m.closeFollower(feed, feed.life) // startFeed sees Done and drops the feed
 		}
 	})
+}
+
+// DetachFollowers ends the output streams of session id in life and detaches
+// its Follower (closeFollower) before the session is killed: a kill-session
+// would detach it inside tmux at a moment the daemon does not choose, which
+// tmux 3.3a cannot survive while another of our followers is identifying.
+func (m *Manager) DetachFollowers(life tmuxctl.ServerLife, id string) {
+	key := talkKey(talkTarget{life: life, sess: census.Session{ID: id}})
+	m.talk.mu.Lock()
+	feed := m.talk.feeds[key]
+	m.talk.mu.Unlock()
+	if feed == nil {
+		return
+	}
+	<-feed.ready
+	if feed.f != nil {
+		m.closeFollower(feed, life) // its end drops the feed and ends the streams
+	}
 }
 
 // registerTalkMetrics exports the followers' figures (nil registry: none).

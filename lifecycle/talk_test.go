@@ -311,7 +311,8 @@ func TestTalkWaitText(t *testing.T) {
 	}
 	// Already shown: returns at once from the screen.
 	if res, err := e.m.Wait(ctx, ref, WaitRequest{Text: "MARK-42", Timeout: time.Minute}); err != nil || res.Status != "text" {
-		t.Fatalf("second wait: %v %v", res, err)
+		out, xerr := execTmux(e.home, "list-clients", "-F", "#{client_pid} #{client_flags}")
+		t.Fatalf("second wait: %v %v; tmux now: %q %v", res, err, out, xerr)
 	}
 }
 
@@ -638,4 +639,44 @@ func TestTalkScreenANSI(t *testing.T) {
 		s, err := e.m.Screen(context.Background(), ref2, MaxScreenLines, false)
 		return err == nil && len(s.Lines) > 0 && s.Lines[0] == "line 1" && strings.Contains(strings.Join(s.Lines, "\n"), "line 200")
 	})
+}
+
+// TestTalkFollowerChurn: followers attaching right after others detached, and
+// a kill of a followed session, never take tmux down. tmux 3.3a crashes when it
+// writes %client-detached to a control client that is still identifying; before
+// closeFollower serialised attach and detach, this loop killed the server within
+// a few rounds.
+func TestTalkFollowerChurn(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	ref, _ := e.echoSession(t, "churn")
+	ctx := context.Background()
+	for i := 0; i < 100; i++ {
+		s1, err := e.m.FollowOutput(ctx, ref)
+		if err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+		s1.Close()
+		s2, err := e.m.FollowOutput(ctx, ref)
+		if err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+		if _, err := e.m.Screen(ctx, ref, 0, false); err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+		s2.Close()
+	}
+	sub, err := e.m.FollowOutput(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if _, err := e.m.Kill(ctx, ref); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := sub.Next(ctx); ok {
+		t.Fatal("the stream of a killed session did not end")
+	}
+	if _, err := execTmux(e.home, "display-message", "-p", "#{pid}"); err != nil {
+		t.Fatalf("tmux server gone: %v", err)
+	}
 }
