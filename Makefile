@@ -91,6 +91,8 @@ bench: tmux build
 	SKC_BENCH_SESSIONS=1000 $(GO) test -run '^$$' -bench SubscriptionCost -benchtime 2x -timeout 20m ./census/
 	SKC_BENCH_SESSIONS=1000 $(GO) test -run '^$$' -bench Reads -benchtime 200x -timeout 20m ./api/backend/
 	$(GO) test -run '^$$' -bench Create -benchtime 200x ./lifecycle/
+	$(GO) test -run '^$$' -bench 'Talk$$' -benchtime 200x ./api/backend/
+	$(GO) test -run '^$$' -bench 'TalkOutput|TalkFollowers100' -benchtime 1x -timeout 20m ./api/backend/
 	$(GO) run ./integration/cmd/bench -bin $(BIN) -list-n 1000 -list-reps 50 -lookups 200 -out BENCHMARKS.e2e.generated.md
 
 # The scale run: 4,000 live supervised sessions (capped by free ptys and memory);
@@ -107,7 +109,7 @@ soak: tmux build
 # in each package's testdata/fuzz). FUZZTIME=5m make fuzz for longer runs.
 FUZZTIME ?= 30s
 FUZZ_TARGETS := tmuxctl:FuzzParser tmuxctl:FuzzQuote census:FuzzParseRow \
-                api:FuzzValidate api:FuzzDecodeCreate
+                api:FuzzValidate api:FuzzDecodeCreate api:FuzzDecodeInput
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t#*:}; \

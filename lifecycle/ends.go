@@ -20,6 +20,7 @@ type endCause struct {
 	restart    bool   // found at start: a postmortem means process_postmortem
 	actionKill bool   // a kill request, not end detection
 	term       bool   // SIGTERM the generation's processes first (a kill request)
+	tail       string // skc.output.tail, captured while the pane still existed (OutputTail)
 }
 
 // Run consumes the census change feed until ctx is done and writes one ended
@@ -151,10 +152,11 @@ var errInterrupted = errors.New("lifecycle: stop interrupted by shutdown")
 func endedRecord(pub fence.Published, cause endCause, pm fence.Postmortem, havePM bool) verdict.Record {
 	rec := verdict.Record{
 		Action: verdict.ActionEnd, Outcome: verdict.OutcomeSuccess, Reason: cause.reason,
-		Verdict:  verdict.VerdictEnded,
-		Identity: identityRef(pub.Identity),
-		Session:  &verdict.SessionRef{Name: pub.SessionName, ID: pub.TmuxID, Generation: pub.Generation},
-		Evidence: map[string]any{"reservation_id": pub.ReservationID},
+		Verdict:    verdict.VerdictEnded,
+		Identity:   identityRef(pub.Identity),
+		Session:    &verdict.SessionRef{Name: pub.SessionName, ID: pub.TmuxID, Generation: pub.Generation},
+		Evidence:   map[string]any{"reservation_id": pub.ReservationID},
+		OutputTail: cause.tail,
 	}
 	if cause.actionKill {
 		rec.Action = verdict.ActionKill

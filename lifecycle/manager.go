@@ -121,6 +121,8 @@ type Manager struct {
 	stopWG     sync.WaitGroup
 	cgroupBase string // where each generation gets its cgroup; "" when none can be made
 
+	talk talkState // inputs, output followers (talk*.go)
+
 	syncWaits   atomic.Int64  // creates that found the census unsynced and waited for it
 	cmdTimeout  time.Duration // tmuxCommandTimeout; shorter in tests
 	compTimeout time.Duration // compensateTimeout; shorter in tests
@@ -173,6 +175,7 @@ func New(cfg Config) (*Manager, error) {
 		}
 		m.cgroupBase = base
 	}
+	m.registerTalkMetrics(cfg.Metrics)
 	return m, nil
 }
 

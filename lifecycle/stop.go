@@ -225,6 +225,7 @@ func (m *Manager) finishEnd(ctx context.Context, p fence.Published, cause endCau
 	}
 	if present {
 		m.markKilling(p.TmuxID, killReason{reason: cause.reason})
+		m.DetachFollowers(m.lifeOf(p.ServerPID, p.ServerStart), p.TmuxID)
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
 		if err := m.killConfirm(kctx, m.lifeOf(p.ServerPID, p.ServerStart), p.TmuxID); err != nil {
 			m.log.Warn().Err(err).Str("tmux_id", p.TmuxID).Msg("ended session not removed")
@@ -257,6 +258,10 @@ func (m *Manager) sessionOf(p fence.Published) (census.Session, bool) {
 func (m *Manager) endEvidence(ctx context.Context, p fence.Published, cause endCause, sess census.Session, present, killed bool) verdict.Record {
 	pm, havePM, err := m.fence.Postmortem(ctx, p.Identity, p.Generation)
 	havePM = err == nil && havePM && !pm.EndedAt.IsZero()
+	if present && cause.tail == "" {
+		// The last the agent showed, read from the pane while it still exists.
+		cause.tail = m.OutputTail(ctx, m.lifeOf(p.ServerPID, p.ServerStart), p.TmuxID)
+	}
 	rec := endedRecord(p, cause, pm, havePM)
 	if p.Stopping != nil {
 		rec.Evidence["stop_since"] = p.Stopping.Since.UTC().Format(time.RFC3339Nano)

@@ -166,7 +166,7 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := startProc(&cfg)
+	p, err := startProc(&cfg, controlArgs(&cfg))
 	if err != nil {
 		lock.release()
 		return nil, err

@@ -45,7 +45,7 @@ func clientEnv(extra []string) []string {
 	return append(env, extra...)
 }
 
-// startProc starts the control client in its own process group with
+// startProc starts a control client (argv: controlArgs or followArgs) in its own process group with
 // Pdeathsig SIGKILL, so that it dies with the supervisor (a live client
 // nobody reads wedges kill-server, FACTS §4).
 //
@@ -54,7 +54,7 @@ func clientEnv(extra []string) []string {
 // goroutine locked to its OS thread that stays locked, blocked in Wait, for
 // the child's whole life: that thread cannot exit before the child does
 // unless the whole process dies, which is exactly when the signal must fire.
-func startProc(cfg *Config) (*proc, error) {
+func startProc(cfg *Config, argv []string) (*proc, error) {
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -67,7 +67,7 @@ func startProc(cfg *Config) (*proc, error) {
 	}
 	p := &proc{stdin: inW, stdout: outR, stderr: &limitedBuffer{max: 64 << 10},
 		exited: make(chan struct{})}
-	cmd := exec.Command(cfg.Tmux, controlArgs(cfg)...)
+	cmd := exec.Command(cfg.Tmux, argv...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, p.stderr
 	cmd.Env = clientEnv(cfg.Env)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

@@ -65,6 +65,9 @@ const (
 	// SKC_HOME, too many creates are in flight, or it is shutting down. Retrying
 	// later is the right answer, hence one code and exit 75 (EX_TEMPFAIL).
 	CodeBusy Code = "busy"
+	// CodeAgentNotRunning: the session exists but its agent does not run (its
+	// pane is dead), so there is nothing to type into.
+	CodeAgentNotRunning Code = "agent_not_running"
 )
 
 // Status words of API error bodies: {"status": …, "error": {…}}.
@@ -132,6 +135,7 @@ var classes = map[Code]Class{
 	CodeInternal:                       {http.StatusInternalServerError, ExitFailed, "internal_error", StatusError},
 	CodeDaemonUnreachable:              {http.StatusServiceUnavailable, ExitDaemonUnreachable, "daemon_unreachable", StatusError},
 	CodeBusy:                           {http.StatusServiceUnavailable, ExitBusy, "busy", StatusError},
+	CodeAgentNotRunning:                {http.StatusConflict, ExitFailed, "agent_not_running", StatusError},
 }
 
 // Codes lists every code in documentation order.
@@ -142,6 +146,7 @@ var Codes = []Code{
 	CodeIdentityExistingOwner, CodeIdentityStateFileMismatch,
 	CodeFenceLost, CodeSpawnFailed, CodeTagFailed, CodeTmuxUnavailable,
 	CodeFenceUnavailable, CodeTimeout, CodeInternal, CodeDaemonUnreachable, CodeBusy,
+	CodeAgentNotRunning,
 }
 
 // Classify returns the class of code: THE one table mapping a code to its HTTP

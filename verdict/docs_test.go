@@ -223,9 +223,10 @@ Field names follow the Elastic Common Schema where one fits:
 | ` + "`skc.session`" + ` | ` + "`{name, id, generation}`" + ` (tmux session name and id) |
 | ` + "`skc.reservation`" + ` | ` + "`{id, phase}`" + ` |
 | ` + "`skc.exit`" + ` | ` + "`{status, signal}`" + ` on ` + "`ended`" + `: status null when unknown, signal a name such as ` + "`SIGKILL`" + ` |
+| ` + "`skc.output`" + ` | ` + "`{tail}`" + ` on ` + "`ended`" + `: the last ≤ 50 lines (≤ 8 KiB) the pane showed, control characters removed |
 | ` + "`skc.evidence`" + ` | what the decision was based on (pids, phases, tmux errors) |
 
-` + "`skc.identity`, `skc.session`, `skc.reservation` and `skc.exit`" + ` are absent when they
+` + "`skc.identity`, `skc.session`, `skc.reservation`, `skc.exit` and `skc.output`" + ` are absent when they
 do not apply. Consumers ignore fields they do not know.
 
 ## Reading the file

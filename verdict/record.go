@@ -66,6 +66,11 @@ type Record struct {
 	Reservation *ReservationRef // skc.reservation; omitted when nil
 	Exit        *Exit           // skc.exit; omitted when nil
 	Evidence    map[string]any  // skc.evidence; always written, {} when empty
+
+	// OutputTail is skc.output.tail on an ended verdict: the last lines the
+	// agent's pane showed (at most 50 lines and 8 KiB, control characters
+	// removed, lines joined by LF); omitted when "".
+	OutputTail string
 }
 
 // MarshalJSON encodes r as one line of JSON without a trailing newline, fields
@@ -141,6 +146,11 @@ func (r Record) appendRefs(dst []byte) []byte {
 		}
 		dst = append(dst, `,"signal":`...)
 		dst = appendString(dst, x.Signal)
+		dst = append(dst, '}')
+	}
+	if r.OutputTail != "" {
+		dst = append(dst, `,"output":{"tail":`...)
+		dst = appendString(dst, r.OutputTail)
 		dst = append(dst, '}')
 	}
 	return dst
@@ -225,7 +235,10 @@ type recordJSON struct {
 		Session     *SessionRef     `json:"session"`
 		Reservation *ReservationRef `json:"reservation"`
 		Exit        *Exit           `json:"exit"`
-		Evidence    json.RawMessage `json:"evidence"`
+		Output      *struct {
+			Tail string `json:"tail"`
+		} `json:"output"`
+		Evidence json.RawMessage `json:"evidence"`
 	} `json:"skc"`
 }
 
@@ -248,6 +261,9 @@ func (r *Record) UnmarshalJSON(b []byte) error {
 		Verdict:  j.Skc.Verdict, Code: j.Skc.Code, ExitKind: j.Skc.ExitKind,
 		Identity: j.Skc.Identity, Session: j.Skc.Session,
 		Reservation: j.Skc.Reservation, Exit: j.Skc.Exit,
+	}
+	if j.Skc.Output != nil {
+		out.OutputTail = j.Skc.Output.Tail
 	}
 	if len(j.Skc.Evidence) > 0 && !bytes.Equal(j.Skc.Evidence, []byte("null")) {
 		dec := json.NewDecoder(bytes.NewReader(j.Skc.Evidence))

@@ -298,6 +298,9 @@ func (d *daemon) stop() {
 			d.log.Warn().Err(err).Msg("API shutdown")
 		}
 	}
+	if d.mgr != nil {
+		d.mgr.CloseFollowers(sctx) // output followers' tmux clients, by stdin EOF
+	}
 	if d.cancelRun != nil {
 		d.cancelRun()
 	}

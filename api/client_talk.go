@@ -1,0 +1,109 @@
+package api
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// sessionPath is /v1/sessions/{name}/what.
+func sessionPath(name, what string) string {
+	return "/v1/sessions/" + url.PathEscape(name) + "/" + what
+}
+
+// Screen reads what the session's pane shows (history lines and colours on
+// request).
+func (c *Client) Screen(ctx context.Context, name string, lines int, ansi bool) (ScreenResponse, error) {
+	q := url.Values{"lines": {strconv.Itoa(lines)}}
+	if ansi {
+		q.Set("ansi", "1")
+	}
+	var out ScreenResponse
+	return out, c.get(ctx, http.MethodGet, sessionPath(name, "screen")+"?"+q.Encode(), nil, &out)
+}
+
+// Input types in to the session's agent.
+func (c *Client) Input(ctx context.Context, name string, in InputRequest) (InputResponse, error) {
+	var out InputResponse
+	return out, c.get(ctx, http.MethodPost, sessionPath(name, "input"), in, &out)
+}
+
+// Wait blocks until the condition holds (nil error), the session is gone
+// (not_found) or the timeout passes (timeout).
+func (c *Client) Wait(ctx context.Context, name string, req WaitRequest) (WaitResponse, error) {
+	q := url.Values{}
+	switch {
+	case req.Exit:
+		q.Set("exit", "1")
+	case req.Idle > 0:
+		q.Set("idle", req.Idle.String())
+	default:
+		q.Set("text", req.Text)
+	}
+	if req.Timeout > 0 {
+		q.Set("timeout", req.Timeout.String())
+	}
+	var out WaitResponse
+	return out, c.get(ctx, http.MethodGet, sessionPath(name, "wait")+"?"+q.Encode(), nil, &out)
+}
+
+// Output follows the session's output: fn gets each chunk (Data, or a gap)
+// until the session ends (nil), ctx is done (nil) or fn fails (its error).
+func (c *Client) Output(ctx context.Context, name string, fn func(OutputChunk) error) error {
+	resp, err := c.send(ctx, http.MethodGet, sessionPath(name, "output")+"?follow=1", nil)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return decodeError(resp.StatusCode, b)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		ch, err := parseOutputLine(sc.Bytes())
+		if err != nil {
+			return err
+		}
+		if err := fn(ch); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil && ctx.Err() == nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return c.unreachable(fmt.Errorf("output stream: %w", err))
+	}
+	return nil
+}
+
+func parseOutputLine(b []byte) (OutputChunk, error) {
+	var l outputLine
+	if err := json.Unmarshal(b, &l); err != nil {
+		return OutputChunk{}, verdict.Errorf(verdict.CodeInternal, nil, "output stream line: %v", err)
+	}
+	at, _ := time.Parse(time.RFC3339Nano, l.At)
+	ch := OutputChunk{At: at, Unknown: l.Unknown}
+	if l.Dropped != nil {
+		ch.Dropped = *l.Dropped
+		return ch, nil
+	}
+	data, err := base64.StdEncoding.DecodeString(l.DataB64)
+	if err != nil {
+		return OutputChunk{}, verdict.Errorf(verdict.CodeInternal, nil, "output stream data: %v", err)
+	}
+	ch.Data = data
+	return ch, nil
+}

@@ -1,0 +1,340 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// Talking to agents (CONTRACT.md "Talking to agents"): the types, the optional
+// Talker part of a Service, and the handlers.
+
+// ScreenResponse answers GET /v1/sessions/{name}/screen and `screen --json`.
+type ScreenResponse struct {
+	Name     string   `json:"name"`
+	Lines    []string `json:"lines"`
+	Cursor   Cursor   `json:"cursor"`
+	PaneDead bool     `json:"pane_dead"`
+}
+
+// Cursor is the cursor's column x and row y on the visible screen, from 0.
+type Cursor struct {
+	X int `json:"x"`
+	Y int `json:"y"`
+}
+
+// InputRequest is the body of POST /v1/sessions/{name}/input: text (typed
+// literally, pasted when it has a newline) with an optional Enter after it, or
+// tmux key names.
+type InputRequest struct {
+	Text  string   `json:"text,omitempty"`
+	Enter bool     `json:"enter,omitempty"`
+	Keys  []string `json:"keys,omitempty"`
+}
+
+// InputResponse answers an input that was applied.
+type InputResponse struct {
+	Status string `json:"status"` // "sent"
+}
+
+// OutputChunk is one element of an output stream: Data, or a gap of Dropped
+// bytes this follower lost (Unknown: tmux dropped more, amount unknown).
+type OutputChunk struct {
+	At      time.Time
+	Data    []byte
+	Dropped int64
+	Unknown bool
+}
+
+// OutputStream is a live output subscription.
+type OutputStream interface {
+	// Next blocks for the next chunks; false once the stream has ended (the
+	// session ended) or ctx is done.
+	Next(ctx context.Context) ([]OutputChunk, bool)
+	Close()
+}
+
+// WaitRequest is GET /v1/sessions/{name}/wait: exactly one of Exit, Idle and
+// Text; Timeout 0 waits without limit.
+type WaitRequest struct {
+	Exit    bool
+	Idle    time.Duration
+	Text    string
+	Timeout time.Duration
+}
+
+// WaitResponse answers a wait whose condition held: status "exited" (with the
+// ended verdict), "idle" or "text".
+type WaitResponse struct {
+	Status  string          `json:"status"`
+	Verdict *verdict.Record `json:"verdict,omitempty"`
+}
+
+// Talker is the optional part of a Service that talks to agents; a Service
+// without it answers these endpoints not_found.
+type Talker interface {
+	Screen(ctx context.Context, ref Ref, lines int, ansi bool) (ScreenResponse, error)
+	Input(ctx context.Context, ref Ref, in InputRequest) error
+	FollowOutput(ctx context.Context, ref Ref) (OutputStream, error)
+	Wait(ctx context.Context, ref Ref, req WaitRequest) (WaitResponse, error)
+}
+
+func (s *Server) talker(w http.ResponseWriter, r *http.Request) (Talker, Ref, bool) {
+	t, ok := s.cfg.Service.(Talker)
+	if !ok {
+		s.handleUnknown(w, r)
+		return nil, Ref{}, false
+	}
+	ref, err := refFrom(r)
+	if err != nil {
+		writeError(w, err)
+		return nil, Ref{}, false
+	}
+	return t, ref, true
+}
+
+// stoppable is r's context, also ended by Shutdown: long waits and output
+// streams must not hold the daemon's stop.
+func (s *Server) stoppable(r *http.Request) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(r.Context())
+	go func() {
+		select {
+		case <-s.stopping:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+func (s *Server) handleScreen(w http.ResponseWriter, r *http.Request) {
+	t, ref, ok := s.talker(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	lines := 0
+	if v := q.Get("lines"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > MaxScreenLines {
+			writeError(w, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "lines", "max": MaxScreenLines},
+				"lines must be a number from 0 to %d, got %q", MaxScreenLines, v))
+			return
+		}
+		lines = n
+	}
+	ansi, err := flag01(q.Get("ansi"), "ansi")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	res, err := t.Screen(r.Context(), ref, lines, ansi)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// MaxScreenLines is the most history lines a screen request may ask for.
+const MaxScreenLines = 10000
+
+// MaxInputText is the largest text one input may carry, in bytes.
+const MaxInputText = 64 << 10
+
+func flag01(v, field string) (bool, error) {
+	switch v {
+	case "", "0", "false":
+		return false, nil
+	case "1", "true":
+		return true, nil
+	}
+	return false, invalid(field, "must be 1 or 0, got %q", v)
+}
+
+func (s *Server) handleInput(w http.ResponseWriter, r *http.Request) {
+	t, ref, ok := s.talker(w, r)
+	if !ok {
+		return
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, verdict.Errorf(verdict.CodeBodyTooLarge, map[string]any{"limit": mbe.Limit},
+				"request body is larger than %d bytes", mbe.Limit))
+			return
+		}
+		writeError(w, invalid("body", "cannot read it: %v", err))
+		return
+	}
+	in, err := DecodeInput(body)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := t.Input(r.Context(), ref, in); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, InputResponse{Status: "sent"})
+}
+
+// DecodeInput decodes an input body strictly (unknown fields refused). Text
+// that was not valid UTF-8 on the wire — raw invalid bytes, or an unpaired
+// surrogate escape, both of which encoding/json would turn into U+FFFD
+// silently — is refused rather than altered.
+func DecodeInput(body []byte) (InputRequest, error) {
+	if !utf8.Valid(body) {
+		return InputRequest{}, invalid("text", "the body is not valid UTF-8")
+	}
+	var in InputRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		return InputRequest{}, invalid("body", "not a valid input object: %v", err)
+	}
+	if dec.More() {
+		return InputRequest{}, invalid("body", "more than one JSON value")
+	}
+	if bytes.ContainsRune([]byte(in.Text), utf8.RuneError) && !hasReplacementChar(body) {
+		return InputRequest{}, invalid("text", "text contains an unpaired surrogate escape (not valid UTF-8)")
+	}
+	return in, nil
+}
+
+// hasReplacementChar reports whether the body itself carries U+FFFD, raw or as
+// an escape: only then may decoded text contain it.
+func hasReplacementChar(body []byte) bool {
+	return bytes.ContainsRune(body, utf8.RuneError) ||
+		bytes.Contains(bytes.ToLower(body), []byte(`\ufffd`))
+}
+
+// outputLine is one JSON line of an output stream.
+type outputLine struct {
+	At      string `json:"at"`
+	DataB64 string `json:"data_b64,omitempty"`
+	Dropped *int64 `json:"dropped_bytes,omitempty"`
+	Unknown bool   `json:"dropped_unknown,omitempty"`
+}
+
+func (s *Server) handleOutput(w http.ResponseWriter, r *http.Request) {
+	t, ref, ok := s.talker(w, r)
+	if !ok {
+		return
+	}
+	follow, err := flag01(r.URL.Query().Get("follow"), "follow")
+	if err == nil && !follow {
+		err = invalid("follow", "only follow=1 is served: the daemon keeps no pane output (GET …/screen shows what the pane shows now)")
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ctx, cancel := s.stoppable(r)
+	defer cancel()
+	st, err := t.FollowOutput(ctx, ref)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer st.Close()
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	flush(w)
+	enc := json.NewEncoder(w)
+	for {
+		chunks, ok := st.Next(ctx)
+		if !ok {
+			return
+		}
+		for _, c := range chunks {
+			line := outputLine{At: c.At.UTC().Format(time.RFC3339Nano)}
+			if c.Data != nil {
+				line.DataB64 = base64.StdEncoding.EncodeToString(c.Data)
+			} else {
+				d := c.Dropped
+				line.Dropped, line.Unknown = &d, c.Unknown
+			}
+			if enc.Encode(line) != nil {
+				return // the client hung up
+			}
+		}
+		flush(w)
+	}
+}
+
+func flush(w http.ResponseWriter) {
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (s *Server) handleWait(w http.ResponseWriter, r *http.Request) {
+	t, ref, ok := s.talker(w, r)
+	if !ok {
+		return
+	}
+	req, err := parseWait(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ctx, cancel := s.stoppable(r)
+	defer cancel()
+	res, err := t.Wait(ctx, ref, req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// parseWait reads ?exit=1 | idle=DURATION | text=S, and timeout=DURATION (Go
+// duration syntax: 300ms, 5s, 2m).
+func parseWait(r *http.Request) (WaitRequest, error) {
+	q := r.URL.Query()
+	var req WaitRequest
+	var err error
+	if req.Exit, err = flag01(q.Get("exit"), "exit"); err != nil {
+		return req, err
+	}
+	if req.Idle, err = duration(q.Get("idle"), "idle"); err != nil {
+		return req, err
+	}
+	if req.Timeout, err = duration(q.Get("timeout"), "timeout"); err != nil {
+		return req, err
+	}
+	req.Text = q.Get("text")
+	n := 0
+	for _, set := range []bool{req.Exit, req.Idle > 0, req.Text != ""} {
+		if set {
+			n++
+		}
+	}
+	if n != 1 {
+		return req, invalid("condition", "give exactly one of exit=1, idle=DURATION and text=STRING")
+	}
+	return req, nil
+}
+
+func duration(v, field string) (time.Duration, error) {
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, invalid(field, "must be a positive duration such as 500ms, 5s or 2m, got %q", v)
+	}
+	return d, nil
+}

@@ -1,0 +1,98 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+func fieldOf(err error) any {
+	if e, ok := err.(*verdict.Error); ok {
+		return e.Details["field"]
+	}
+	return nil
+}
+
+func TestDecodeInput(t *testing.T) {
+	for _, c := range []struct {
+		body  string
+		field string // "" = accepted
+		text  string
+	}{
+		{`{"text":"#{pane_pid} $(id) C-c","enter":true}`, "", "#{pane_pid} $(id) C-c"},
+		{`{"text":"a\u0001\u001b[A"}`, "", "a\x01\x1b[A"},
+		{`{"text":"keep \ufffd as sent"}`, "", "keep \ufffd as sent"},
+		{"{\"text\":\"raw \xef\xbf\xbd too\"}", "", "raw \ufffd too"},
+		{"{\"text\":\"a\xffb\"}", "text", ""},
+		{`{"text":"a\ud800b"}`, "text", ""},
+		{`{"keys":["C-c"],"bogus":true}`, "body", ""},
+		{`{"text":"a"} {"text":"b"}`, "body", ""},
+		{`[1]`, "body", ""},
+	} {
+		in, err := DecodeInput([]byte(c.body))
+		switch {
+		case c.field == "" && (err != nil || in.Text != c.text):
+			t.Errorf("%s: %q %v", c.body, in.Text, err)
+		case c.field != "" && fieldOf(err) != c.field:
+			t.Errorf("%s: %v, want a refusal of %s", c.body, err, c.field)
+		}
+	}
+}
+
+func TestParseWait(t *testing.T) {
+	for _, c := range []struct {
+		query string
+		field string
+		want  WaitRequest
+	}{
+		{"exit=1", "", WaitRequest{Exit: true}},
+		{"idle=1.5s&timeout=1m", "", WaitRequest{Idle: 1500 * time.Millisecond, Timeout: time.Minute}},
+		{"text=Done%20%23%7Bx%7D", "", WaitRequest{Text: "Done #{x}"}},
+		{"", "condition", WaitRequest{}},
+		{"exit=1&text=x", "condition", WaitRequest{}},
+		{"idle=-1s", "idle", WaitRequest{}},
+		{"idle=5", "idle", WaitRequest{}},
+		{"exit=yes", "exit", WaitRequest{}},
+		{"text=x&timeout=0s", "timeout", WaitRequest{}},
+	} {
+		r := httptest.NewRequest("GET", "/v1/sessions/x/wait?"+c.query, nil)
+		got, err := parseWait(r)
+		switch {
+		case c.field == "" && (err != nil || got != c.want):
+			t.Errorf("%s: %+v %v", c.query, got, err)
+		case c.field != "" && fieldOf(err) != c.field:
+			t.Errorf("%s: %v, want a refusal of %s", c.query, err, c.field)
+		}
+	}
+	if !strings.Contains(sessionPath("a b/c", "screen"), "a%20b%2Fc") {
+		t.Error(sessionPath("a b/c", "screen"))
+	}
+}
+
+// FuzzDecodeInput: whatever the body, an accepted input's text is valid UTF-8
+// and survives a JSON round trip unchanged (what the daemon types is what was
+// sent).
+func FuzzDecodeInput(f *testing.F) {
+	for _, s := range []string{`{"text":"a\u0000"}`, `{"text":"\ud800"}`, "{\"text\":\"\xff\"}", `{"keys":["C-c"]}`, `{"text":"\ufffd"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		in, err := DecodeInput(body)
+		if err != nil {
+			return
+		}
+		if !utf8.ValidString(in.Text) {
+			t.Fatalf("accepted invalid UTF-8 %q", in.Text)
+		}
+		b, _ := json.Marshal(in)
+		back, err := DecodeInput(b)
+		if err != nil || back.Text != in.Text {
+			t.Fatalf("round trip of %q: %q %v", in.Text, back.Text, err)
+		}
+	})
+}

@@ -1,0 +1,187 @@
+package integration
+
+import (
+	"bufio"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestTalkCLIAndAPI drives screen, send, output and wait through the real
+// binary and the raw API, against a `cat` agent (cooked terminal: it echoes
+// and prints each line it reads).
+func TestTalkCLIAndAPI(t *testing.T) {
+	t.Parallel()
+	d := StartDaemon(t, DaemonOpts{})
+	sd := t.TempDir()
+	r := d.CLI(t, "create", "--state-dir", sd, "--session-id", "talk-1", "--json", "--", "cat")
+	var a Answer
+	mustJSON(t, r, &a)
+	d.NoteSession(t)
+	name := a.Session.Name
+	lines := followHTTP(t, d, name) // from before the input
+
+	hostile := `#{pane_pid} #(id) C-c $(id) ; "q' ~ é日本`
+	if r := d.CLI(t, "send", name, "--enter", "--", hostile); r.Code != 0 {
+		t.Fatal(r)
+	}
+	// Twice on the screen: the terminal's echo and cat's copy.
+	WaitFor(t, 30*time.Second, "screen shows the text twice", func() error {
+		r := d.CLI(t, "screen", name, "--json")
+		var s struct {
+			Lines []string `json:"lines"`
+		}
+		if err := json.Unmarshal([]byte(r.Stdout), &s); err != nil {
+			return err
+		}
+		if n := strings.Count(strings.Join(s.Lines, "\n"), hostile); n != 2 {
+			return fmt.Errorf("text shown %d times: %q", n, s.Lines)
+		}
+		return nil
+	})
+	readStream(t, lines, hostile+"\r\n"+hostile)
+
+	// Text from stdin; wait --text sees it.
+	if r := d.CLIWith(t, CLIOpts{Stdin: strings.NewReader("from stdin\n")}, "send", name); r.Code != 0 {
+		t.Fatal(r)
+	}
+	if r := d.CLI(t, "wait", name, "--text", "from stdin", "--timeout", "30s"); r.Code != 0 || strings.TrimSpace(r.Stdout) != "text" {
+		t.Fatal(r)
+	}
+	if r := d.CLI(t, "wait", name, "--text", "never shown", "--timeout", "200ms"); r.Code != 1 || !strings.Contains(r.Stderr, "(timeout)") {
+		t.Fatalf("wait timeout: %s", r)
+	}
+	checkTalkRefusals(t, d, name)
+	checkKillTail(t, d, name, lines)
+}
+
+// followHTTP opens GET …/output?follow=1 and returns its lines; the channel
+// closes when the stream ends.
+func followHTTP(t *testing.T, d *Daemon, name string) <-chan string {
+	t.Helper()
+	req, _ := http.NewRequest("GET", "http://skc/v1/sessions/"+name+"/output?follow=1", nil)
+	hc := d.HTTP()
+	hc.Timeout = 0
+	resp, err := hc.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("output?follow=1: %v %v", resp, err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	lines := make(chan string, 1024)
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	return lines
+}
+
+// readStream reads output lines until their data contains want.
+func readStream(t *testing.T, lines <-chan string, want string) {
+	t.Helper()
+	var got []byte
+	for !strings.Contains(string(got), want) {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("output stream ended; got %q", got)
+			}
+			var o struct {
+				At   string `json:"at"`
+				Data string `json:"data_b64"`
+			}
+			if err := json.Unmarshal([]byte(l), &o); err != nil || o.At == "" {
+				t.Fatalf("output line %q: %v", l, err)
+			}
+			b, _ := base64.StdEncoding.DecodeString(o.Data)
+			got = append(got, b...)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("output stream: got %q", got)
+		}
+	}
+}
+
+// checkTalkRefusals: bad input is refused naming its field, sessions not ours
+// are not found, and nothing reaches the agent.
+func checkTalkRefusals(t *testing.T, d *Daemon, name string) {
+	t.Helper()
+	if _, err := d.Tmux("new-session", "-d", "-s", "by-hand", "sleep 1000"); err != nil {
+		t.Fatal(err)
+	}
+	in := "/v1/sessions/" + name + "/input"
+	for _, c := range []struct {
+		method, path, body string
+		status             int
+		field              string
+	}{
+		{"POST", in, "{\"text\":\"a\xffb\"}", 400, "text"},
+		{"POST", in, `{"text":"a\ud800b"}`, 400, "text"},
+		{"POST", in, `{"text":"a\u0000b"}`, 400, "text"},
+		{"POST", in, `{"keys":["Enter","rm -rf"]}`, 400, "keys"},
+		{"POST", in, `{"text":"x","bogus":1}`, 400, "body"},
+		{"POST", in, `{"text":"` + strings.Repeat("x", 64<<10+1) + `"}`, 400, "text"},
+		{"GET", "/v1/sessions/" + name + "/screen?lines=10001", "", 400, "lines"},
+		{"GET", "/v1/sessions/" + name + "/screen?lines=-1", "", 400, "lines"},
+		{"GET", "/v1/sessions/" + name + "/wait?idle=1s&text=x", "", 400, "condition"},
+		{"GET", "/v1/sessions/" + name + "/output", "", 400, "follow"},
+		{"POST", "/v1/sessions/skc-none/input", `{"text":"x"}`, 404, ""},
+		{"GET", "/v1/sessions/skc-none/screen", "", 404, ""},
+		{"GET", "/v1/sessions/by-hand/screen", "", 404, ""}, // a session that is not ours
+		{"POST", "/v1/sessions/by-hand/input", `{"text":"x"}`, 404, ""},
+		{"GET", "/v1/sessions/by-hand/output?follow=1", "", 404, ""},
+	} {
+		status, b := d.Do(t, c.method, c.path, c.body, nil)
+		var ans Answer
+		_ = decodeOne(string(b), &ans)
+		if status != c.status || (c.field != "" && ans.Field() != c.field) {
+			t.Errorf("%s %.60s: %d %.300s, want %d on field %q", c.method, c.path, status, b, c.status, c.field)
+		}
+	}
+	r := d.CLI(t, "screen", name)
+	if strings.Contains(r.Stdout, "a\ufffdb") || strings.Contains(r.Stdout, "rm -rf") {
+		t.Errorf("a refused input reached the agent:\n%s", r.Stdout)
+	}
+	if r := d.CLIWith(t, CLIOpts{Stdin: strings.NewReader("bad \xff")}, "send", name, "--json"); r.Code != 2 {
+		t.Errorf("send of invalid UTF-8: %s", r)
+	}
+}
+
+// checkKillTail: the kill verdict carries the output tail; then wait --idle is
+// exit 4 (gone) and the output stream ends.
+func checkKillTail(t *testing.T, d *Daemon, name string, lines <-chan string) {
+	t.Helper()
+	r := d.CLI(t, "kill", name, "--json")
+	var k struct {
+		Verdict struct {
+			Skc struct {
+				Output struct {
+					Tail string `json:"tail"`
+				} `json:"output"`
+			} `json:"skc"`
+		} `json:"verdict"`
+	}
+	mustJSON(t, r, &k)
+	if !strings.Contains(k.Verdict.Skc.Output.Tail, "from stdin") {
+		t.Errorf("kill verdict's output tail: %q", k.Verdict.Skc.Output.Tail)
+	}
+	if r := d.CLI(t, "wait", name, "--idle", "1s"); r.Code != 4 {
+		t.Errorf("wait on a gone session: %s", r)
+	}
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case _, ok := <-lines:
+			if !ok {
+				return
+			}
+		case <-deadline:
+			t.Fatal("output stream did not end with the session")
+		}
+	}
+}

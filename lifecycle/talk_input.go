@@ -1,0 +1,252 @@
+package lifecycle
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unicode/utf8"
+
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// MaxInputText is the largest text one input may carry, in bytes.
+const MaxInputText = 64 << 10
+
+// maxInputKeys bounds the named keys of one input.
+const maxInputKeys = 256
+
+// Input is one POST /v1/sessions/{name}/input: either Text (sent literally,
+// then Enter when Enter is set) or Keys (tmux key names), never both.
+type Input struct {
+	Text  string
+	Enter bool
+	Keys  []string
+}
+
+// invalidInput is the refusal of a bad input, naming its field.
+func invalidInput(field, format string, args ...any) error {
+	return verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": field}, format, args...)
+}
+
+// ValidateInput checks an input against the contract's limits before anything
+// reaches tmux: text is valid UTF-8 without NUL and at most MaxInputText bytes;
+// keys are names from the fixed pattern (ValidKey); exactly one of text and
+// keys is given, and enter goes with text.
+func ValidateInput(in Input) error {
+	switch {
+	case in.Text == "" && len(in.Keys) == 0 && !in.Enter:
+		return invalidInput("text", "give text or keys")
+	case in.Text != "" && len(in.Keys) > 0:
+		return invalidInput("keys", "give text or keys, not both (send keys in a second input)")
+	case len(in.Keys) > 0 && in.Enter:
+		return invalidInput("enter", "enter goes with text; add \"Enter\" to keys instead")
+	case len(in.Text) > MaxInputText:
+		return verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "text", "max_bytes": MaxInputText},
+			"text is %d bytes, more than %d", len(in.Text), MaxInputText)
+	case strings.IndexByte(in.Text, 0) >= 0:
+		return invalidInput("text", "text contains a NUL byte, which no terminal input can carry")
+	case !utf8.ValidString(in.Text):
+		return invalidInput("text", "text is not valid UTF-8")
+	case len(in.Keys) > maxInputKeys:
+		return invalidInput("keys", "at most %d keys per input, got %d", maxInputKeys, len(in.Keys))
+	}
+	for i, k := range in.Keys {
+		if !ValidKey(k) {
+			return verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "keys", "index": i},
+				"keys[%d] %q is not a key name (e.g. Enter, C-c, M-x, Up, F5, BSpace)", i, k)
+		}
+	}
+	return nil
+}
+
+// namedKeys are tmux's key names (key-string.c) that an input may send.
+var namedKeys = map[string]bool{
+	"Enter": true, "Escape": true, "Tab": true, "BTab": true, "BSpace": true, "Space": true,
+	"Up": true, "Down": true, "Left": true, "Right": true, "Home": true, "End": true,
+	"PageUp": true, "PageDown": true, "PgUp": true, "PgDn": true, "PPage": true, "NPage": true,
+	"Insert": true, "Delete": true, "IC": true, "DC": true,
+	"KP0": true, "KP1": true, "KP2": true, "KP3": true, "KP4": true, "KP5": true, "KP6": true,
+	"KP7": true, "KP8": true, "KP9": true, "KPEnter": true,
+}
+
+// ValidKey reports whether k is a key an input may name: modifiers `C-`, `M-`,
+// `S-` (each at most once), then a named key, F1–F12, or one printable ASCII
+// character other than space. Nothing else reaches send-keys without -l, so no
+// string is ever looked up by tmux as something else.
+func ValidKey(k string) bool {
+	seen := map[byte]bool{}
+	for len(k) > 2 && k[1] == '-' && (k[0] == 'C' || k[0] == 'M' || k[0] == 'S') {
+		if seen[k[0]] {
+			return false
+		}
+		seen[k[0]] = true
+		k = k[2:]
+	}
+	if namedKeys[k] {
+		return true
+	}
+	if len(k) == 1 {
+		return k[0] > ' ' && k[0] < 0x7f
+	}
+	if n, err := strconv.Atoi(strings.TrimPrefix(k, "F")); err == nil && k[0] == 'F' && k[1] != '0' {
+		return n >= 1 && n <= 12
+	}
+	return false
+}
+
+// inputCommands is the tmux command list that types in to pane, in order.
+//
+// Text is pasted: set-buffer into a private named buffer, then
+// `paste-buffer -d -r`, which writes the bytes to the pane's terminal exactly as
+// they are (-r: LF stays LF; -d: the buffer is deleted) — whatever mode the
+// pane is in. `send-keys -l` would hand them to copy mode while a human scrolls
+// back (they become copy-mode commands), and `send-keys -H` per byte likewise.
+// The argument is quote-encoded, so it is never a format or shell, and a
+// paste never looks up key names. Text with a newline is pasted with -p:
+// wrapped in bracketed-paste markers exactly when the application has asked for
+// bracketed paste (tmux checks the pane's mode at paste time). Enter is a CR
+// byte: appended to a one-line text, a paste of its own after a multi-line one
+// (outside the brackets). Keys are key names, sent with send-keys.
+func inputCommands(pane string, in Input, buffer string) [][]string {
+	if len(in.Keys) > 0 {
+		return [][]string{append([]string{"send-keys", "-t", pane}, in.Keys...)}
+	}
+	var cmds [][]string
+	paste := func(data string, bracket bool) {
+		p := []string{"paste-buffer", "-d", "-r"}
+		if bracket {
+			p = append(p, "-p")
+		}
+		cmds = append(cmds, []string{"set-buffer", "-b", buffer, "--", data},
+			append(p, "-b", buffer, "-t", pane))
+	}
+	text, multi := in.Text, strings.IndexByte(in.Text, '\n') >= 0
+	if in.Enter && !multi {
+		text += "\r"
+	}
+	if text != "" {
+		paste(text, multi)
+	}
+	if in.Enter && multi {
+		paste("\r", false)
+	}
+	return cmds
+}
+
+func notRunning(name string) error {
+	return verdict.Errorf(verdict.CodeAgentNotRunning, map[string]any{"name": name},
+		"the agent of session %s is not running (its pane is dead)", name)
+}
+
+// inputQueue orders the inputs of one session: tickets are taken when an input
+// is accepted and served strictly in ticket order, one input at a time, so
+// inputs from concurrent senders are applied whole and in acceptance order.
+type inputQueue struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	next    uint64 // the next ticket to hand out
+	serving uint64 // the ticket whose input is being applied
+	refs    int    // tickets not yet done; the queue is dropped at 0
+}
+
+// talkState is the Manager's state for talking to agents (its zero value is ready).
+type talkState struct {
+	mu      sync.Mutex
+	queues  map[string]*inputQueue // by server life and tmux id
+	feeds   map[string]*outputFeed // by server life and tmux id (talk_output.go)
+	bufSeq  atomic.Uint64          // paste buffer names
+	follows atomic.Int64           // followers attached now (metrics, tests)
+	running sync.WaitGroup         // startFeed goroutines, until their client exited
+	closed  bool                   // CloseFollowers began (mu)
+	transit sync.Mutex             // held while a follower attaches or detaches (closeFollower)
+	subs    atomic.Int64           // output subscriptions open
+	dropped atomic.Int64           // output bytes dropped for slow subscribers
+}
+
+func talkKey(t talkTarget) string {
+	return strconv.Itoa(t.life.PID) + "/" + strconv.FormatInt(t.life.StartTime, 10) + "/" + t.sess.ID
+}
+
+// ticket takes the next place in key's queue.
+func (ts *talkState) ticket(key string) (*inputQueue, uint64) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.queues == nil {
+		ts.queues = map[string]*inputQueue{}
+	}
+	q := ts.queues[key]
+	if q == nil {
+		q = &inputQueue{}
+		q.cond = sync.NewCond(&q.mu)
+		ts.queues[key] = q
+	}
+	q.mu.Lock()
+	n := q.next
+	q.next++
+	q.refs++
+	q.mu.Unlock()
+	return q, n
+}
+
+// done ends ticket n's turn and drops the queue when nobody holds a ticket.
+func (ts *talkState) done(key string, q *inputQueue) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	q.mu.Lock()
+	q.serving++
+	q.refs--
+	idle := q.refs == 0
+	q.cond.Broadcast()
+	q.mu.Unlock()
+	if idle && ts.queues[key] == q {
+		delete(ts.queues, key)
+	}
+}
+
+// Input types in to the session's agent. The input is validated first (nothing
+// reaches tmux otherwise), refused with agent_not_running when the pane is dead,
+// then queued behind the session's earlier inputs and applied whole: once
+// accepted it is applied even if the caller hangs up.
+func (m *Manager) Input(ctx context.Context, ref Ref, in Input) error {
+	if err := ValidateInput(in); err != nil {
+		return err
+	}
+	t, err := m.talkTarget(ctx, ref)
+	if err != nil {
+		return err
+	}
+	if t.sess.PaneDead {
+		return notRunning(t.sess.Name)
+	}
+	key := talkKey(t)
+	q, n := m.talk.ticket(key)
+	defer m.talk.done(key, q)
+	q.mu.Lock()
+	for q.serving != n {
+		q.cond.Wait()
+	}
+	q.mu.Unlock()
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
+	defer cancel()
+	// The census learns of a dead pane within a second; tmux knows now, and
+	// send-keys to a dead pane succeeds silently.
+	rep, err := m.commandIn(actx, t.life, "display-message", "-p", "-t", t.pane(), "#{pane_dead}")
+	if err != nil {
+		return m.talkError(t, err)
+	}
+	if len(rep.Lines) == 1 && rep.Lines[0] == "1" {
+		return notRunning(t.sess.Name)
+	}
+	buffer := "skc-input-" + strconv.FormatUint(m.talk.bufSeq.Add(1), 10)
+	for _, cmd := range inputCommands(t.pane(), in, buffer) {
+		if _, err := m.commandIn(actx, t.life, cmd...); err != nil {
+			if cmd[0] == "paste-buffer" {
+				_, _ = m.commandIn(actx, t.life, "delete-buffer", "-b", buffer)
+			}
+			return m.talkError(t, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,232 @@
+package lifecycle
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// WaitRequest is one wait: exactly one of Exit, Idle (> 0) and Text. Timeout
+// 0 waits until the condition holds or the session is gone.
+type WaitRequest struct {
+	Exit    bool
+	Idle    time.Duration
+	Text    string
+	Timeout time.Duration
+}
+
+// WaitResult is a condition that held: "exited" (with the ended verdict),
+// "idle" or "text".
+type WaitResult struct {
+	Status  string          `json:"status"`
+	Verdict *verdict.Record `json:"verdict,omitempty"`
+}
+
+// textCaptureGap is the least time between two screen captures of a text wait
+// while the agent keeps writing: one capture per burst of output, not a loop.
+const textCaptureGap = 100 * time.Millisecond
+
+// ValidateWait checks a wait request.
+func ValidateWait(req WaitRequest) error {
+	n := 0
+	for _, set := range []bool{req.Exit, req.Idle != 0, req.Text != ""} {
+		if set {
+			n++
+		}
+	}
+	switch {
+	case n != 1:
+		return invalidInput("condition", "give exactly one of exit, idle and text")
+	case req.Idle < 0:
+		return invalidInput("idle", "idle must be a positive duration")
+	case req.Timeout < 0:
+		return invalidInput("timeout", "timeout must not be negative")
+	case len(req.Text) > 4096 || !validText(req.Text):
+		return invalidInput("text", "text must be valid UTF-8 of at most 4096 bytes without control characters")
+	}
+	return nil
+}
+
+func validText(s string) bool {
+	return strings.ToValidUTF8(s, "\uFFFD") == s && strings.IndexFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) < 0
+}
+
+// Wait blocks until the condition holds (nil error), the session is gone
+// (not_found), or the timeout passes (timeout). Exit is decided by the verdict
+// feed (the session's ended verdict), idle and text by the session's live
+// output (text also by one screen capture first, and after each burst of
+// output): tmux is never polled in a loop.
+func (m *Manager) Wait(ctx context.Context, ref Ref, req WaitRequest) (WaitResult, error) {
+	if err := ValidateWait(req); err != nil {
+		return WaitResult{}, err
+	}
+	if req.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, req.Timeout)
+		defer cancel()
+	}
+	if req.Exit {
+		return m.waitExit(ctx, ref)
+	}
+	t, err := m.talkTarget(ctx, ref)
+	if err != nil {
+		return WaitResult{}, waitErr(ctx, err)
+	}
+	sub, err := m.followTarget(ctx, t)
+	if err != nil {
+		return WaitResult{}, waitErr(ctx, err)
+	}
+	defer sub.Close()
+	if req.Idle > 0 {
+		return waitIdle(ctx, sub, req.Idle, t.sess.Name)
+	}
+	return m.waitText(ctx, t, sub, req.Text)
+}
+
+// waitErr turns a context end into the timeout refusal.
+func waitErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return verdict.Errorf(verdict.CodeTimeout, nil, "the condition did not hold before the timeout")
+	}
+	return err
+}
+
+func goneErr(name string) error {
+	return verdict.Errorf(verdict.CodeNotFound, map[string]any{"name": name}, "session %s is gone", name)
+}
+
+// waitExit waits for the ended verdict of the generation ref names now; when
+// that generation has ended already, its ended verdict is the answer at once.
+func (m *Manager) waitExit(ctx context.Context, ref Ref) (WaitResult, error) {
+	after := m.verdicts.Sequence() // before the lookup: an end right after it is seen
+	pub, ok, err := m.publishedFor(ctx, ref)
+	switch {
+	case err != nil:
+		return WaitResult{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%v", err)
+	case !ok:
+		return WaitResult{}, goneErr(ref.Name)
+	case pub.Ended:
+		recs, err := m.verdictsOf(ctx, pub.Identity)
+		if err != nil {
+			return WaitResult{}, err
+		}
+		for i := len(recs) - 1; i >= 0; i-- {
+			if endsGeneration(recs[i], pub) {
+				return WaitResult{Status: "exited", Verdict: &recs[i]}, nil
+			}
+		}
+		// Marked ended, its verdict not journaled yet: the feed brings it.
+	}
+	feed, cancel := m.verdicts.Subscribe(after)
+	defer cancel()
+	for {
+		select {
+		case <-ctx.Done():
+			return WaitResult{}, waitErr(ctx, ctx.Err())
+		case rec, ok := <-feed:
+			if !ok {
+				return WaitResult{}, verdict.Errorf(verdict.CodeBusy, nil, "supervisor is shutting down")
+			}
+			if endsGeneration(rec, pub) {
+				return WaitResult{Status: "exited", Verdict: &rec}, nil
+			}
+		}
+	}
+}
+
+func endsGeneration(rec verdict.Record, pub fence.Published) bool {
+	return rec.Verdict == verdict.VerdictEnded && rec.Session != nil && rec.Identity != nil &&
+		rec.Session.Generation == pub.Generation && rec.Session.ID == pub.TmuxID &&
+		rec.Identity.StateDir == pub.Identity.StateDir && rec.Identity.SessionID == pub.Identity.SessionID
+}
+
+// waitIdle returns once the pane has written nothing for idle.
+func waitIdle(ctx context.Context, sub *OutputSub, idle time.Duration, name string) (WaitResult, error) {
+	timer := time.NewTimer(idle)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return WaitResult{}, waitErr(ctx, ctx.Err())
+		case <-timer.C:
+			return WaitResult{Status: "idle"}, nil
+		case <-sub.Done():
+			items, ok := sub.take()
+			if !ok {
+				return WaitResult{}, goneErr(name)
+			}
+			if len(items) > 0 {
+				timer.Reset(idle)
+			}
+		}
+	}
+}
+
+// take returns what is waiting without blocking; ok is false once the stream
+// has ended and is drained.
+func (s *OutputSub) take() (items []OutputItem, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.items) == 0 && s.ended {
+		return nil, false
+	}
+	items, s.items, s.size = s.items, nil, 0
+	if len(items) == 0 && (s.lost > 0 || s.paused) {
+		items = []OutputItem{{At: time.Now(), Dropped: s.lost, Paused: s.paused}}
+		s.lost, s.paused = 0, false
+	}
+	return items, true
+}
+
+// waitText returns once text is on the screen or has been written by the pane.
+func (m *Manager) waitText(ctx context.Context, t talkTarget, sub *OutputSub, text string) (WaitResult, error) {
+	seen := func() (bool, error) {
+		lines, err := m.capture(ctx, t.life, t.pane(), 0, false)
+		if err != nil {
+			return false, waitErr(ctx, m.talkError(t, err))
+		}
+		return strings.Contains(strings.Join(lines, "\n"), text), nil
+	}
+	if ok, err := seen(); ok || err != nil {
+		return WaitResult{Status: "text"}, err
+	}
+	want := []byte(text)
+	var window []byte // the stream's last bytes, to find text split across chunks
+	var lastCapture time.Time
+	recheck := time.NewTimer(time.Hour)
+	recheck.Stop()
+	defer recheck.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return WaitResult{}, waitErr(ctx, ctx.Err())
+		case <-recheck.C:
+		case <-sub.Done():
+			items, ok := sub.take()
+			if !ok {
+				return WaitResult{}, goneErr(t.sess.Name)
+			}
+			for _, it := range items {
+				window = append(window, it.Data...)
+			}
+			if bytes.Contains(window, want) {
+				return WaitResult{Status: "text"}, nil
+			}
+			if keep := len(want) + 4096; len(window) > keep {
+				window = append(window[:0], window[len(window)-keep:]...)
+			}
+			if wait := textCaptureGap - time.Since(lastCapture); wait > 0 {
+				recheck.Reset(wait) // capture once this burst settles
+				continue
+			}
+		}
+		lastCapture = time.Now()
+		if ok, err := seen(); ok || err != nil {
+			return WaitResult{Status: "text"}, err
+		}
+	}
+}
