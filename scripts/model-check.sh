@@ -43,16 +43,19 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/skc-model.XXXXXX")
 cleanup() { [ "${MODEL_KEEP:-}" = 1 ] && echo "model-check: kept $work" || rm -rf "$work"; }
 trap cleanup EXIT
 
-# verify NAME NC DEFINE...: generate, compile and run one verifier in its own directory;
+# verify NAME NC DEFINE...: generate, compile and run one verifier in its own directory
+# (-DSAFETY: assertions and invalid end states; -DCOLLAPSE: compressed state vectors);
 # leaves its output in $work/NAME/out and sets errors, states, secs, mem.
 verify() {
 	local name=$1 n=$2; shift 2
+	local opt=-O2
+	[ "$name" = default ] || [ "$name" = RESTART ] || opt=-O0   # a counterexample search is tiny: compile fast
 	local dir=$work/$name
 	mkdir -p "$dir"
 	cp "$model" "$dir/saga.pml"
 	(cd "$dir" && spin -a -DNC="$n" "$@" saga.pml >spin.out 2>&1) ||
 		{ cat "$dir/spin.out" >&2; die "$name: spin -a failed"; }
-	(cd "$dir" && gcc -O2 -DSAFETY -DCOLLAPSE -DMEMLIM="$memlim" -o pan pan.c 2>gcc.out) ||
+	(cd "$dir" && gcc "$opt" -DSAFETY -DCOLLAPSE -DMEMLIM="$memlim" -o pan pan.c 2>gcc.out) ||
 		{ cat "$dir/gcc.out" >&2; die "$name: gcc failed"; }
 	local t0 t1
 	t0=$(date +%s.%N)
@@ -75,47 +78,56 @@ incomplete() {
 failed=0
 fail() { printf 'FAIL %s\n' "$*"; failed=1; }
 
-check_default() {
-	verify default "$nc"
-	local out=$work/default/out
+# check_holds NAME NC DEFINE...: the whole state space must hold no violation.
+check_holds() {
+	local name=$1 n=$2; shift 2
+	verify "$name" "$n" "$@"
+	local out=$work/$name/out
 	if incomplete "$out"; then
-		fail "default (NC=$nc): search incomplete (depth or memory limit); see below"
+		fail "$name (NC=$n${*:+ $*}): search incomplete (depth or memory limit); see below"
 		sed -n '1,40p' "$out"
 	elif [ "$errors" != 0 ]; then
-		fail "default (NC=$nc): $errors violation(s); the design's rules no longer hold"
+		fail "$name (NC=$n${*:+ $*}): $errors violation(s); the design's rules no longer hold"
 		sed -n '1,40p' "$out"
-		(cd "$work/default" && spin -t -p -DNC="$nc" saga.pml | tail -60) || true
+		(cd "$work/$name" && spin -t -p -DNC="$n" "$@" saga.pml | tail -60) || true
 	else
-		printf 'ok   default (NC=%s): no violation, %s states, %s s, %s MB\n' \
-			"$nc" "$states" "$secs" "$mem"
+		printf 'ok   %s (NC=%s%s): no violation, %s states, %s s, %s MB\n' \
+			"$name" "$n" "${*:+ $*}" "$states" "$secs" "$mem"
 	fi
 }
 
-# check_variant DEFINE MIN_NC: the variant must end in an assertion violation (never
+# check_caught NAME NC DEFINE...: the variant must end in an assertion violation (never
 # two live sessions, never two agents) — not merely any error.
-check_variant() {
-	local def=$1 min=$2 n=$nc
-	[ "$n" -ge "$min" ] || n=$min
-	verify "$def" "$n" "-D$def"
-	local out=$work/$def/out
+check_caught() {
+	local name=$1 n=$2; shift 2
+	verify "$name" "$n" "$@"
+	local out=$work/$name/out
 	local at
 	at=$(sed -n 's/.*assertion violated.*(at depth \([0-9]*\)).*/\1/p' "$out" | head -1)
 	if [ "$errors" = 0 ] || [ -z "$at" ]; then
-		fail "-D$def (NC=$n): spin found no violation; the model no longer checks this rule"
+		fail "$name (NC=$n${*:+ $*}): spin found no violation; the model no longer checks this rule"
 		sed -n '1,40p' "$out"
 	else
-		printf 'ok   -D%s (NC=%s): violation found at depth %s, %s s\n' "$def" "$n" "$at" "$secs"
+		printf 'ok   %s (NC=%s%s): violation found at depth %s, %s s\n' "$name" "$n" "${*:+ $*}" "$at" "$secs"
 	fi
 }
 
-only=${MODEL_ONLY:-default NO_PUBLIVE RECLAIM_FIRST NO_GATE SESSION_IS_AGENT}
+# The restart extension (issue 16) starts from a running identity and is far larger per
+# creator: one creator and one restarter race, sessions end only through their panes
+# (ND=0); the full run (NC=3) lets one session end by itself as well (ND=1).
+rnd=0
+[ "$nc" -ge 3 ] && rnd=1
+max() { if [ "$1" -ge "$2" ]; then echo "$1"; else echo "$2"; fi; }
+
+only=${MODEL_ONLY:-default NO_PUBLIVE RECLAIM_FIRST NO_GATE SESSION_IS_AGENT RESTART RESPAWN_FIRST RESTART_TWO_STEPS RESTART_AT_RESERVED}
 for c in $only; do
 	case $c in
-	default) check_default ;;
-	NO_PUBLIVE) check_variant NO_PUBLIVE 2 ;;
-	RECLAIM_FIRST) check_variant RECLAIM_FIRST 3 ;;   # needs a third creator
-	NO_GATE) check_variant NO_GATE 2 ;;
-	SESSION_IS_AGENT) check_variant SESSION_IS_AGENT 2 ;;
+	default) check_holds default "$nc" ;;
+	NO_PUBLIVE | NO_GATE | SESSION_IS_AGENT) check_caught "$c" "$nc" "-D$c" ;;
+	RECLAIM_FIRST) check_caught "$c" "$(max "$nc" 3)" "-D$c" ;;   # needs a third creator
+	RESTART) check_holds RESTART 1 -DRESTART -DND=$rnd ;;
+	RESPAWN_FIRST | RESTART_TWO_STEPS | RESTART_AT_RESERVED)
+		check_caught "$c" 1 -DRESTART -DND=0 "-D$c" ;;
 	*) die "unknown check '$c'" ;;
 	esac
 done
