@@ -49,7 +49,7 @@ trap cleanup EXIT
 verify() {
 	local name=$1 n=$2; shift 2
 	local opt=-O2
-	[ "$name" = default ] || [ "$name" = RESTART ] || opt=-O0   # a counterexample search is tiny: compile fast
+	case $name in default | RESTART | PRESERVE_RELEASES) ;; *) opt=-O0 ;; esac   # a counterexample search is tiny: compile fast
 	local dir=$work/$name
 	mkdir -p "$dir"
 	cp "$model" "$dir/saga.pml"
@@ -119,12 +119,13 @@ rnd=0
 [ "$nc" -ge 3 ] && rnd=1
 max() { if [ "$1" -ge "$2" ]; then echo "$1"; else echo "$2"; fi; }
 
-only=${MODEL_ONLY:-default NO_PUBLIVE RECLAIM_FIRST NO_GATE SESSION_IS_AGENT RESTART RESPAWN_FIRST RESTART_TWO_STEPS RESTART_AT_RESERVED}
+only=${MODEL_ONLY:-default NO_PUBLIVE RECLAIM_FIRST NO_GATE SESSION_IS_AGENT PRESERVE_RELEASES RESTART RESPAWN_FIRST RESTART_TWO_STEPS RESTART_AT_RESERVED}
 for c in $only; do
 	case $c in
 	default) check_holds default "$nc" ;;
 	NO_PUBLIVE | NO_GATE | SESSION_IS_AGENT) check_caught "$c" "$nc" "-D$c" ;;
 	RECLAIM_FIRST) check_caught "$c" "$(max "$nc" 3)" "-D$c" ;;   # needs a third creator
+	PRESERVE_RELEASES) check_holds "$c" 2 "-D$c" ;;   # NC=2 always: see model/README.md
 	RESTART) check_holds RESTART 1 -DRESTART -DND=$rnd ;;
 	RESPAWN_FIRST | RESTART_TWO_STEPS | RESTART_AT_RESERVED)
 		check_caught "$c" 1 -DRESTART -DND=0 "-D$c" ;;
