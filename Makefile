@@ -92,7 +92,7 @@ fuzz:
 # The create saga's spin model (model/README.md): the default model must hold no
 # violation, and each variant that removes one rule must make spin find one. spin and
 # gcc are installed with apt-get when missing. NC is the number of racing creators:
-# NC=2 takes well under a minute; NC=3 is the full run (~112M states, minutes, ~7 GB).
+# NC=2 takes about a minute; NC=3 is the full run (~112M states, ~10 CPU-minutes, ~7 GB).
 NC ?= 2
 model:
 	NC=$(NC) ./scripts/model-check.sh

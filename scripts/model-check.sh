@@ -6,7 +6,7 @@
 # that rule.
 #
 #   scripts/model-check.sh            NC=2 creators for the exhaustive default run
-#   NC=3 scripts/model-check.sh       the full run: 112M states, ~6 min, ~6.7 GB
+#   NC=3 scripts/model-check.sh       the full run: 112M states, ~10 CPU-minutes, ~6.7 GB
 #   MODEL_ONLY="default NO_GATE" ...  run only the named checks
 #   MODEL_KEEP=1 ...                  keep the work directory (pan.c, trails, outputs)
 #
