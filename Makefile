@@ -13,7 +13,7 @@ TEST_TIMEOUT ?= 20m
 APT_GET   := DEBIAN_FRONTEND=noninteractive apt-get
 
 .PHONY: all build run test test-tmux37 vet fmt-check deps tmux test-deps bench bench-scale soak fuzz demo \
-        install-user-unit clean
+        model install-user-unit clean
 
 all: build
 
@@ -116,6 +116,14 @@ fuzz:
 		echo "fuzz $$fn in ./$$pkg/ for $(FUZZTIME)"; \
 		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg/; \
 	done
+
+# The create saga's spin model (model/README.md): the default model must hold no
+# violation, and each variant that removes one rule must make spin find one. spin and
+# gcc are installed with apt-get when missing. NC is the number of racing creators:
+# NC=2 takes about a minute; NC=3 is the full run (~112M states, ~10 CPU-minutes, ~7 GB).
+NC ?= 2
+model:
+	NC=$(NC) ./scripts/model-check.sh
 
 demo: tmux build
 	./scripts/demo.sh

@@ -68,7 +68,7 @@ type RecoverResult struct {
 }
 
 // RecoverAbandoned resolves a dead owner's row (or our own abandoned one), as
-// DESIGN §6 and shared/model/saga.pml order it:
+// DESIGN §6 and model/saga.pml order it:
 //
 //   - phase reserved: no child can exist → reclaim (reclaimed);
 //   - a live inspection: authoritative → the child is preserved, and the error

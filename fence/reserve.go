@@ -7,7 +7,7 @@ import (
 )
 
 // Reserve claims the identity's reservation row for this process, in one
-// BEGIN IMMEDIATE transaction (the order of shared/model/saga.pml):
+// BEGIN IMMEDIATE transaction (the order of model/saga.pml):
 //
 //   - a row whose state_file differs: identity_state_file_mismatch;
 //   - a row of our own in flight, or of a live owner: identity_reserved_live;

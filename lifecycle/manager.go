@@ -1,7 +1,7 @@
 // Package lifecycle runs the create saga, kills, startup recovery, session-end
 // detection and the pane helper (DESIGN.md §6). The order of the saga's steps is the
-// order of shared/model/saga.pml, which spin checked exhaustively for racing,
-// crashing creators: change one only together with the other.
+// order of model/saga.pml, which spin checked exhaustively for racing,
+// crashing creators (make model): change one only together with the other.
 //
 // Decisions worth knowing:
 //   - The pane command is `<HelperPath> helper --home H --reservation R --generation G`:

@@ -19,7 +19,7 @@ import (
 )
 
 // saga runs the steps after the reservation, each recorded in the fence before the
-// next starts, in the order of shared/model/saga.pml: helper_invoked (before
+// next starts, in the order of model/saga.pml: helper_invoked (before
 // new-session) → new-session → spawned → tags → tagged → publish → published →
 // release. A failure compensates in reverse (see undo).
 func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retErr error) {
