@@ -108,14 +108,19 @@ func ValidKey(k string) bool {
 // wrapped in bracketed-paste markers exactly when the application has asked for
 // bracketed paste (tmux checks the pane's mode at paste time). Enter is a CR
 // byte: appended to a one-line text, a paste of its own after a multi-line one
-// (outside the brackets). Keys are key names, sent with send-keys.
-func inputCommands(pane string, in Input, buffer string) [][]string {
+// (outside the brackets). Keys are key names, sent with send-keys. verbatim
+// adds -S, which tmux 3.7 and later need to paste control characters as they
+// are (3.7 passes a paste through vis(3) unless -S is given).
+func inputCommands(pane string, in Input, buffer string, verbatim bool) [][]string {
 	if len(in.Keys) > 0 {
 		return [][]string{append([]string{"send-keys", "-t", pane}, in.Keys...)}
 	}
 	var cmds [][]string
 	paste := func(data string, bracket bool) {
 		p := []string{"paste-buffer", "-d", "-r"}
+		if verbatim {
+			p = append(p, "-S")
+		}
 		if bracket {
 			p = append(p, "-p")
 		}
@@ -240,7 +245,8 @@ func (m *Manager) Input(ctx context.Context, ref Ref, in Input) error {
 		return notRunning(t.sess.Name)
 	}
 	buffer := "skc-input-" + strconv.FormatUint(m.talk.bufSeq.Add(1), 10)
-	for _, cmd := range inputCommands(t.pane(), in, buffer) {
+	info, _ := m.tmux.Info()
+	for _, cmd := range inputCommands(t.pane(), in, buffer, info.VersionAtLeast(3, 7)) {
 		if _, err := m.commandIn(actx, t.life, cmd...); err != nil {
 			if cmd[0] == "paste-buffer" {
 				_, _ = m.commandIn(actx, t.life, "delete-buffer", "-b", buffer)

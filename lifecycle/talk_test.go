@@ -248,7 +248,11 @@ func TestTalkSlowFollower(t *testing.T) {
 	// 100 MB in 64-byte lines; the pane's terminal turns each LF into CR LF.
 	const written = 100000000 / 64 * 65
 	switch {
-	case dropped == 0 || data > 4*FollowBuffer:
+	// How much arrives after the agent finished depends on how far tmux lagged
+	// behind it (it keeps feeding the follower while the test drains the
+	// queue), so the delivered amount is not bounded here; the memory bound is
+	// the heap check above.
+	case dropped == 0 || data >= written:
 		t.Fatalf("follower got %d bytes and was told of %d dropped", data, dropped)
 	case !unknown && data+dropped != written:
 		// Without a tmux pause, every byte is either delivered or counted.

@@ -23,13 +23,14 @@ type FollowEvent struct {
 	Paused bool
 }
 
-// Follower is a second control client attached read-only to one session,
-// only to receive that session's pane output (FACTS §9: a control client
-// gets %output only for its own session). It runs
+// Follower is a second control client attached to one session, only to
+// receive that session's pane output (a control client gets %output only for
+// its own session). It runs
 //
-//	tmux -S SOCK [-f CONF] -u -C attach-session -t $ID -f read-only,ignore-size,pause-after=N
+//	tmux -S SOCK [-f CONF] -u -C attach-session -t $ID -f ignore-size,pause-after=N
 //
-// so it can type nothing, never changes the window size, and is paused by tmux
+// so it never changes the window size (and types nothing: its stdin carries
+// only our refresh-client commands), and is paused by tmux
 // (its queue for the pane discarded, %pause sent) instead of being dropped
 // when it falls more than N seconds behind — never "too far behind" (FACTS §5).
 // Being attached, it counts in #{session_attached} while it lives.
@@ -58,14 +59,19 @@ type Follower struct {
 // worst, and one at a time costs a few milliseconds each.
 var followerCloses sync.Mutex
 
-// followArgs is the argv of a Follower of session id.
+// followArgs is the argv of a Follower of session id. The client is not
+// attached read-only: nothing of ours ever types through it, and since tmux 3.7
+// a read-only client attached to a session makes other clients' `send-keys -t`
+// of that session fail ("client is read-only": the command runs as the best
+// client of its target), which would break a human's own scripts whenever a
+// follower is attached. ignore-size keeps it from sizing the session.
 func followArgs(cfg *Config, id string, pauseAfter int) []string {
 	args := []string{"-S", cfg.Socket}
 	if cfg.ConfigFile != "" {
 		args = append(args, "-f", cfg.ConfigFile)
 	}
 	return append(args, "-u", "-C", "attach-session", "-t", id,
-		"-f", "read-only,ignore-size,pause-after="+strconv.Itoa(pauseAfter))
+		"-f", "ignore-size,pause-after="+strconv.Itoa(pauseAfter))
 }
 
 // DialFollower attaches a Follower to session id ("$N") and calls fn, on its
