@@ -104,6 +104,13 @@ func goneErr(name string) error {
 func (m *Manager) waitExit(ctx context.Context, ref Ref) (WaitResult, error) {
 	after := m.verdicts.Sequence() // before the lookup: an end right after it is seen
 	pub, ok, err := m.publishedFor(ctx, ref)
+	if err == nil && !ok && ref.Identity == nil {
+		// A $id, or the current name of a session renamed by hand: the one
+		// resolver knows them while the session is listed.
+		if t, rerr := m.Resolve(ctx, ref); rerr == nil && t.Published != nil {
+			pub, ok = *t.Published, true
+		}
+	}
 	switch {
 	case err != nil:
 		return WaitResult{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%v", err)
