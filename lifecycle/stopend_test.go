@@ -2,7 +2,9 @@ package lifecycle
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -64,4 +66,66 @@ func TestDeadPaneSessionGoneBeforeIdentityFree(t *testing.T) {
 	if n := count(e.verdicts(id), verdict.VerdictEnded); n != 1 {
 		t.Fatalf("%d ended verdicts: %v", n, verdictNames(e.verdicts(id)))
 	}
+}
+
+// TestListShowsStoppingWithoutSession: a session killed by hand whose agent
+// ignores the hangup leaves its generation stopping with no session. `ls`
+// (List, and AppendListJSON byte for byte) lists it from its published record
+// with state stopping, as `show` does, and stops listing it once its
+// processes are proven gone — also from a whole answer reused while the
+// census and the fence did not change.
+func TestListShowsStoppingWithoutSession(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	res, err := e.createSpec(t, "gone", time.Second, 5*time.Minute, "agent", "ignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var agent int
+	waitFor(t, "agent start", func() bool { agent = agentPID(res.Session.PanePID); return agent != 0 && isReady(agent) })
+	if out, err := execTmux(e, "kill-session", "-t", res.Session.ID); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	stopping := func(l ListResult) *View {
+		for i := range l.Sessions {
+			if s := &l.Sessions[i]; s.ID == res.Session.ID && s.Name == res.Session.Name {
+				return s
+			}
+		}
+		return nil
+	}
+	var v *View
+	waitFor(t, "ls to list the stopping generation without its session", func() bool {
+		_, listed := e.census.ByID(res.Session.ID)
+		l, err := e.m.List(context.Background())
+		if err != nil || listed {
+			return false
+		}
+		v = stopping(l)
+		return v != nil && v.State == StateStopping
+	})
+	if !v.Managed || !v.Authoritative || v.Generation != 1 || v.StopTimeoutMS != 300000 ||
+		v.SessionID != "gone" || v.PanePID != res.Session.PanePID {
+		t.Fatalf("stopping view %+v", *v)
+	}
+	var fromJSON ListResult
+	if err := json.Unmarshal([]byte(listJSON(t, e)), &fromJSON); err != nil {
+		t.Fatal(err)
+	}
+	if j := stopping(fromJSON); j == nil || j.State != StateStopping {
+		t.Fatalf("ls --json does not list the stopping generation: %+v", fromJSON.Sessions)
+	}
+	_ = listJSON(t, e) // a second, reused answer
+	// The test's own processes (started by its daemon): prove them gone.
+	for _, p := range []int{agent, res.Session.PanePID} {
+		_ = syscall.Kill(p, syscall.SIGKILL)
+	}
+	id, _ := e.identity("gone")
+	e.ended(t, id)
+	waitFor(t, "ls to drop the ended generation", func() bool {
+		var l ListResult
+		if err := json.Unmarshal([]byte(listJSON(t, e)), &l); err != nil {
+			t.Fatal(err)
+		}
+		return stopping(l) == nil
+	})
 }
