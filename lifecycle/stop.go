@@ -262,7 +262,7 @@ func (m *Manager) removeEndedSession(ctx context.Context, p fence.Published, cau
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
 	defer cancel()
 	if err := m.killConfirm(kctx, life, p.TmuxID); err != nil {
-		return fmt.Errorf("session %s of ended generation %d not removed: %w", p.TmuxID, p.Generation, err)
+		return fmt.Errorf("session %s of generation %d not removed (its processes are proven gone; it stays stopping): %w", p.TmuxID, p.Generation, err)
 	}
 	return nil
 }
