@@ -226,7 +226,7 @@ func (m *Manager) finishEnd(ctx context.Context, p fence.Published, cause endCau
 	rec := m.endEvidence(ctx, p, cause, sess, present, killed)
 	rec.Evidence["proof"] = res.Why
 	if present {
-		if err := m.removeEndedSession(ctx, p, cause); err != nil {
+		if err := m.removeEndedSession(ctx, p, killReason{reason: cause.reason}); err != nil {
 			return verdict.Record{}, err
 		}
 	}
@@ -251,12 +251,12 @@ func (m *Manager) finishEnd(ctx context.Context, p fence.Published, cause endCau
 // identity: the first moment a create can reserve it again.
 var endedHook func(p fence.Published)
 
-// removeEndedSession kills the session of a generation proven gone (its pane
+// removeEndedSession kills the session of a generation being ended (its pane
 // dead, kept by remain-on-exit) and confirms it gone, its followers detached
-// first.
-func (m *Manager) removeEndedSession(ctx context.Context, p fence.Published, cause endCause) error {
+// first. kr tells end detection, which sees the removal, who removed it.
+func (m *Manager) removeEndedSession(ctx context.Context, p fence.Published, kr killReason) error {
 	life := m.lifeOf(p.ServerPID, p.ServerStart)
-	m.markKilling(p.TmuxID, killReason{reason: cause.reason})
+	m.markKilling(p.TmuxID, kr)
 	defer m.unmarkKilling(p.TmuxID)
 	m.DetachFollowers(life, p.TmuxID)
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)

@@ -2,7 +2,10 @@ package lifecycle
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -144,4 +147,55 @@ func TestListShowsStoppingWithoutSession(t *testing.T) {
 		}
 		return stopping(l) == nil
 	})
+}
+
+// TestReleaseRemovesDeadSession: a generation whose agent exited (its pane
+// kept dead) but whose processes cannot be proven gone is blocked with its
+// session still there. `fence release` removes that session before it frees
+// the identity: the next create's session is the identity's only one.
+func TestReleaseRemovesDeadSession(t *testing.T) {
+	old := killProofWait
+	killProofWait = 200 * time.Millisecond
+	t.Cleanup(func() { killProofWait = old })
+	e := startEnvWith(t, &env{noCgroup: true}, "", false)
+	res, err := e.createSpec(t, "deadstuck", time.Second, 100*time.Millisecond, "agent", "sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := e.identity("deadstuck")
+	var agent int
+	waitFor(t, "agent start", func() bool { agent = agentPID(res.Session.PanePID); return agent != 0 })
+	// Point the hold at a cgroup whose events cannot be read: unknown.
+	bad := filepath.Join(t.TempDir(), "cg")
+	if err := os.MkdirAll(filepath.Join(bad, "cgroup.events"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(e.home, "fence.sqlite"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`UPDATE identities SET cgroup = ?, pane_pid = 0, pane_start = 0`, bad); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	_ = syscall.Kill(agent, syscall.SIGKILL) // the agent ends; its helper records it and exits: a dead pane
+	waitFor(t, "unresolved verdict", func() bool { return count(e.verdicts(id), verdict.VerdictUnresolved) > 0 })
+	if s, ok := e.census.ByID(res.Session.ID); !ok || !s.PaneDead {
+		t.Fatalf("the blocked generation's session: %+v %v (want listed, pane dead)", s, ok)
+	}
+	pub, _, _ := e.store.PublishedFor(context.Background(), id)
+	rec, err := e.m.Release(context.Background(), pub.ReservationID)
+	if err != nil || rec.Verdict != verdict.VerdictReleased || rec.Evidence["session_removed"] != res.Session.ID {
+		t.Fatalf("release: %+v %v", rec, err)
+	}
+	if got := e.sessions(id.Digest()); len(got) != 0 {
+		t.Fatalf("sessions of the identity after release: %v", got)
+	}
+	again, err := e.createSpec(t, "deadstuck", time.Second, time.Second, "agent", "sleep")
+	if err != nil || again.Status != verdict.VerdictPublished {
+		t.Fatalf("create after release: %+v %v", again, err)
+	}
+	if got := e.sessions(id.Digest()); len(got) != 1 || got[0] != again.Session.ID {
+		t.Fatalf("sessions of the identity after the next create: %v, want only %s", got, again.Session.ID)
+	}
 }
