@@ -199,3 +199,43 @@ func TestReleaseRemovesDeadSession(t *testing.T) {
 		t.Fatalf("sessions of the identity after the next create: %v, want only %s", got, again.Session.ID)
 	}
 }
+
+// TestCrashBetweenRemovalAndEnded: the state a daemon leaves when it dies
+// between finishEnd's removal of a dead-pane session and MarkEnded — the stop
+// recorded in the fence, the session gone, the processes gone, the generation
+// not ended. The next daemon's start continues the stop and writes the one
+// ended verdict, with the reason the stop was recorded with.
+func TestCrashBetweenRemovalAndEnded(t *testing.T) {
+	e := startEnv(t, "", "", true) // no end detection: nothing ends it but Recover
+	res, err := e.createSpec(t, "crashgap", time.Second, time.Second, "agent", "exit", "3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := e.identity("crashgap")
+	waitFor(t, "the agent's exit (a dead pane)", func() bool {
+		s, ok := e.census.ByID(res.Session.ID)
+		return ok && s.PaneDead
+	})
+	pub, _, err := e.store.PublishedFor(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := e.store.BeginStop(context.Background(), id, pub.Generation, verdict.ReasonAgentExited,
+		time.Now().Add(time.Second)); err != nil || !ok {
+		t.Fatalf("begin stop: %v %v", ok, err)
+	}
+	if out, err := execTmux(e, "kill-session", "-t", res.Session.ID); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if err := e.m.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rec := e.ended(t, id)
+	if rec.Reason != verdict.ReasonAgentExited || rec.Session == nil || rec.Session.Generation != 1 {
+		t.Fatalf("ended verdict %+v", rec)
+	}
+	again, err := e.createSpec(t, "crashgap", time.Second, time.Second, "agent", "sleep")
+	if err != nil || again.Status != verdict.VerdictPublished || again.Session.Generation != 2 {
+		t.Fatalf("create after: %+v %v", again, err)
+	}
+}
