@@ -13,8 +13,9 @@ import (
 // unknown), or a generation whose processes could not be proven gone, so the
 // identity can be created again. It refuses (identity_reserved_live) while the
 // row's owner is proven alive or the generation's processes are, or its
-// session still runs; it always writes a verdict (released) with what it
-// found. The checks read /proc and tmux before the fence's write, which then
+// session still runs; what is left of a stopping generation's session is
+// removed (confirmed) before the identity is freed; it always writes a
+// verdict (released) with what it found. The checks read /proc and tmux before the fence's write, which then
 // only confirms that the row and generation are still the ones checked.
 func (m *Manager) Release(ctx context.Context, resID string) (verdict.Record, error) {
 	row, haveRow, err := m.fence.Reservation(ctx, resID)
@@ -33,6 +34,9 @@ func (m *Manager) Release(ctx context.Context, resID string) (verdict.Record, er
 	}
 	if havePub && !pub.Ended {
 		if err := m.releasableGeneration(ctx, pub, ev); err != nil {
+			return verdict.Record{}, err
+		}
+		if err := m.removeReleasedSession(ctx, pub, ev); err != nil {
 			return verdict.Record{}, err
 		}
 	}
@@ -95,5 +99,23 @@ func (m *Manager) releasableGeneration(ctx context.Context, p fence.Published, e
 		return verdict.Errorf(verdict.CodeIdentityReservedLive, details,
 			"generation %d is running in session %s; `kill` it instead", p.Generation, s.Name)
 	}
+	return nil
+}
+
+// removeReleasedSession removes what is left of a released generation's session
+// (a dead pane, or a pane whose processes could not be proven gone), confirmed,
+// before the identity is freed: freed beside it, the next create would stand a
+// second session of the identity next to it (the model's n <= 1, as in
+// finishEnd). The evidence says which session went.
+func (m *Manager) removeReleasedSession(ctx context.Context, p fence.Published, ev map[string]any) error {
+	if _, present := m.sessionOf(p); !present {
+		return nil
+	}
+	kr := killReason{reason: verdict.ReasonOperatorRelease, byKill: true} // Release writes the verdict
+	if err := m.removeEndedSession(ctx, p, kr); err != nil {
+		return verdict.Errorf(verdict.CodeTmuxUnavailable,
+			map[string]any{"reservation_id": p.ReservationID, "tmux_id": p.TmuxID}, "%w", err)
+	}
+	ev["session_removed"] = p.TmuxID
 	return nil
 }

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -208,13 +209,27 @@ func stoppingError(p fence.Published, code, format string, args ...any) error {
 }
 
 // finishEnd ends a generation whose processes are proven gone: its evidence is
-// assembled while a dead pane may still show (endEvidence), the ended verdict
-// is written with the compare-and-set MarkEnded, and then what is left of the
-// session is removed, with the generation's cgroup.
+// assembled while a dead pane may still show (endEvidence), what is left of
+// its session is removed and confirmed gone, and only then is the ended
+// verdict written with the compare-and-set MarkEnded, which frees the
+// identity. In that order a create that reserves the moment the identity is
+// free finds no session of it (the model's n <= 1; marking first let it make
+// a second session beside the dead one, the shape spin finds with
+// -DRESTART_TWO_STEPS). The removal, seen by the census, joins this run
+// (onRemoved finds it in m.stops) and writes nothing; a daemon that dies
+// between the kill and MarkEnded leaves the stop recorded (BeginStop), and the
+// next one finds the session absent, the processes gone, and writes the one
+// verdict. A session that cannot be removed leaves the generation stopping:
+// the next look (a create, a kill, the reconcile) tries again.
 func (m *Manager) finishEnd(ctx context.Context, p fence.Published, cause endCause, killed bool, res proctree.Result) (verdict.Record, error) {
 	sess, present := m.sessionOf(p)
 	rec := m.endEvidence(ctx, p, cause, sess, present, killed)
 	rec.Evidence["proof"] = res.Why
+	if present {
+		if err := m.removeEndedSession(ctx, p, killReason{reason: cause.reason}); err != nil {
+			return verdict.Record{}, err
+		}
+	}
 	ok, filed, err := m.fence.MarkEnded(context.WithoutCancel(ctx), p.Identity, p.Generation, rec)
 	if err != nil {
 		return verdict.Record{}, err
@@ -222,21 +237,34 @@ func (m *Manager) finishEnd(ctx context.Context, p fence.Published, cause endCau
 	if ok {
 		m.verdicts.Filed(filed)
 		m.met.ended(filed.ExitKind)
-	}
-	if present {
-		m.markKilling(p.TmuxID, killReason{reason: cause.reason})
-		m.DetachFollowers(m.lifeOf(p.ServerPID, p.ServerStart), p.TmuxID)
-		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
-		if err := m.killConfirm(kctx, m.lifeOf(p.ServerPID, p.ServerStart), p.TmuxID); err != nil {
-			m.log.Warn().Err(err).Str("tmux_id", p.TmuxID).Msg("ended session not removed")
+		if endedHook != nil {
+			endedHook(p)
 		}
-		cancel()
-		m.unmarkKilling(p.TmuxID)
 	}
 	if err := proctree.RemoveCgroup(p.Cgroup); err != nil {
 		m.log.Debug().Err(err).Str("cgroup", p.Cgroup).Msg("cgroup not removed")
 	}
 	return filed, nil
+}
+
+// endedHook, when a test sets it, runs right after MarkEnded freed p's
+// identity: the first moment a create can reserve it again.
+var endedHook func(p fence.Published)
+
+// removeEndedSession kills the session of a generation being ended (its pane
+// dead, kept by remain-on-exit) and confirms it gone, its followers detached
+// first. kr tells end detection, which sees the removal, who removed it.
+func (m *Manager) removeEndedSession(ctx context.Context, p fence.Published, kr killReason) error {
+	life := m.lifeOf(p.ServerPID, p.ServerStart)
+	m.markKilling(p.TmuxID, kr)
+	defer m.unmarkKilling(p.TmuxID)
+	m.DetachFollowers(life, p.TmuxID)
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
+	defer cancel()
+	if err := m.killConfirm(kctx, life, p.TmuxID); err != nil {
+		return fmt.Errorf("session %s of generation %d not removed (its processes are proven gone; it stays stopping): %w", p.TmuxID, p.Generation, err)
+	}
+	return nil
 }
 
 // sessionOf returns the generation's session when the census still lists it

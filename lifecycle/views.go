@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -129,8 +130,9 @@ func (m *Manager) List(ctx context.Context) (ListResult, error) {
 // keeps one): the snapshot's buffer, and its tmux ids (true: listed without
 // tags, see staleTags).
 type listScratch struct {
-	snap []census.Session
-	ids  map[string]bool
+	snap     []census.Session
+	ids      map[string]bool
+	stopping []fence.Published // stopping generations whose session the list does not show
 }
 
 // listHead is what a list learns before its sessions: the census's description,
@@ -145,7 +147,13 @@ type listHead struct {
 
 // listViews calls begin (when not nil) with the census's description, then fn
 // with the View of every session of the census's snapshot, in tmux id order,
-// and returns the description. View pointers are valid during the call only.
+// then with the stoppingView of every stopping generation whose session the
+// snapshot does not list (killed by hand, the server's death: the generation
+// holds its identity until its processes are proven gone, so `ls` shows it as
+// `show` does), by session name, and returns the description. Both parts come
+// from the census's snapshot and the fence's in-memory identities, the two
+// versions AppendListJSON keys its whole answer by. View pointers are valid
+// during the call only.
 func (m *Manager) listViews(ctx context.Context, sc *listScratch, begin func(listHead), fn func(v *View)) (CensusInfo, error) {
 	snap := m.census.SnapshotShared(sc.snap)
 	byTmux, behind, err := m.liveInLife(ctx, snap, sc)
@@ -175,6 +183,10 @@ func (m *Manager) listViews(ctx context.Context, sc *listScratch, begin func(lis
 		}
 		fn(v)
 	}
+	for i := range sc.stopping {
+		*v = stoppingView(sc.stopping[i])
+		fn(v)
+	}
 	return info, nil
 }
 
@@ -194,11 +206,11 @@ func (m *Manager) listView(ctx context.Context, s *census.Session, byTmux map[st
 
 // liveInLife reports whether a published, not-ended generation of the census's
 // server life is missing from snap, and returns those of them that live in a
-// session of snap listed without tags (staleTags), by tmux id.
+// session of snap listed without tags (staleTags), by tmux id. It collects in
+// sc.stopping, by session name, the stopping generations whose session snap
+// does not list (in its server life), synced or not: after the server's death
+// the census may be unsynced, and those are the generations still stopping.
 func (m *Manager) liveInLife(ctx context.Context, snap census.Snapshot, sc *listScratch) (map[string]fence.Published, bool, error) {
-	if !snap.Synced {
-		return nil, false, nil
-	}
 	if sc.ids == nil {
 		sc.ids = make(map[string]bool, len(snap.Sessions))
 	}
@@ -209,12 +221,20 @@ func (m *Manager) liveInLife(ctx context.Context, snap census.Snapshot, sc *list
 	}
 	var byTmux map[string]fence.Published
 	behind := false
+	sc.stopping = sc.stopping[:0]
 	err := m.fence.CachedLiveEach(ctx, func(p *fence.Published) {
-		if p.ServerPID != snap.Info.PID || p.ServerStart != snap.Info.StartTime {
+		inLife := p.ServerPID == snap.Info.PID && p.ServerStart == snap.Info.StartTime
+		stale, listed := sc.ids[p.TmuxID]
+		listed = listed && inLife
+		if p.Stopping != nil && !listed {
+			sc.stopping = append(sc.stopping, *p)
+		}
+		if !snap.Synced || !inLife {
 			return
 		}
-		stale, listed := sc.ids[p.TmuxID]
-		behind = behind || !listed
+		// A stopping generation missing from snap is listed from its record
+		// (its session is gone, or going): no reason to re-list tmux.
+		behind = behind || (!listed && p.Stopping == nil)
 		if stale {
 			if byTmux == nil {
 				byTmux = map[string]fence.Published{}
@@ -222,6 +242,7 @@ func (m *Manager) liveInLife(ctx context.Context, snap census.Snapshot, sc *list
 			byTmux[p.TmuxID] = *p
 		}
 	})
+	slices.SortFunc(sc.stopping, func(a, b fence.Published) int { return strings.Compare(a.SessionName, b.SessionName) })
 	return byTmux, behind, err
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -29,7 +30,7 @@ func printList(w io.Writer, res api.ListResponse) {
 		fmt.Fprintln(w, "census: not synced yet (the list may be incomplete)")
 	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tID\tGEN\tPANE\tATTACHED\tACTIVITY\tIDENTITY\tLABEL")
+	fmt.Fprintln(tw, "NAME\tID\tGEN\tSTATE\tPANE\tATTACHED\tACTIVITY\tIDENTITY\tLABEL")
 	now := time.Now()
 	for _, s := range res.Sessions {
 		ident := "-"
@@ -43,7 +44,8 @@ func printList(w io.Writer, res api.ListResponse) {
 		if s.PaneDead {
 			pane += " (dead)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n", printable(s.Name), s.ID, s.Generation, pane,
+		state := cmp.Or(s.State, "-") // "-": not ours, or not the published generation's session
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", printable(s.Name), s.ID, s.Generation, state, pane,
 			s.Attached, idleText(now, s.ActivityAt), ident, printable(s.Label))
 	}
 	tw.Flush()
@@ -98,7 +100,8 @@ func printSession(w io.Writer, s *api.Session) {
 		{"name", printable(s.Name)}, {"id", s.ID}, {"managed", strconv.FormatBool(s.Managed)},
 		{"state_dir", printable(s.StateDir)}, {"session_id", printable(s.SessionID)},
 		{"state_file", printable(s.StateFile)}, {"generation", strconv.FormatUint(s.Generation, 10)},
-		{"authoritative", strconv.FormatBool(s.Authoritative)}, {"label", printable(s.Label)},
+		{"authoritative", strconv.FormatBool(s.Authoritative)}, {"state", cmp.Or(s.State, "-")},
+		{"label", printable(s.Label)},
 		{"pane_pid", strconv.Itoa(s.PanePID)}, {"pane_dead", strconv.FormatBool(s.PaneDead)},
 		{"attached", strconv.Itoa(s.Attached)}, {"created_at", s.CreatedAt.Format(time.RFC3339)},
 		{"activity_at", stampText(s.ActivityAt)},
