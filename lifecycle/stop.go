@@ -58,7 +58,12 @@ func (m *Manager) stopGeneration(p fence.Published, cause endCause) *stopRun {
 	go func() {
 		defer m.stopWG.Done()
 		r.rec, r.err = m.runStop(m.stopCtx, p, cause)
-		m.met.stopped(stopOutcome(r.rec, r.err))
+		if r.err != nil || r.rec.Verdict != "" {
+			// Counted once per generation: a run that found the generation
+			// ended by another (end detection seeing the removal of a session
+			// this Manager had just ended) wrote nothing and stopped nothing.
+			m.met.stopped(stopOutcome(r.rec, r.err))
+		}
 		if r.err != nil && r.err != errInterrupted {
 			m.log.Warn().Err(r.err).Str("session", p.SessionName).Msg("generation not proven gone")
 		}
