@@ -238,7 +238,7 @@ func checkPatch(resID string, to Phase, p Patch) error {
 	if err := checkToken("attempt_name", p.AttemptName, to == PhaseHelperInvoked); err != nil {
 		return err
 	}
-	if p.AttemptName != "" && !strings.Contains(p.AttemptName, resID) {
+	if p.AttemptName != "" && !p.Kept && !strings.Contains(p.AttemptName, resID) {
 		// The name must be unique per reservation so no later attempt can wear
 		// an orphan's name (DESIGN §6).
 		return invalid("attempt_name", "attempt name %q does not contain the reservation id", p.AttemptName)
