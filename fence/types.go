@@ -254,7 +254,7 @@ type Published struct {
 // row: what follows the end of its generation, how many starts it had.
 type RestartInfo struct {
 	State    string      `json:"state,omitempty"`  // "" (running or never restarted), or Restart…
-	Due      time.Time   `json:"due,omitempty"`    // State exited: when the next start is due
+	Due      time.Time   `json:"-"`                // State exited: when the next start is due
 	Reason   string      `json:"reason,omitempty"` // the next start's verdict reason
 	Restarts int         `json:"restarts"`         // starts after the first since the last create
 	Failures int         `json:"failures"`         // consecutive failed runs (the delay doubles with each)
@@ -443,4 +443,35 @@ type Postmortem struct {
 	StartedAt         time.Time     `json:"started_at"`
 	EndedAt           time.Time     `json:"ended_at"` // zero while the agent runs
 	Cgroup            string        `json:"cgroup"`   // the cgroup the helper entered before its agent, "" if none
+}
+
+type restartAlias RestartInfo
+
+// MarshalJSON encodes the bookkeeping of `fence --json`, with "due": null
+// while no start is due (not Go's zero time, which reads like a date).
+func (r RestartInfo) MarshalJSON() ([]byte, error) {
+	j := struct {
+		Due *time.Time `json:"due"`
+		restartAlias
+	}{restartAlias: restartAlias(r)}
+	if !r.Due.IsZero() {
+		j.Due = &r.Due
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON decodes what MarshalJSON writes.
+func (r *RestartInfo) UnmarshalJSON(b []byte) error {
+	var j struct {
+		Due *time.Time `json:"due"`
+		restartAlias
+	}
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*r = RestartInfo(j.restartAlias)
+	if j.Due != nil {
+		r.Due = *j.Due
+	}
+	return nil
 }
