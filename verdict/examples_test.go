@@ -60,7 +60,8 @@ func verdictExamples() []Record {
 	released.Evidence = map[string]any{"owner_pid": json.Number("4100"), "owner_liveness": "unknown"}
 	gaveUp := ex(28, ActionEnd, OutcomeFailure, VerdictGaveUp, ReasonStartLimit)
 	gaveUp.Session = exSession
-	gaveUp.Evidence = map[string]any{"skc.restart.count": json.Number("4"), "restart_burst": json.Number("5"),
+	gaveUp.Restart = &RestartRef{Count: 4}
+	gaveUp.Evidence = map[string]any{"restart_burst": json.Number("5"),
 		"restart_interval_s": json.Number("300"), "starts_in_interval": json.Number("5")}
 	return []Record{pub, existing, refused, failed, reclaimed, cleaned, preserved, unresolved, adopted, ended, released, gaveUp}
 }
@@ -106,19 +107,21 @@ func reasonExamples() []Record {
 		func() Record {
 			r := withRes(ex(45, ActionCreate, OutcomeSuccess, VerdictPublished, ReasonRestart), "published")
 			r.Session = exSession
-			r.Evidence = map[string]any{"skc.restart.count": json.Number("1"), "delay_ms": json.Number("2000")}
+			r.Restart = &RestartRef{Count: 1}
+			r.Evidence = map[string]any{"delay_ms": json.Number("2000")}
 			return r
 		}(),
 		func() Record {
 			r := withRes(ex(46, ActionCreate, OutcomeSuccess, VerdictPublished, ReasonServerRestart), "published")
 			r.Session = exSession
-			r.Evidence = map[string]any{"skc.restart.count": json.Number("3"), "previous_tmux_id": "$4"}
+			r.Restart = &RestartRef{Count: 3}
+			r.Evidence = map[string]any{"previous_tmux_id": "$4"}
 			return r
 		}(),
 		func() Record {
 			r := withRes(ex(47, ActionRestart, OutcomeSuccess, VerdictPublished, ReasonManualRestart), "published")
 			r.Session = exSession
-			r.Evidence = map[string]any{"skc.restart.count": json.Number("2")}
+			r.Restart = &RestartRef{Count: 2}
 			return r
 		}(),
 		func() Record {

@@ -39,6 +39,13 @@ type Exit struct {
 	Signal string `json:"signal"` // signal name such as "SIGKILL", "" when none
 }
 
+// RestartRef is skc.restart: Count is the identity's starts after the first
+// (since its last create) — on a restart's published verdict, this start
+// included; on gave_up, all it had.
+type RestartRef struct {
+	Count int `json:"count"`
+}
+
 // ExitStatus returns an *Exit with the given exit status and no signal.
 func ExitStatus(status int) *Exit { return &Exit{Status: &status} }
 
@@ -65,6 +72,7 @@ type Record struct {
 	Session     *SessionRef     // skc.session; omitted when nil
 	Reservation *ReservationRef // skc.reservation; omitted when nil
 	Exit        *Exit           // skc.exit; omitted when nil
+	Restart     *RestartRef     // skc.restart; omitted when nil (starts after the first, gave_up)
 	Evidence    map[string]any  // skc.evidence; always written, {} when empty
 }
 
@@ -141,6 +149,11 @@ func (r Record) appendRefs(dst []byte) []byte {
 		}
 		dst = append(dst, `,"signal":`...)
 		dst = appendString(dst, x.Signal)
+		dst = append(dst, '}')
+	}
+	if rs := r.Restart; rs != nil {
+		dst = append(dst, `,"restart":{"count":`...)
+		dst = strconv.AppendInt(dst, int64(rs.Count), 10)
 		dst = append(dst, '}')
 	}
 	return dst
@@ -225,6 +238,7 @@ type recordJSON struct {
 		Session     *SessionRef     `json:"session"`
 		Reservation *ReservationRef `json:"reservation"`
 		Exit        *Exit           `json:"exit"`
+		Restart     *RestartRef     `json:"restart"`
 		Evidence    json.RawMessage `json:"evidence"`
 	} `json:"skc"`
 }
@@ -247,7 +261,7 @@ func (r *Record) UnmarshalJSON(b []byte) error {
 		Duration: time.Duration(j.Event.Duration),
 		Verdict:  j.Skc.Verdict, Code: j.Skc.Code, ExitKind: j.Skc.ExitKind,
 		Identity: j.Skc.Identity, Session: j.Skc.Session,
-		Reservation: j.Skc.Reservation, Exit: j.Skc.Exit,
+		Reservation: j.Skc.Reservation, Exit: j.Skc.Exit, Restart: j.Skc.Restart,
 	}
 	if len(j.Skc.Evidence) > 0 && !bytes.Equal(j.Skc.Evidence, []byte("null")) {
 		dec := json.NewDecoder(bytes.NewReader(j.Skc.Evidence))
