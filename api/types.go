@@ -71,6 +71,11 @@ type Session struct {
 	CreatedAt     time.Time `json:"created_at"`
 	State         string    `json:"state,omitempty"`           // "running" or "stopping" (managed sessions)
 	StopTimeoutMS int64     `json:"stop_timeout_ms,omitempty"` // the generation's grace before SIGKILL
+	// Restart is the identity's policy, Restarts its starts after the first,
+	// NextStartAt when the next start is due while it waits (state exited).
+	Restart     string     `json:"restart,omitempty"`
+	Restarts    int        `json:"restarts"`
+	NextStartAt *time.Time `json:"next_start_at,omitempty"`
 	// ActivityAt is when the pane last produced output (whole seconds), nil
 	// (JSON null) when it has produced none.
 	ActivityAt *time.Time `json:"activity_at"`

@@ -182,6 +182,12 @@ func (s *Store) publishRow(ctx context.Context, q queryer, cur Reservation) (Pub
 		return Published{}, verdict.Errorf(verdict.CodeInternal, map[string]any{"generation": cur.Generation},
 			"generation %d is not above the published %d", cur.Generation, old.Generation)
 	}
+	if cur.StartReason != "" && (!ok || !old.Ended || old.Restart.State != RestartExited) {
+		// The next start was cancelled while this one was under way (a kill
+		// of the waiting identity): it must not publish.
+		return Published{}, verdict.Errorf(verdict.CodeSpawnFailed, map[string]any{"restart_state": old.Restart.State},
+			"restart of generation %d cancelled: the identity no longer waits for its next start", old.Generation)
+	}
 	now := s.now()
 	pub := Published{Identity: cur.Identity, Generation: cur.Generation, ReservationID: cur.ID,
 		SessionName: cur.AttemptName, TmuxID: cur.TmuxID, ServerPID: cur.ServerPID, ServerStart: cur.ServerStart,

@@ -71,6 +71,8 @@ type attempt struct {
 	spawned   uint64 // tmux's command number of the new-session (census.AdmitCreated)
 	start     time.Time
 	stop      context.CancelFunc
+	restart   *restartOf // set when the attempt starts a generation after the first
+	respawned bool       // its helper was started in a kept session (respawn-pane)
 
 	sent      bool // new-session was written: from here a session may exist
 	uncertain bool // a step's outcome is unknown: abandon, never guess
@@ -348,9 +350,15 @@ func (m *Manager) newSessionArgs(a *attempt) []string {
 		"new-session", "-d", "-P", "-F",
 		"#{session_id}\t#{pane_pid}\t#{pane_id}\t#{session_created}",
 		"-s", a.name, "-x", "200", "-y", "50", "--",
-		m.cfg.HelperPath, "helper", "--home", m.cfg.Home,
-		"--reservation", a.res.ID, "--generation", strconv.FormatUint(a.res.Generation, 10),
 	}
+	return append(args, m.helperArgv(a)...)
+}
+
+// helperArgv is the pane command of the attempt's generation (new-session's,
+// or respawn-pane's for a restart in the kept session).
+func (m *Manager) helperArgv(a *attempt) []string {
+	args := []string{m.cfg.HelperPath, "helper", "--home", m.cfg.Home,
+		"--reservation", a.res.ID, "--generation", strconv.FormatUint(a.res.Generation, 10)}
 	if cg := proctree.GenerationCgroup(m.cgroupBase, a.res.ID); cg != "" {
 		args = append(args, "--cgroup", cg)
 	}

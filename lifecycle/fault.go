@@ -21,7 +21,7 @@ const (
 
 var faultPoints = []string{
 	FaultReserved, FaultHelperInvoked, FaultNewSession, FaultSpawned,
-	FaultTagged, FaultPublish, FaultPublished,
+	FaultTagged, FaultPublish, FaultPublished, FaultRestartDecided, FaultRespawned,
 }
 
 // FaultPoints lists every valid SKC_FAULT point, in saga order.

@@ -109,10 +109,11 @@ type Manager struct {
 
 	mu           sync.Mutex
 	closing      bool
-	inflight     map[string]*attempt   // by reservation id: creates between Reserve and their verdict
-	killing      map[string]killReason // by tmux id: sessions we are removing ourselves
-	stops        map[string]*stopRun   // by stopKey: generations stopping (stop.go)
-	unprovenSaid map[string]bool       // by stopKey: an unresolved verdict was written (once per generation)
+	inflight     map[string]*attempt      // by reservation id: creates between Reserve and their verdict
+	killing      map[string]killReason    // by tmux id: sessions we are removing ourselves
+	stops        map[string]*stopRun      // by stopKey: generations stopping (stop.go)
+	unprovenSaid map[string]bool          // by stopKey: an unresolved verdict was written (once per generation)
+	restarters   map[string]chan struct{} // by identity digest: the restarter running (restart.go), its wake
 	creates      sync.WaitGroup
 	slots        chan struct{} // admission: one token per create in flight (maxInflightCreates)
 
@@ -162,6 +163,7 @@ func New(cfg Config) (*Manager, error) {
 		verdicts: cfg.Verdicts, log: log, fault: f, met: newMetrics(cfg.Metrics),
 		inflight: make(map[string]*attempt), killing: make(map[string]killReason),
 		stops: make(map[string]*stopRun), unprovenSaid: make(map[string]bool),
+		restarters: make(map[string]chan struct{}),
 		slots:      make(chan struct{}, maxInflightCreates),
 		cmdTimeout: tmuxCommandTimeout, compTimeout: compensateTimeout,
 	}
