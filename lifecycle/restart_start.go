@@ -188,7 +188,7 @@ func restartRecord(rec *verdict.Record, r *restartOf) {
 	rec.Evidence["previous_tmux_id"] = r.prev.TmuxID
 	rec.Evidence["same_session"] = r.kept != nil
 	if !r.prev.EndedAt.IsZero() {
-		rec.Evidence["delay_ms"] = r.prev.Restart.Due.Sub(r.prev.EndedAt).Milliseconds()
+		rec.Evidence["delay_ms"] = max(r.prev.Restart.Due.Sub(r.prev.EndedAt).Round(time.Millisecond).Milliseconds(), 0)
 	}
 }
 
@@ -260,7 +260,7 @@ func (m *Manager) awaitGeneration(ctx context.Context, id fence.Identity, gen ui
 	for {
 		p, ok, err := m.fence.PublishedFor(ctx, id)
 		if err == nil && ok && p.Generation > gen && !p.Ended {
-			return m.generationView(p), nil
+			return m.generationView(ctx, p), nil
 		}
 		if err == nil && ok && p.Ended && p.Generation >= gen && p.Restart.State == fence.RestartGaveUp {
 			return View{}, verdict.Errorf(verdict.CodeSpawnFailed, map[string]any{"generation": p.Generation},
@@ -273,14 +273,12 @@ func (m *Manager) awaitGeneration(ctx context.Context, id fence.Identity, gen ui
 	}
 }
 
-// generationView is the View of published generation p: from the census when
-// it lists p's session, else from the fence's record.
-func (m *Manager) generationView(p fence.Published) View {
-	if s, ok := m.sessionOf(p); ok {
-		if staleTags(&s) || s.Identity() != p.Identity.Digest() {
-			return publishedView(&s, p)
-		}
-		return m.viewOf(&s, &p)
+// generationView is the View of published generation p: from a fresh read
+// of its session (the census may not have seen the respawned pane yet),
+// else from the fence's record.
+func (m *Manager) generationView(ctx context.Context, p fence.Published) View {
+	if auth, s, err := m.inspectPublished(ctx, p); err == nil && auth == census.Authoritative && s != nil {
+		return publishedView(s, p)
 	}
 	v := stoppingView(p)
 	v.PaneDead, v.State = false, StateRunning

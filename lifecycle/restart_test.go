@@ -1,0 +1,188 @@
+package lifecycle
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// agentsWith lists the live (not zombie) processes whose command line
+// contains token as one word: the agents of one identity, counted in /proc
+// whatever tmux or the fence say.
+func agentsWith(token string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, d := range ents {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + d.Name() + "/cmdline")
+		if err != nil || !strings.Contains(string(b), "\x00agent\x00") || !strings.Contains(string(b), "\x00"+token+"\x00") {
+			continue
+		}
+		if liveNonZombie(pid) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// restartSpec is the identity name's spec with policy, its first command
+// (argv after the test binary) and, for every later start, `agent mark
+// FILE` (FILE returned: one line per start of a resumed agent).
+func (e *env) restartSpec(name, policy string, delay time.Duration, burst int, argv ...string) (fence.Identity, fence.Spec, string) {
+	id, spec := e.identity(name)
+	marks := filepath.Join(id.StateDir, "marks")
+	spec.Argv = append([]string{spec.Argv[0]}, argv...)
+	spec.Restart, spec.RestartDelayMS, spec.RestartBurst, spec.RestartIntervalS = policy, delay.Milliseconds(), burst, 300
+	spec.ResumeArgv = []string{spec.Argv[0], "agent", "mark", marks}
+	return id, spec, marks
+}
+
+func lines(path string) int {
+	b, _ := os.ReadFile(path)
+	return strings.Count(string(b), "\n")
+}
+
+func (e *env) published(id fence.Identity) fence.Published {
+	p, _, err := e.store.PublishedFor(context.Background(), id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return p
+}
+
+func withReason(recs []verdict.Record, v, reason string) []verdict.Record {
+	var out []verdict.Record
+	for _, r := range recs {
+		if r.Verdict == v && r.Reason == reason {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// TestRestartOnFailureSameSession: an agent that fails is restarted as the
+// next generation in the same session (same $id and name) with resume_argv,
+// after its ended verdict; one agent runs; kill stops it for good.
+func TestRestartOnFailureSameSession(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, spec, marks := e.restartSpec("onfail", fence.RestartOnFailure, 10*time.Millisecond, 5, "agent", "exit", "3")
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "generation 2 running", func() bool {
+		p := e.published(id)
+		return p.Generation == 2 && !p.Ended && len(agentsWith(marks)) == 1
+	})
+	p := e.published(id)
+	if p.TmuxID != res.Session.ID || p.SessionName != res.Session.Name || p.Restart.Restarts != 1 {
+		t.Fatalf("generation 2 in %s %s (restarts %d), want the session %s %s", p.TmuxID, p.SessionName,
+			p.Restart.Restarts, res.Session.ID, res.Session.Name)
+	}
+	recs := e.verdicts(id)
+	ended := withReason(recs, verdict.VerdictEnded, verdict.ReasonAgentExited)
+	restarted := withReason(recs, verdict.VerdictPublished, verdict.ReasonRestart)
+	if len(ended) != 1 || ended[0].Exit == nil || ended[0].Exit.Status == nil || *ended[0].Exit.Status != 3 ||
+		len(restarted) != 1 || restarted[0].Restart == nil || restarted[0].Restart.Count != 1 ||
+		restarted[0].Sequence < ended[0].Sequence || restarted[0].Session.ID != res.Session.ID {
+		t.Fatalf("verdicts: %v", verdictNames(recs))
+	}
+	// ls and show follow the census, which sees the respawned pane within a
+	// second (its subscription).
+	waitFor(t, "show: running, restarts 1", func() bool {
+		v, err := e.m.Show(context.Background(), Ref{Identity: &id})
+		return err == nil && v.Session != nil && v.Session.State == StateRunning && v.Session.Restarts == 1 &&
+			v.Session.Restart == fence.RestartOnFailure && v.Session.Generation == 2 && v.Session.Authoritative
+	})
+	if _, err := e.m.Kill(context.Background(), Ref{Identity: &id}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "agent gone", func() bool { return len(agentsWith(marks)) == 0 })
+	if p := e.published(id); !p.Ended || p.Restart.State != fence.RestartStopped || p.Generation != 2 {
+		t.Fatalf("after kill: gen %d ended %v state %q", p.Generation, p.Ended, p.Restart.State)
+	}
+	if n := lines(marks); n != 1 {
+		t.Fatalf("%d resumed starts, want 1", n)
+	}
+}
+
+// TestRestartGivesUpAndDelaysDouble: an agent that always fails is started
+// burst times, with delays that double (read from the restart verdicts and
+// the ended verdicts' times), then one gave_up verdict; a create starts it
+// again.
+func TestRestartGivesUpAndDelaysDouble(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	exe, _ := os.Executable()
+	id, spec, marks := e.restartSpec("always", fence.RestartAlways, 20*time.Millisecond, 4, "agent", "exit", "1")
+	spec.ResumeArgv = []string{exe, "agent", "markexit", marks, "1"}
+	if _, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "gave_up", func() bool { return count(e.verdicts(id), verdict.VerdictGaveUp) == 1 })
+	recs := e.verdicts(id)
+	starts := withReason(recs, verdict.VerdictPublished, verdict.ReasonRestart)
+	if len(starts) != 3 || count(recs, verdict.VerdictPublished) != 4 || count(recs, verdict.VerdictEnded) != 4 {
+		t.Fatalf("want 4 starts (3 restarts), 4 ends: %v", verdictNames(recs))
+	}
+	for i, want := range []int64{20, 40, 80} {
+		got, _ := starts[i].Evidence["delay_ms"].(json.Number)
+		if got.String() != strconv.FormatInt(want, 10) {
+			t.Fatalf("restart %d: delay_ms %v, want %d", i+1, starts[i].Evidence["delay_ms"], want)
+		}
+		if starts[i].Restart == nil || starts[i].Restart.Count != i+1 {
+			t.Fatalf("restart %d: count %+v", i+1, starts[i].Restart)
+		}
+	}
+	p := e.published(id)
+	if p.Restart.State != fence.RestartGaveUp || p.Restart.Failures != 4 {
+		t.Fatalf("fence after giving up: %+v", p.Restart)
+	}
+	time.Sleep(100 * time.Millisecond) // nothing may start after gave_up (a bound, not a measurement)
+	if n := count(e.verdicts(id), verdict.VerdictPublished); n != 4 || lines(marks) != 3 {
+		t.Fatalf("started after gave_up: %d published, %d marks", n, lines(marks))
+	}
+	spec.Argv = []string{exe, "agent", "sleep"}
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	if err != nil || res.Status != verdict.VerdictPublished || res.Session.Restarts != 0 {
+		t.Fatalf("create after gave_up: %+v %v", res, err)
+	}
+}
+
+// TestRestartVerb: restart ends the running agent (the proven stop) and
+// starts the next generation now in the same session, whatever the policy;
+// its verdicts say manual_restart.
+func TestRestartVerb(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, spec, marks := e.restartSpec("manual", fence.RestartNever, time.Hour, 5, "agent", "sleep")
+	spec.Restart = ""
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := 0
+	waitFor(t, "first agent", func() bool { first = agentPID(res.Session.PanePID); return first != 0 })
+	v, err := e.m.Restart(context.Background(), Ref{Name: res.Session.Name})
+	if err != nil || v.Generation != 2 || v.ID != res.Session.ID || v.Name != res.Session.Name {
+		t.Fatalf("restart: %+v %v", v, err)
+	}
+	if liveNonZombie(first) {
+		t.Fatalf("first agent %d alive after the restart", first)
+	}
+	waitFor(t, "resumed agent", func() bool { return len(agentsWith(marks)) == 1 })
+	recs := e.verdicts(id)
+	if len(withReason(recs, verdict.VerdictEnded, verdict.ReasonManualRestart)) != 1 ||
+		len(withReason(recs, verdict.VerdictPublished, verdict.ReasonManualRestart)) != 1 {
+		t.Fatalf("verdicts: %v", verdictNames(recs))
+	}
+}
