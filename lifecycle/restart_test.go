@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -184,5 +185,98 @@ func TestRestartVerb(t *testing.T) {
 	if len(withReason(recs, verdict.VerdictEnded, verdict.ReasonManualRestart)) != 1 ||
 		len(withReason(recs, verdict.VerdictPublished, verdict.ReasonManualRestart)) != 1 {
 		t.Fatalf("verdicts: %v", verdictNames(recs))
+	}
+}
+
+// serverPID is the private tmux server's pid.
+func (e *env) serverPID(t *testing.T) int {
+	info, ok := e.census.Info()
+	if !ok {
+		t.Fatal("census has no server")
+	}
+	return info.PID
+}
+
+// startMany creates n on-failure identities named prefix-i running `agent
+// sleep`, resumed as `agent mark FILE`, and returns them with their mark files.
+func (e *env) startMany(t *testing.T, prefix string, n int, policy string) ([]fence.Identity, []string, []CreateResult) {
+	var ids []fence.Identity
+	var marks []string
+	var res []CreateResult
+	for i := 0; i < n; i++ {
+		id, spec, mk := e.restartSpec(prefix+strconv.Itoa(i), policy, 10*time.Millisecond, 5, "agent", "sleep")
+		r, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, marks, res = append(ids, id), append(marks, mk), append(res, r)
+	}
+	return ids, marks, res
+}
+
+// checkServerRestarted: every identity runs generation 2 in a new session,
+// started once (one mark, one agent, one server_restart verdict).
+func (e *env) checkServerRestarted(t *testing.T, ids []fence.Identity, marks []string, old []CreateResult) {
+	for i, id := range ids {
+		waitFor(t, "restarted "+id.SessionID, func() bool {
+			p := e.published(id)
+			return p.Generation == 2 && !p.Ended && len(agentsWith(marks[i])) == 1
+		})
+	}
+	for i, id := range ids {
+		recs := e.verdicts(id)
+		pub := withReason(recs, verdict.VerdictPublished, verdict.ReasonServerRestart)
+		if len(pub) != 1 || lines(marks[i]) != 1 || len(agentsWith(marks[i])) != 1 {
+			t.Fatalf("%s: %d server_restart verdicts, %d starts, %d agents: %v", id.SessionID, len(pub),
+				lines(marks[i]), len(agentsWith(marks[i])), verdictNames(recs))
+		}
+		if p := e.published(id); p.SessionName == old[i].Session.Name {
+			t.Fatalf("%s: restarted in a session named like the old one", id.SessionID)
+		}
+	}
+}
+
+// TestServerDeathRestarts: kill -9 of the tmux server with 20 running
+// on-failure identities: all 20 come back once, in new sessions, with
+// resume_argv; a never identity does not.
+func TestServerDeathRestarts(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	ids, marks, old := e.startMany(t, "srv", 20, fence.RestartOnFailure)
+	nid, _, _ := e.startMany(t, "never", 1, fence.RestartNever)
+	if err := syscall.Kill(e.serverPID(t), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	e.checkServerRestarted(t, ids, marks, old)
+	waitFor(t, "never identity ended", func() bool { return e.published(nid[0]).Ended })
+	if p := e.published(nid[0]); p.Generation != 1 || p.Restart.State != "" {
+		t.Fatalf("never identity: generation %d, restart state %q", p.Generation, p.Restart.State)
+	}
+}
+
+// TestRestartAfterDaemonDown: an agent that exits while the daemon is down
+// is restarted when the daemon returns, once.
+func TestRestartAfterDaemonDown(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	ids, marks, res := e.startMany(t, "down", 1, fence.RestartOnFailure)
+	agent := 0
+	waitFor(t, "agent", func() bool { agent = agentPID(res[0].Session.PanePID); return agent != 0 })
+	e.close()
+	if err := syscall.Kill(agent, syscall.SIGKILL); err != nil { // killed by a signal: a failure
+		t.Fatal(err)
+	}
+	waitFor(t, "agent dead", func() bool { return !liveNonZombie(agent) })
+	e2 := startEnv(t, e.home, "", false)
+	if err := e2.m.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "restarted", func() bool {
+		p := e2.published(ids[0])
+		return p.Generation == 2 && !p.Ended && len(agentsWith(marks[0])) == 1
+	})
+	p := e2.published(ids[0])
+	recs := e2.verdicts(ids[0])
+	if p.TmuxID != res[0].Session.ID || lines(marks[0]) != 1 || count(recs, verdict.VerdictPublished) != 2 {
+		t.Fatalf("after the daemon's return: %s (was %s), %d starts: %v", p.TmuxID, res[0].Session.ID,
+			lines(marks[0]), verdictNames(recs))
 	}
 }
