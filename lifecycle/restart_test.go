@@ -3,6 +3,8 @@ package lifecycle
 import (
 	"context"
 	"encoding/json"
+	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
+	"github.com/skc-supervisor/skc-supervisor/proctree"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -279,4 +281,56 @@ func TestRestartAfterDaemonDown(t *testing.T) {
 		t.Fatalf("after the daemon's return: %s (was %s), %d starts: %v", p.TmuxID, res[0].Session.ID,
 			lines(marks[0]), verdictNames(recs))
 	}
+}
+
+// TestRebootRestarts: a reboot, simulated with the boot id seam (the daemon
+// returns on "another boot": its recorded generations' processes are gone
+// by definition) and the tmux server and its sessions gone: every running
+// on-failure identity comes back once in a new session with resume_argv, a
+// never identity does not.
+func TestRebootRestarts(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	ids, marks, old := e.startMany(t, "boot", 5, fence.RestartOnFailure)
+	nid, _, _ := e.startMany(t, "bootnever", 1, fence.RestartNever)
+	e.close()
+	// The host goes down: the server and every pane with it.
+	if out, err := tmuxtestKill(e); err != nil {
+		t.Fatalf("kill-server: %v %s", err, out)
+	}
+	for _, r := range append(old, CreateResult{}) {
+		if r.Session.PanePID != 0 {
+			waitFor(t, "pane process gone", func() bool { return !liveNonZombie(r.Session.PanePID) })
+		}
+	}
+	boot := filepath.Join(e.home, "boot_id")
+	if err := os.WriteFile(boot, []byte("00000000-0000-4000-8000-000000000001\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(proctreeBootEnv, boot)
+	e2 := startEnv(t, e.home, "", false)
+	if err := e2.m.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	e2.checkServerRestarted(t, ids, marks, old)
+	for _, id := range ids {
+		var ended *verdict.Record
+		for _, r := range e2.verdicts(id) {
+			if r.Verdict == verdict.VerdictEnded && r.Session.Generation == 1 {
+				ended = &r
+			}
+		}
+		if ended == nil || ended.Reason != verdict.ReasonServerExited || ended.Evidence["proof"] != "another boot" {
+			t.Fatalf("%s: ended verdict of generation 1: %+v", id.SessionID, ended)
+		}
+	}
+	waitFor(t, "never identity ended", func() bool { return e2.published(nid[0]).Ended })
+	if p := e2.published(nid[0]); p.Generation != 1 {
+		t.Fatalf("never identity restarted: generation %d", p.Generation)
+	}
+}
+
+const proctreeBootEnv = proctree.BootIDFileEnv
+
+func tmuxtestKill(e *env) ([]byte, error) {
+	return tmuxtest.Command("-S", e.socket, "kill-server").CombinedOutput()
 }
