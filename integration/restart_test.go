@@ -162,8 +162,12 @@ func TestRestartStorm(t *testing.T) {
 
 // TestRestartFaultPoints: the daemon is SIGKILLed at each fault point of a
 // restart (the agent exits by itself; its first run fails), then restarted:
-// one agent, the generation advanced once (generation 2, restarts 1), and
-// the session kept where the point comes before anything touched it.
+// one agent, one start after the first (restarts 1, one restart verdict; a
+// crashed attempt's reserved generation number is not reused, so the
+// generation may be above 2), and the session kept at restart-decided. At
+// respawned the abandoned attempt's kept session is an orphan to recovery
+// (it cannot tell it from a session the attempt made) and is removed: the
+// next generation starts in a new session.
 func TestRestartFaultPoints(t *testing.T) {
 	for _, fp := range []struct {
 		point string
@@ -191,8 +195,8 @@ func TestRestartFaultPoints(t *testing.T) {
 			}
 			h.Start(t, DaemonOpts{})
 			s := waitOneRunning(t, h, spec, token, 1)
-			if s.Session.Generation != 2 || s.Session.Restarts != 1 {
-				t.Fatalf("after the crash at %s: %+v, want generation 2, restarts 1", fp.point, s.Session)
+			if s.Session.Generation < 2 || s.Session.Restarts != 1 || (fp.kept && s.Session.Generation != 2) {
+				t.Fatalf("after the crash at %s: %+v, want restarts 1", fp.point, s.Session)
 			}
 			if kept := s.Session.ID == first.Session.ID && s.Session.Name == first.Session.Name; kept != fp.kept {
 				t.Fatalf("after the crash at %s: session %s %s (first %s %s), kept %v, want %v", fp.point,
@@ -201,8 +205,8 @@ func TestRestartFaultPoints(t *testing.T) {
 			if n := len(h.AgentSessions(t)); n != 1 {
 				t.Fatalf("%d agent sessions, want 1", n)
 			}
-			if !strings.Contains(h.CLI(t, "verdicts").Stdout, `"reason":"restart"`) {
-				t.Fatalf("no restart verdict")
+			if n := strings.Count(h.CLI(t, "verdicts").Stdout, `"reason":"restart"`); n != 1 {
+				t.Fatalf("%d restart verdicts, want 1", n)
 			}
 		})
 	}

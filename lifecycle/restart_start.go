@@ -9,6 +9,7 @@ import (
 
 	"github.com/skc-supervisor/skc-supervisor/census"
 	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
@@ -135,7 +136,13 @@ func (m *Manager) respawn(ctx context.Context, a *attempt, k *keptSession) error
 	a.life, a.sent = life, true
 	args := append([]string{"respawn-pane", "-k", "-t", k.paneID, "--"}, m.helperArgv(a)...)
 	if _, err := m.commandIn(ctx, life, args...); err != nil {
-		return m.spawnError(a, err) // a refusal (the pane is gone) leaves nothing behind
+		var ce *tmuxctl.CommandError
+		if errors.As(err, &ce) {
+			// tmux refused it (the kept session was removed meanwhile):
+			// nothing was started, so start in a new session of that name.
+			return m.spawn(ctx, a)
+		}
+		return m.spawnError(a, err)
 	}
 	m.fault.hit(FaultRespawned)
 	a.tmuxID, a.paneID = k.tmuxID, k.paneID // from here undo removes the session
