@@ -70,6 +70,9 @@ func (m *Manager) onRemoved(ctx context.Context, ch census.Change) {
 	}
 	pub, ok := m.publishedByTmuxID(ctx, s.ID, ch.Life)
 	if !ok {
+		if ch.Reason != census.ReasonServerExited && ch.Reason != census.ReasonLifeChanged {
+			m.keptRemoved(ctx, s.ID, ch.Life)
+		}
 		return
 	}
 	cause := endCause{reason: verdict.ReasonTmuxSessionMissing}

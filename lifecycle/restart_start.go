@@ -331,6 +331,29 @@ func (m *Manager) waitingTarget(ctx context.Context, ref Ref) (fence.Published, 
 	return *t.Published, true
 }
 
+// keptRemoved handles the removal of a session that holds no running
+// generation: when it was kept for an identity waiting out its delay, it
+// was killed by hand (our own removals are marked killing), and a session
+// killed by hand is a stop: the identity is not started again.
+func (m *Manager) keptRemoved(ctx context.Context, id string, life tmuxctl.ServerLife) {
+	if _, ours := m.killingReason(id); ours {
+		return
+	}
+	waiting, err := m.fence.RestartsDue(ctx, time.Time{})
+	if err != nil {
+		return
+	}
+	for _, p := range waiting {
+		if p.TmuxID != id || p.ServerPID != life.PID || p.ServerStart != life.StartTime {
+			continue
+		}
+		next := fence.RestartNext{State: fence.RestartStopped, Failures: p.Restart.Failures}
+		if _, err := m.fence.SetRestart(ctx, p.Identity, p.Generation, fence.RestartExited, next, nil); err != nil {
+			m.log.Warn().Err(err).Str("tmux_id", id).Msg("kept session killed by hand: restart not cancelled")
+		}
+	}
+}
+
 // staleDeath reports a pane-death change that is not about generation p: the
 // census saw the dead pane of an earlier generation kept for a restart (its
 // generation tag or pane pid differ from p's).

@@ -334,3 +334,26 @@ const proctreeBootEnv = proctree.BootIDFileEnv
 func tmuxtestKill(e *env) ([]byte, error) {
 	return tmuxtest.Command("-S", e.socket, "kill-server").CombinedOutput()
 }
+
+// TestKeptSessionKilledByHand: while an identity waits out its delay, its
+// kept session (the dead pane) is listed as exited with the next start; a
+// human killing it is a stop: no restart.
+func TestKeptSessionKilledByHand(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, spec, marks := e.restartSpec("byhand", fence.RestartOnFailure, time.Hour, 5, "agent", "exit", "2")
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "waiting out the delay", func() bool {
+		v, err := e.m.Show(context.Background(), Ref{Name: res.Session.Name})
+		return err == nil && v.Session != nil && v.Session.State == StateExited && v.Session.NextStartAt != nil
+	})
+	if out, err := execTmux(e, "kill-session", "-t", res.Session.ID); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	waitFor(t, "stopped", func() bool { return e.published(id).Restart.State == fence.RestartStopped })
+	if e.published(id).Generation != 1 || lines(marks) != 0 {
+		t.Fatal("restarted after its kept session was killed by hand")
+	}
+}

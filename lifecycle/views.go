@@ -48,6 +48,8 @@ type View struct {
 const (
 	StateRunning  = "running"
 	StateStopping = "stopping"
+	// StateStarting: the next generation's start is due and under way.
+	StateStarting = "starting"
 	// StateExited: the generation ended and the next start is due at
 	// NextStartAt (its session kept, the pane dead, until then).
 	StateExited = "exited"
@@ -61,8 +63,10 @@ const (
 // stateOf is the State of a session of published generation p.
 func stateOf(p fence.Published, paneDead bool) string {
 	switch {
-	case p.Ended && p.Restart.State == fence.RestartExited:
+	case p.Ended && p.Restart.State == fence.RestartExited && p.Restart.Due.After(time.Now()):
 		return StateExited
+	case p.Ended && p.Restart.State == fence.RestartExited:
+		return StateStarting // due: the restarter is starting the next generation
 	case p.Ended && p.Restart.State == fence.RestartGaveUp:
 		return StateGaveUp
 	case p.Ended:
