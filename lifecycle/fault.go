@@ -21,11 +21,18 @@ const (
 
 var faultPoints = []string{
 	FaultReserved, FaultHelperInvoked, FaultNewSession, FaultSpawned,
-	FaultTagged, FaultPublish, FaultPublished, FaultRestartDecided, FaultRespawned,
+	FaultTagged, FaultPublish, FaultPublished,
 }
 
-// FaultPoints lists every valid SKC_FAULT point, in saga order.
+// restartFaultPoints are hit only by a restart (restart_start.go); the saga's
+// own points are hit by a restart's saga too.
+var restartFaultPoints = []string{FaultRestartDecided, FaultRespawned}
+
+// FaultPoints lists the create saga's SKC_FAULT points, in saga order.
 func FaultPoints() []string { return append([]string(nil), faultPoints...) }
+
+// RestartFaultPoints lists the SKC_FAULT points only a restart reaches, in order.
+func RestartFaultPoints() []string { return append([]string(nil), restartFaultPoints...) }
 
 // fault is the parsed SKC_FAULT setting. The zero value (unset) makes hit a single
 // string comparison against "", so production pays nothing.
@@ -39,7 +46,7 @@ func parseFault(s string) (fault, error) {
 	if !ok {
 		return fault{}, fmt.Errorf("lifecycle: SKC_FAULT %q: want after:<point>", s)
 	}
-	for _, known := range faultPoints {
+	for _, known := range append(FaultPoints(), restartFaultPoints...) {
 		if p == known {
 			return fault{point: p}, nil
 		}
