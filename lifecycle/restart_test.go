@@ -357,3 +357,39 @@ func TestKeptSessionKilledByHand(t *testing.T) {
 		t.Fatal("restarted after its kept session was killed by hand")
 	}
 }
+
+// TestDelaySurvivesDaemonRestart: the next start's due time is in the fence:
+// a daemon stopped while an identity waits out its delay leaves no restarter
+// behind (Shutdown waits for them), and the next daemon's start schedules it
+// at the recorded time, in the kept session.
+func TestDelaySurvivesDaemonRestart(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, spec, marks := e.restartSpec("delay", fence.RestartOnFailure, 1500*time.Millisecond, 5, "agent", "exit", "4")
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "waiting", func() bool { return e.published(id).Restart.State == fence.RestartExited })
+	due := e.published(id).Restart.Due
+	e.close()
+	e.m.mu.Lock()
+	left := len(e.m.restarters)
+	e.m.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d restarters left after Shutdown", left)
+	}
+	e2 := startEnv(t, e.home, "", false)
+	if p := e2.published(id); p.Restart.State != fence.RestartExited || !p.Restart.Due.Equal(due) {
+		t.Fatalf("after the restart the fence says %+v, want due %v", p.Restart, due)
+	}
+	if err := e2.m.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "restarted", func() bool {
+		p := e2.published(id)
+		return p.Generation == 2 && !p.Ended && len(agentsWith(marks)) == 1
+	})
+	if p := e2.published(id); p.PublishedAt.Before(due) || p.TmuxID != res.Session.ID {
+		t.Fatalf("started at %v (due %v) in %s (kept %s)", p.PublishedAt, due, p.TmuxID, res.Session.ID)
+	}
+}
