@@ -70,9 +70,10 @@ func (m *Manager) startNext(ctx context.Context, p fence.Published) bool {
 	m.track(a)
 	defer m.untrack(a)
 	if _, err := m.saga(sctx, a); err != nil {
-		if verdict.CodeOf(err) == verdict.CodeTmuxUnavailable {
-			// No server yet (it died, or tmux is stuck): not the agent's
-			// failure; the next look waits for one again.
+		switch verdict.CodeOf(err) {
+		case verdict.CodeTmuxUnavailable, verdict.CodeFenceUnavailable, verdict.CodeIdentityFenceContended:
+			// No server yet (it died, or tmux is stuck), or a busy fence:
+			// not the agent's failure; look again.
 			return !sleepCtx(ctx, restartRetry)
 		}
 		m.failedStart(ctx, p, err)
