@@ -2,9 +2,12 @@ package lifecycle
 
 import (
 	"context"
+	"fmt"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -89,5 +92,63 @@ func nextAgent(b *testing.B, token string, respawn func()) time.Duration {
 			b.Fatal("no next agent")
 		}
 		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// BenchmarkServerDeathRestart measures, with SKC_BENCH_SESSIONS (default
+// 1,000) on-failure identities: creating them from scratch, then kill -9 of
+// the tmux server → every one running again (published, generation 2) in a
+// new server, in the same run.
+//
+//	SKC_BENCH_SESSIONS=1000 go test -run '^$' -bench ServerDeathRestart -benchtime 1x -timeout 30m ./lifecycle/
+func BenchmarkServerDeathRestart(b *testing.B) {
+	n := 1000
+	if v, err := strconv.Atoi(os.Getenv("SKC_BENCH_SESSIONS")); err == nil && v > 0 {
+		n = v
+	}
+	for i := 0; i < b.N; i++ {
+		e := startEnvB(b)
+		ctx := context.Background()
+		start := time.Now()
+		for k := 0; k < n; k++ {
+			id, spec := e.identity(fmt.Sprintf("sd%d", k))
+			spec.Restart, spec.RestartDelayMS, spec.RestartBurst, spec.RestartIntervalS = fence.RestartOnFailure, 0, 5, 300
+			for {
+				_, err := e.m.Create(ctx, CreateRequest{Identity: id, Spec: spec, Wait: time.Minute})
+				if err == nil {
+					break
+				}
+				if c := verdict.CodeOf(err); c != verdict.CodeBusy && c != verdict.CodeFenceUnavailable {
+					b.Fatal(err)
+				}
+			}
+		}
+		created := time.Since(start)
+		info, _ := e.census.Info()
+		start = time.Now()
+		if err := syscall.Kill(info.PID, syscall.SIGKILL); err != nil {
+			b.Fatal(err)
+		}
+		deadline := time.Now().Add(20 * time.Minute)
+		for {
+			pubs, err := e.store.Identities(ctx)
+			running := 0
+			for _, p := range pubs {
+				if err == nil && !p.Ended && p.Restart.Restarts == 1 {
+					running++
+				}
+			}
+			if running == n {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("%d of %d running again", running, n)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		back := time.Since(start)
+		b.ReportMetric(created.Seconds(), "create-all-s")
+		b.ReportMetric(back.Seconds(), "server-death-all-back-s")
+		e.close()
 	}
 }
