@@ -362,10 +362,10 @@ func (m *Manager) keptRemoved(ctx context.Context, id string, life tmuxctl.Serve
 
 // staleDeath reports a pane-death change that is not about generation p: the
 // census saw the dead pane of an earlier generation kept for a restart (its
-// generation tag or pane pid differ from p's).
+// generation tag is not p's: the restart's saga sets p's tags before it
+// publishes, so a death read after them is p's own). The pane pid is not
+// compared: a pane respawned by hand must still end its generation.
 func staleDeath(s census.Session, p fence.Published) bool {
-	if g := s.Tags[TagGeneration]; g != "" && g != strconv.FormatUint(p.Generation, 10) {
-		return true
-	}
-	return s.PanePID != 0 && p.PanePID != 0 && s.PanePID != p.PanePID
+	g := s.Tags[TagGeneration]
+	return g != "" && g != strconv.FormatUint(p.Generation, 10)
 }
