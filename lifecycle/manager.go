@@ -26,6 +26,11 @@
 //     then. The stop is durable in the fence; a restarted daemon continues it.
 //   - Ended verdicts are compare-and-set on the generation (fence.MarkEnded), so end
 //     detection, creates, recovery and kills racing on one end write one verdict.
+//   - A restart (restart.go, restart_start.go) is the next generation through the
+//     same saga, decided at the end in the ended verdict's transaction
+//     (fence.MarkEndedNext, with the next start's due time) and started by the
+//     identity's restarter after the proof, in the kept session (respawn-pane -k
+//     on its dead pane) or, after a server's death, in a new one.
 package lifecycle
 
 import (
