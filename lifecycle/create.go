@@ -254,6 +254,13 @@ func (m *Manager) maybeExisting(ctx context.Context, req CreateRequest, pub fenc
 		return m.awaitStop(ctx, req, pub, causeOf(pub.Stopping.Reason), start)
 	}
 	auth, sess, err := m.inspectPublished(ctx, pub)
+	if (err != nil || auth == census.Unknown) && !m.census.Synced() && m.waitCensus(ctx) == nil {
+		// The server died between the create's census check and this look
+		// (a create racing a server's death and the restarts after it): wait
+		// for the census of the next server, as a create that came a moment
+		// later would, and look again.
+		auth, sess, err = m.inspectPublished(ctx, pub)
+	}
 	if err != nil || auth == census.Unknown {
 		if err == nil {
 			err = errors.New("census cannot decide")
