@@ -360,6 +360,35 @@ func (m *Manager) keptRemoved(ctx context.Context, id string, life tmuxctl.Serve
 	}
 }
 
+// clearArg makes the pane helper exit at once: the command recovery puts in a
+// kept session's pane in place of an abandoned restart's helper.
+const clearArg = "--clear-kept-pane"
+
+// keptAttempt reports whether the abandoned attempt ab is a restart in the
+// kept session s (its attempt name is the session's, not its own), and s is
+// still the session of the identity's ended generation waiting for its next
+// start, in server life life.
+func (m *Manager) keptAttempt(ctx context.Context, ab fence.Reservation, s *census.Session, life tmuxctl.ServerLife) bool {
+	if ab.AttemptName == "" || strings.Contains(ab.AttemptName, ab.ID) || s.Name != ab.AttemptName {
+		return false
+	}
+	p, ok, err := m.fence.PublishedFor(ctx, ab.Identity)
+	return err == nil && ok && p.Ended && p.Restart.State == fence.RestartExited && p.TmuxID == s.ID &&
+		p.ServerPID == life.PID && p.ServerStart == life.StartTime
+}
+
+// clearKeptPane ends the abandoned attempt's helper in the kept session's
+// pane with respawn-pane -k and a command that exits at once, so the pane is
+// dead again and the session kept; ProcessesGone then proves the helper gone
+// from the attempt's hold.
+func (m *Manager) clearKeptPane(ctx context.Context, life tmuxctl.ServerLife, s *census.Session) error {
+	if s.PaneID == "" {
+		return errors.New("kept session has no pane id")
+	}
+	_, err := m.commandIn(ctx, life, "respawn-pane", "-k", "-t", s.PaneID, "--", m.cfg.HelperPath, "helper", clearArg)
+	return err
+}
+
 // staleDeath reports a pane-death change that is not about generation p: the
 // census saw the dead pane of an earlier generation kept for a restart (its
 // generation tag is not p's: the restart's saga sets p's tags before it
