@@ -164,15 +164,20 @@ func TestRestartStorm(t *testing.T) {
 // restart (the agent exits by itself; its first run fails), then restarted:
 // one agent, one start after the first (restarts 1, one restart verdict; a
 // crashed attempt's reserved generation number is not reused, so the
-// generation may be above 2), and the session kept: at respawned recovery
-// finds the abandoned attempt in the identity's kept session, clears its
-// pane (the gated helper never ran an agent) and keeps the session.
+// generation may be above 2), and the session kept: where the daemon died
+// inside the restart's saga (after:restart:<point> fires only there),
+// recovery finds the abandoned attempt in the identity's kept session,
+// clears its pane (the gated helper never ran an agent) and keeps the
+// session; after publication the attempt's generation is preserved.
 func TestRestartFaultPoints(t *testing.T) {
-	for _, fp := range []struct {
-		point string
-		kept  bool
-	}{{"restart-decided", true}, {"respawned", true}} {
-		t.Run(fp.point, func(t *testing.T) {
+	points := []string{"restart-decided", "restart:helper_invoked", "respawned", "restart:new-session",
+		"restart:spawned", "restart:tagged", "restart:publish", "restart:published"}
+	for _, point := range points {
+		fp := struct {
+			point string
+			kept  bool
+		}{point, true}
+		t.Run(strings.ReplaceAll(fp.point, ":", "_"), func(t *testing.T) {
 			h := NewHome(t)
 			d := h.Start(t, DaemonOpts{Fault: "after:" + fp.point})
 			spec := NewSpec(t, "rfault")

@@ -42,7 +42,7 @@ func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retEr
 	if err := m.advance(ctx, a, fence.PhaseHelperInvoked, invoked); err != nil {
 		return res, err
 	}
-	m.fault.hit(FaultHelperInvoked)
+	m.fault.hitIn(a.restart != nil, FaultHelperInvoked)
 	spawn := m.spawn
 	if kept != nil {
 		spawn = func(ctx context.Context, a *attempt) error { return m.respawn(ctx, a, kept) }
@@ -50,7 +50,7 @@ func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retEr
 	if err := spawn(ctx, a); err != nil {
 		return res, err
 	}
-	m.fault.hit(FaultNewSession)
+	m.fault.hitIn(a.restart != nil, FaultNewSession)
 	// What holds the generation's processes, recorded before publication:
 	// the pane's process (a session leader, the tmux server's child) by pid
 	// and start time, and the cgroup it enters. A pane process already gone
@@ -61,7 +61,7 @@ func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retEr
 	if err := m.advance(ctx, a, fence.PhaseSpawned, patch); err != nil {
 		return res, err
 	}
-	m.fault.hit(FaultSpawned)
+	m.fault.hitIn(a.restart != nil, FaultSpawned)
 	if err := m.tag(ctx, a); err != nil {
 		return res, err
 	}
@@ -80,7 +80,7 @@ func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retEr
 	if err := m.advance(ctx, a, fence.PhaseTagged, fence.Patch{}); err != nil {
 		return res, err
 	}
-	m.fault.hit(FaultTagged)
+	m.fault.hitIn(a.restart != nil, FaultTagged)
 	return m.publish(ctx, a)
 }
 
@@ -301,7 +301,7 @@ func (m *Manager) publish(ctx context.Context, a *attempt) (CreateResult, error)
 		return CreateResult{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "publish: %w", err)
 	}
 	m.verdicts.Filed(filed)
-	m.fault.hit(FaultPublish)
+	m.fault.hitIn(a.restart != nil, FaultPublish)
 	if a.restart != nil {
 		m.dropSuperseded(ctx, pub) // a session kept and not reused
 	} else if pub.Superseded != nil && pub.Superseded.Restart.State == fence.RestartExited {
@@ -313,7 +313,7 @@ func (m *Manager) publish(ctx context.Context, a *attempt) (CreateResult, error)
 	// Publish moved the row to phase published in its own transaction; a
 	// further Advance to published would only re-confirm ownership, one more
 	// write transaction per create, so there is none. Release pins the id.
-	m.fault.hit(FaultPublished)
+	m.fault.hitIn(a.restart != nil, FaultPublished)
 	if err := m.fence.Release(fctx, a.res.ID); err != nil {
 		m.log.Warn().Err(err).Str("reservation", a.res.ID).Msg("release after publish failed")
 	}
