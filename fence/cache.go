@@ -72,7 +72,7 @@ func (c *pubCache) ended(id Identity, gen uint64, at time.Time) {
 
 // restart records an ended generation's restart decision (MarkEndedNext,
 // SetRestart) in the cached row.
-func (c *pubCache) restart(id Identity, gen uint64, next RestartNext) {
+func (c *pubCache) restart(id Identity, gen uint64, next RestartNext, due time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.loaded {
@@ -83,7 +83,7 @@ func (c *pubCache) restart(id Identity, gen uint64, next RestartNext) {
 	if !ok || p.Generation != gen {
 		return
 	}
-	p.Restart.State, p.Restart.Due, p.Restart.Reason = next.State, fromNanos(nanos(next.Due)), next.Reason
+	p.Restart.State, p.Restart.Due, p.Restart.Reason = next.State, fromNanos(nanos(due)), next.Reason
 	p.Restart.Failures = next.Failures
 	c.byDigest[d] = p
 	cacheChanged()

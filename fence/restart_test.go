@@ -73,10 +73,9 @@ func TestRestartBookkeeping(t *testing.T) {
 	if got, _, _ := s.PublishedFor(ctx, id); got.Spec.Restart != RestartOnFailure || len(got.Spec.ResumeArgv) != 2 {
 		t.Fatalf("stored spec: %+v", got.Spec)
 	}
-	due := time.Now().Add(time.Hour).Truncate(time.Microsecond)
 	gave := identRecord(verdict.VerdictGaveUp, &id)
 	ok, _, err := s.MarkEndedNext(ctx, id, p1.Generation, identRecord(verdict.VerdictEnded, &id),
-		RestartNext{State: RestartExited, Due: due, Reason: verdict.ReasonRestart, Failures: 1}, &gave)
+		RestartNext{State: RestartExited, Delay: time.Hour, Reason: verdict.ReasonRestart, Failures: 1}, &gave)
 	if err != nil || !ok || gave.Sequence == 0 {
 		t.Fatalf("mark ended next: %v %v %+v", ok, err, gave)
 	}
@@ -84,7 +83,9 @@ func TestRestartBookkeeping(t *testing.T) {
 		func() (Published, bool, error) { return s.PublishedFor(ctx, id) },
 		func() (Published, bool, error) { return s.CachedPublished(ctx, id.Digest()) },
 	} {
-		if p, _, _ := get(); p.Restart.State != RestartExited || !p.Restart.Due.Equal(due) || p.Restart.Failures != 1 {
+		// The due time is the end's own time plus the delay, both the fence's.
+		if p, _, _ := get(); p.Restart.State != RestartExited || !p.Restart.Due.Equal(p.EndedAt.Add(time.Hour)) ||
+			p.Restart.Failures != 1 {
 			t.Fatalf("recorded decision: %+v", p.Restart)
 		}
 	}
@@ -97,7 +98,7 @@ func TestRestartBookkeeping(t *testing.T) {
 	if ok, err := s.SetRestart(ctx, id, p1.Generation, RestartStopped, RestartNext{State: RestartGaveUp}, nil); err != nil || ok {
 		t.Fatalf("set restart from the wrong state: %v %v", ok, err)
 	}
-	now := RestartNext{State: RestartExited, Due: time.Now(), Reason: verdict.ReasonManualRestart, Failures: 1}
+	now := RestartNext{State: RestartExited, Reason: verdict.ReasonManualRestart, Failures: 1}
 	if ok, err := s.SetRestart(ctx, id, p1.Generation, RestartExited, now, nil); err != nil || !ok {
 		t.Fatalf("set restart: %v %v", ok, err)
 	}

@@ -159,10 +159,12 @@ func (s *Store) SetRestart(ctx context.Context, id Identity, gen uint64, from st
 		return false, err
 	}
 	var ok bool
+	var due time.Time
 	err = s.write(ctx, "set_restart", func(q queryer) error {
+		due = dueOf(next, s.now())
 		res, err := q.ExecContext(ctx, `UPDATE identities SET restart_state = ?, restart_due = ?, restart_reason = ?,
 			failures = ? WHERE state_dir = ? AND session_id = ? AND generation = ? AND ended = 1 AND restart_state = ?`,
-			next.State, nanos(next.Due), next.Reason, next.Failures, id.StateDir, id.SessionID, gen, from)
+			next.State, nanos(due), next.Reason, next.Failures, id.StateDir, id.SessionID, gen, from)
 		if err != nil {
 			return err
 		}
@@ -178,8 +180,16 @@ func (s *Store) SetRestart(ctx context.Context, id Identity, gen uint64, from st
 	if err != nil || !ok {
 		return false, err
 	}
-	s.cache.restart(id, gen, next)
+	s.cache.restart(id, gen, next, due)
 	return true, nil
+}
+
+// dueOf is when next's start is due, written at now: zero unless it waits.
+func dueOf(next RestartNext, now time.Time) time.Time {
+	if next.State != RestartExited {
+		return time.Time{}
+	}
+	return now.Add(next.Delay)
 }
 
 // RestartsDue lists the identities whose next start is due by before, or

@@ -292,7 +292,7 @@ func (s *Store) MarkEndedNext(ctx context.Context, id Identity, gen uint64, rec 
 		if next.State != "" {
 			if _, err := q.ExecContext(ctx, `UPDATE identities SET restart_state = ?, restart_due = ?,
 				restart_reason = ?, failures = ? WHERE state_dir = ? AND session_id = ?`,
-				next.State, nanos(next.Due), next.Reason, next.Failures, id.StateDir, id.SessionID); err != nil {
+				next.State, nanos(dueOf(next, now)), next.Reason, next.Failures, id.StateDir, id.SessionID); err != nil {
 				return err
 			}
 		}
@@ -307,7 +307,7 @@ func (s *Store) MarkEndedNext(ctx context.Context, id Identity, gen uint64, rec 
 	}
 	s.cache.ended(id, gen, endedAt)
 	if next.State != "" {
-		s.cache.restart(id, gen, next)
+		s.cache.restart(id, gen, next, dueOf(next, endedAt))
 	}
 	return true, rec, nil
 }

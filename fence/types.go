@@ -264,10 +264,10 @@ type RestartInfo struct {
 // RestartNext is what MarkEndedNext records about the generation's end in
 // the same transaction as its ended verdict.
 type RestartNext struct {
-	State    string    // "" (never policy: nothing), RestartExited, RestartStopped, RestartGaveUp
-	Due      time.Time // RestartExited: when the next start is due
-	Reason   string    // RestartExited: the next start's verdict reason
-	Failures int       // consecutive failed runs including this one
+	State    string        // "" (never policy: nothing), RestartExited, RestartStopped, RestartGaveUp
+	Delay    time.Duration // RestartExited: the next start is due this long after the write's own time
+	Reason   string        // RestartExited: the next start's verdict reason
+	Failures int           // consecutive failed runs including this one
 }
 
 // Stop is a generation's stop in progress, durable so a restarted daemon

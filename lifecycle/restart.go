@@ -77,7 +77,7 @@ func failedRun(rec verdict.Record) bool {
 // gave_up with its verdict when that start would exceed the start limit.
 func planNext(p fence.Published, rec verdict.Record, cause endCause, now time.Time) (fence.RestartNext, *verdict.Record) {
 	if cause.manual {
-		return fence.RestartNext{State: fence.RestartExited, Due: now, Reason: verdict.ReasonManualRestart}, nil
+		return fence.RestartNext{State: fence.RestartExited, Reason: verdict.ReasonManualRestart}, nil
 	}
 	if !p.Spec.Restarts() {
 		return fence.RestartNext{}, nil
@@ -87,9 +87,9 @@ func planNext(p fence.Published, rec verdict.Record, cause endCause, now time.Ti
 	case cause.cleanup || cause.actionKill, cause.reason == verdict.ReasonTmuxSessionMissing:
 		return stopped, nil
 	case cause.reason == verdict.ReasonServerExited:
-		next := fence.RestartNext{State: fence.RestartExited, Due: now, Reason: verdict.ReasonServerRestart,
+		next := fence.RestartNext{State: fence.RestartExited, Reason: verdict.ReasonServerRestart,
 			Failures: p.Restart.Failures}
-		return limit(p, next)
+		return limit(p, next, now)
 	}
 	failed := failedRun(rec)
 	if !failed && p.Spec.Restart == fence.RestartOnFailure {
@@ -105,18 +105,19 @@ func planNext(p fence.Published, rec verdict.Record, cause endCause, now time.Ti
 		failures = 0
 	}
 	delay := restartDelay(specDelay(p.Spec), max(failures, 1))
-	next := fence.RestartNext{State: fence.RestartExited, Due: now.Add(delay), Reason: verdict.ReasonRestart,
+	next := fence.RestartNext{State: fence.RestartExited, Delay: delay, Reason: verdict.ReasonRestart,
 		Failures: failures}
-	return limit(p, next)
+	return limit(p, next, now)
 }
 
 // limit turns a next start into gave_up when it would be more than
 // restart_burst starts within restart_interval_s.
-func limit(p fence.Published, next fence.RestartNext) (fence.RestartNext, *verdict.Record) {
+func limit(p fence.Published, next fence.RestartNext, now time.Time) (fence.RestartNext, *verdict.Record) {
+	due := now.Add(next.Delay)
 	burst, interval := specBurst(p.Spec)
 	n := 0
 	for _, s := range p.Restart.Starts {
-		if s.After(next.Due.Add(-interval)) {
+		if s.After(due.Add(-interval)) {
 			n++
 		}
 	}

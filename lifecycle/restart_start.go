@@ -114,7 +114,7 @@ func (m *Manager) failedStart(ctx context.Context, p fence.Published, cause erro
 	m.log.Warn().Err(cause).Str("session", p.SessionName).Msg("restart: next generation not started")
 	failures := p.Restart.Failures + 1
 	next := fence.RestartNext{State: fence.RestartExited, Reason: p.Restart.Reason, Failures: failures,
-		Due: time.Now().Add(restartDelay(specDelay(p.Spec), failures))}
+		Delay: restartDelay(specDelay(p.Spec), failures)}
 	var also *verdict.Record
 	if burst, interval := specBurst(p.Spec); failures >= burst {
 		rec := gaveUpRecord(p, burst, interval, failures)
@@ -201,7 +201,8 @@ func restartRecord(rec *verdict.Record, r *restartOf) {
 	rec.Evidence["previous_tmux_id"] = r.prev.TmuxID
 	rec.Evidence["same_session"] = r.kept != nil
 	if !r.prev.EndedAt.IsZero() {
-		rec.Evidence["delay_ms"] = max(r.prev.Restart.Due.Sub(r.prev.EndedAt).Round(time.Millisecond).Milliseconds(), 0)
+		// Both times are the fence's own, of one transaction (MarkEndedNext).
+		rec.Evidence["delay_ms"] = max(r.prev.Restart.Due.Sub(r.prev.EndedAt).Milliseconds(), 0)
 	}
 }
 
@@ -229,7 +230,7 @@ func (m *Manager) Restart(ctx context.Context, ref Ref) (View, error) {
 		return View{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
 	}
 	if ok && cur.Ended && (cur.Restart.State != fence.RestartExited || cur.Restart.Due.After(time.Now())) {
-		now := fence.RestartNext{State: fence.RestartExited, Due: time.Now(), Reason: verdict.ReasonManualRestart}
+		now := fence.RestartNext{State: fence.RestartExited, Reason: verdict.ReasonManualRestart}
 		if _, err := m.fence.SetRestart(ctx, cur.Identity, cur.Generation, cur.Restart.State, now, nil); err != nil {
 			return View{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
 		}
