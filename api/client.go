@@ -173,6 +173,21 @@ func (c *Client) Kill(ctx context.Context, ref Ref) (KillResponse, error) {
 	return out, c.get(ctx, http.MethodDelete, RefPath(ref), nil, &out)
 }
 
+// Restart ends one session's running agent and starts its next generation.
+func (c *Client) Restart(ctx context.Context, ref Ref) (RestartResponse, error) {
+	var out RestartResponse
+	return out, c.get(ctx, http.MethodPost, RestartPath(ref), nil, &out)
+}
+
+// RestartPath is the restart request's path for ref.
+func RestartPath(ref Ref) string {
+	if ref.Name != "" {
+		return "/v1/sessions/" + url.PathEscape(ref.Name) + "/restart"
+	}
+	q := url.Values{"state_dir": {ref.StateDir}, "session_id": {ref.SessionID}}
+	return "/v1/identity/restart?" + q.Encode()
+}
+
 // Fence returns the fence's reservations and published identities.
 func (c *Client) Fence(ctx context.Context) (FenceResponse, error) {
 	var out FenceResponse

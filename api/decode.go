@@ -23,7 +23,9 @@ func DecodeCreate(body []byte) (CreateRequest, error) {
 	targets := map[string]any{
 		"state_dir": &req.StateDir, "session_id": &req.SessionID, "state_file": &req.StateFile,
 		"argv": &req.Argv, "cwd": &req.Cwd, "env": &req.Env, "label": &req.Label, "wait_ms": &req.WaitMS,
-		"stop_timeout_ms": &req.StopTimeoutMS,
+		"stop_timeout_ms": &req.StopTimeoutMS, "restart": &req.Restart, "resume_argv": &req.ResumeArgv,
+		"restart_delay_ms": &req.RestartDelayMS, "restart_burst": &req.RestartBurst,
+		"restart_interval_s": &req.RestartIntervalS,
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {

@@ -82,6 +82,10 @@ func (f *fakeService) Show(ctx context.Context, ref Ref) (ShowResponse, error) {
 	return ShowResponse{Session: &s}, err
 }
 
+func (f *fakeService) Restart(ctx context.Context, ref Ref) (RestartResponse, error) {
+	return RestartResponse{Status: StatusRestarted, Session: Session{Name: ref.Name, Managed: true, State: "running"}}, nil
+}
+
 func (f *fakeService) Kill(ctx context.Context, ref Ref) (KillResponse, error) {
 	_, err := f.lookup(ref)
 	return KillResponse{Status: StatusKilled, Verdict: verdict.Record{Timestamp: t0, Action: "kill",

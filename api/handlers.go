@@ -110,6 +110,20 @@ func (s *Server) handleKill(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, res)
 }
 
+func (s *Server) handleRestart(w http.ResponseWriter, r *http.Request) {
+	ref, err := refFrom(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	res, err := s.cfg.Service.Restart(r.Context(), ref)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
 func (s *Server) handleFence(w http.ResponseWriter, r *http.Request) {
 	res, err := s.cfg.Service.Fence(r.Context())
 	if err != nil {

@@ -73,6 +73,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/sessions/{name}/wait", s.handleWait)
 	mux.HandleFunc("GET /v1/identity", s.handleShow)
 	mux.HandleFunc("DELETE /v1/identity", s.handleKill)
+	mux.HandleFunc("POST /v1/sessions/{name}/restart", s.handleRestart)
+	mux.HandleFunc("POST /v1/identity/restart", s.handleRestart)
 	mux.HandleFunc("GET /v1/verdicts", s.handleVerdicts)
 	mux.HandleFunc("GET /v1/fence", s.handleFence)
 	mux.HandleFunc("POST /v1/fence/release", s.handleRelease)

@@ -30,6 +30,16 @@ type CreateRequest struct {
 	// StopTimeoutMS: the grace between the hangup (or SIGTERM) and SIGKILL
 	// when the generation stops; default 10000, at most 300000.
 	StopTimeoutMS *int64 `json:"stop_timeout_ms,omitempty"`
+	// The restart policy (contract "Restart policy"): restart is never
+	// (default), on-failure or always; resume_argv the command of every start
+	// after the first (argv when absent); restart_delay_ms the first delay
+	// (default 1000, at most 60000); more than restart_burst (5) starts
+	// within restart_interval_s (300) give up.
+	Restart          string   `json:"restart,omitempty"`
+	ResumeArgv       []string `json:"resume_argv,omitempty"`
+	RestartDelayMS   *int64   `json:"restart_delay_ms,omitempty"`
+	RestartBurst     *int64   `json:"restart_burst,omitempty"`
+	RestartIntervalS *int64   `json:"restart_interval_s,omitempty"`
 }
 
 // CreateSpec is a validated, canonicalised create request: what the Service
@@ -41,6 +51,7 @@ type CreateSpec struct {
 	Cwd, Label                     string
 	Wait                           time.Duration
 	StopTimeout                    time.Duration
+	Restart                        RestartSpec
 }
 
 // Ref names a session either by tmux session name or by identity; exactly one
@@ -71,6 +82,11 @@ type Session struct {
 	CreatedAt     time.Time `json:"created_at"`
 	State         string    `json:"state,omitempty"`           // "running" or "stopping" (managed sessions)
 	StopTimeoutMS int64     `json:"stop_timeout_ms,omitempty"` // the generation's grace before SIGKILL
+	// Restart is the identity's policy, Restarts its starts after the first,
+	// NextStartAt when the next start is due while it waits (state exited).
+	Restart     string     `json:"restart,omitempty"`
+	Restarts    int        `json:"restarts"`
+	NextStartAt *time.Time `json:"next_start_at,omitempty"`
 	// ActivityAt is when the pane last produced output (whole seconds), nil
 	// (JSON null) when it has produced none.
 	ActivityAt *time.Time `json:"activity_at"`
@@ -162,6 +178,9 @@ type Service interface {
 	List(ctx context.Context) (ListResponse, error)
 	Show(ctx context.Context, ref Ref) (ShowResponse, error)
 	Kill(ctx context.Context, ref Ref) (KillResponse, error)
+	// Restart ends the running generation (the proven stop) and starts the
+	// next one now; it answers once that one is published.
+	Restart(ctx context.Context, ref Ref) (RestartResponse, error)
 	Fence(ctx context.Context) (FenceResponse, error)
 	// Release clears a reservation row or a stopping generation that cannot
 	// be proven dead or gone (`fence release --reservation ID`).

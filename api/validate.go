@@ -72,6 +72,9 @@ func Validate(req CreateRequest) (CreateSpec, error) {
 	if s.StopTimeout, err = validStopTimeout(req.StopTimeoutMS); err != nil {
 		return CreateSpec{}, err
 	}
+	if s.Restart, err = validRestart(req); err != nil {
+		return CreateSpec{}, err
+	}
 	return s, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/skc-supervisor/skc-supervisor/verdict"
@@ -29,6 +30,15 @@ func TestValidateLimits(t *testing.T) {
 		{"stop 0", func(r *CreateRequest) { r.StopTimeoutMS = ptr64(0) }, "stop_timeout_ms"},
 		{"stop 5min+1", func(r *CreateRequest) { r.StopTimeoutMS = ptr64(300001) }, "stop_timeout_ms"},
 		{"stop negative", func(r *CreateRequest) { r.StopTimeoutMS = ptr64(-1) }, "stop_timeout_ms"},
+		{"restart always", func(r *CreateRequest) { r.Restart = "always" }, ""},
+		{"restart bogus", func(r *CreateRequest) { r.Restart = "sometimes" }, "restart"},
+		{"restart delay 0", func(r *CreateRequest) { r.RestartDelayMS = ptr64(0) }, ""},
+		{"restart delay 60s+1", func(r *CreateRequest) { r.RestartDelayMS = ptr64(60001) }, "restart_delay_ms"},
+		{"restart burst 0", func(r *CreateRequest) { r.RestartBurst = ptr64(0) }, "restart_burst"},
+		{"restart burst 101", func(r *CreateRequest) { r.RestartBurst = ptr64(101) }, "restart_burst"},
+		{"restart interval 0", func(r *CreateRequest) { r.RestartIntervalS = ptr64(0) }, "restart_interval_s"},
+		{"resume empty", func(r *CreateRequest) { r.ResumeArgv = []string{} }, "resume_argv"},
+		{"resume NUL", func(r *CreateRequest) { r.ResumeArgv = []string{"a\x00"} }, "resume_argv"},
 		{"id 129", func(r *CreateRequest) { r.SessionID = strings.Repeat("a", 129) }, "session_id"},
 		{"id empty", func(r *CreateRequest) { r.SessionID = "" }, "session_id"},
 		{"id dot", func(r *CreateRequest) { r.SessionID = ".a" }, "session_id"},
@@ -257,5 +267,29 @@ func TestStopTimeoutDefault(t *testing.T) {
 	req, err := DecodeCreate([]byte(body))
 	if err != nil || req.StopTimeoutMS == nil || *req.StopTimeoutMS != 500 {
 		t.Fatalf("decode: %+v %v", req, err)
+	}
+}
+
+// TestRestartDefaults: no restart fields are the contract's defaults (never,
+// 1 s, 5 starts in 300 s); the body's fields decode strictly.
+func TestRestartDefaults(t *testing.T) {
+	spec, err := Validate(CreateRequest{StateDir: "/tmp", SessionID: "a", Argv: []string{"x"}})
+	if err != nil || spec.Restart.Policy != RestartNever || spec.Restart.Delay != DefaultRestartDelay ||
+		spec.Restart.Burst != 5 || spec.Restart.Interval != 300*time.Second || spec.Restart.ResumeArgv != nil {
+		t.Fatalf("%+v %v", spec.Restart, err)
+	}
+	body := `{"state_dir": "/tmp", "session_id": "a", "argv": ["x"], "restart": "on-failure", "resume_argv": ["x", "--resume"],
+		"restart_delay_ms": 0, "restart_burst": 3, "restart_interval_s": 60}`
+	req, err := DecodeCreate([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err = Validate(req)
+	if err != nil || spec.Restart.Policy != RestartOnFailure || spec.Restart.Delay != 0 || spec.Restart.Burst != 3 ||
+		spec.Restart.Interval != time.Minute || len(spec.Restart.ResumeArgv) != 2 {
+		t.Fatalf("%+v %v", spec.Restart, err)
+	}
+	if _, err := DecodeCreate([]byte(`{"state_dir": "/tmp", "session_id": "a", "argv": ["x"], "restart_burst": "5"}`)); err == nil {
+		t.Fatal("a string restart_burst was accepted")
 	}
 }

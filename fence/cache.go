@@ -70,6 +70,25 @@ func (c *pubCache) ended(id Identity, gen uint64, at time.Time) {
 	cacheChanged()
 }
 
+// restart records an ended generation's restart decision (MarkEndedNext,
+// SetRestart) in the cached row.
+func (c *pubCache) restart(id Identity, gen uint64, next RestartNext, due time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.loaded {
+		return
+	}
+	d := id.Digest()
+	p, ok := c.byDigest[d]
+	if !ok || p.Generation != gen {
+		return
+	}
+	p.Restart.State, p.Restart.Due, p.Restart.Reason = next.State, fromNanos(nanos(due)), next.Reason
+	p.Restart.Failures = next.Failures
+	c.byDigest[d] = p
+	cacheChanged()
+}
+
 // ensure loads the cache from the table once. The write lock is held across the
 // read, so a write committed after the read applies its update after the load.
 func (s *Store) ensureCache(ctx context.Context) error {

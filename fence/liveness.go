@@ -51,9 +51,16 @@ var bootOnce struct {
 }
 
 // bootID reads the kernel's boot id once: it cannot change while we run.
+// SKC_TEST_BOOT_ID_FILE (proctree.BootIDFileEnv; fence imports only
+// verdict) names a file to read it from instead: the seam a test uses to
+// simulate a reboot, read at the process's first use.
 func bootID() (string, error) {
 	bootOnce.Do(func() {
-		b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+		path := "/proc/sys/kernel/random/boot_id"
+		if p := os.Getenv("SKC_TEST_BOOT_ID_FILE"); p != "" {
+			path = p
+		}
+		b, err := os.ReadFile(path)
 		bootOnce.id = strings.TrimSpace(string(b))
 		bootOnce.err = err
 		if err == nil && bootOnce.id == "" {

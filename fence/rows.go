@@ -76,22 +76,59 @@ func noRows[T any](v T, err error) (T, bool, error) {
 
 const pubCols = `state_dir, session_id, generation, reservation_id, session_name, tmux_id,
 	server_pid, server_start, state_file, label, published_at, ended, ended_at,
-	pane_pid, pane_start, boot_id, cgroup, stop_timeout_ms, stop_since, stop_deadline, stop_reason, stop_killed`
+	pane_pid, pane_start, boot_id, cgroup, stop_timeout_ms, stop_since, stop_deadline, stop_reason, stop_killed,
+	spec_json, restart_state, restart_due, restart_reason, restarts, failures, starts_json`
 
 func scanPublished(sc scanner) (Published, error) {
 	var p Published
-	var at, endedAt, since, deadline int64
-	var reason string
+	var at, endedAt, since, deadline, due int64
+	var reason, specJSON, startsJSON string
 	var killed bool
 	err := sc.Scan(&p.Identity.StateDir, &p.Identity.SessionID, &p.Generation, &p.ReservationID,
 		&p.SessionName, &p.TmuxID, &p.ServerPID, &p.ServerStart, &p.StateFile, &p.Label, &at,
 		&p.Ended, &endedAt, &p.PanePID, &p.PaneStart, &p.BootID, &p.Cgroup, &p.StopTimeoutMS,
-		&since, &deadline, &reason, &killed)
-	p.PublishedAt, p.EndedAt = fromNanos(at), fromNanos(endedAt)
+		&since, &deadline, &reason, &killed,
+		&specJSON, &p.Restart.State, &due, &p.Restart.Reason, &p.Restart.Restarts, &p.Restart.Failures, &startsJSON)
+	if err != nil {
+		return p, err
+	}
+	p.PublishedAt, p.EndedAt, p.Restart.Due = fromNanos(at), fromNanos(endedAt), fromNanos(due)
 	if since != 0 {
 		p.Stopping = &Stop{Since: fromNanos(since), Deadline: fromNanos(deadline), Reason: reason, Killed: killed}
 	}
+	if specJSON != "" {
+		if err := json.Unmarshal([]byte(specJSON), &p.Spec); err != nil {
+			return p, fmt.Errorf("fence: identity spec: %w", err)
+		}
+	}
+	p.Restart.Starts, err = decodeStarts(startsJSON)
 	return p, err
+}
+
+// encodeStarts and decodeStarts keep the recent start times as a JSON array
+// of unix nanoseconds.
+func encodeStarts(ts []time.Time) string {
+	ns := make([]int64, len(ts))
+	for i, t := range ts {
+		ns[i] = nanos(t)
+	}
+	b, _ := json.Marshal(ns)
+	return string(b)
+}
+
+func decodeStarts(s string) ([]time.Time, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var ns []int64
+	if err := json.Unmarshal([]byte(s), &ns); err != nil {
+		return nil, fmt.Errorf("fence: identity starts: %w", err)
+	}
+	out := make([]time.Time, len(ns))
+	for i, n := range ns {
+		out[i] = fromNanos(n)
+	}
+	return out, nil
 }
 
 func publishedFor(ctx context.Context, q queryer, id Identity) (Published, bool, error) {

@@ -131,6 +131,23 @@ ALTER TABLE identities ADD COLUMN stop_reason TEXT NOT NULL DEFAULT '';
 ALTER TABLE identities ADD COLUMN stop_killed INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE postmortems ADD COLUMN cgroup TEXT NOT NULL DEFAULT '';
 `,
+	// 5: the restart policy. The spec a generation was started with is kept
+	// with the identity (the specs table loses it when the generation ends,
+	// and the next start needs it), with what follows the end: the restart
+	// state, when the next start is due (a delay outlives the daemon), its
+	// reason, the number of restarts, the consecutive failures (backoff) and
+	// the recent start times (the start limit). Rows from before have no
+	// spec: they never restart, as before.
+	`
+ALTER TABLE identities ADD COLUMN spec_json TEXT NOT NULL DEFAULT '';
+ALTER TABLE identities ADD COLUMN restart_state TEXT NOT NULL DEFAULT '';
+ALTER TABLE identities ADD COLUMN restart_due INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE identities ADD COLUMN restart_reason TEXT NOT NULL DEFAULT '';
+ALTER TABLE identities ADD COLUMN restarts INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE identities ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE identities ADD COLUMN starts_json TEXT NOT NULL DEFAULT '';
+CREATE INDEX identities_restart_due ON identities (restart_due) WHERE restart_state = 'exited';
+`,
 }
 
 // SchemaVersion is the user_version this binary writes and understands.

@@ -145,3 +145,74 @@ func scanPublishedRow(ctx context.Context, q queryer, resID string) (Published, 
 		`SELECT `+pubCols+` FROM identities WHERE reservation_id = ?`, resID))
 	return noRows(p, err)
 }
+
+// SetRestart changes the restart decision of the identity's ended
+// generation gen, as a compare-and-set on the state it had (from): a kill
+// of an identity waiting out its delay (exited → stopped), a restart
+// request (exited → exited, due now) or a start limit found at the start
+// (exited → gave_up, with its verdict also, appended in the same
+// transaction). ok is false (nothing written) when gen is no longer the
+// identity's generation, is not ended, or its state is not from.
+func (s *Store) SetRestart(ctx context.Context, id Identity, gen uint64, from string, next RestartNext, also *verdict.Record) (bool, error) {
+	id, err := CanonicalIdentity(id)
+	if err != nil {
+		return false, err
+	}
+	var ok bool
+	var due time.Time
+	err = s.write(ctx, "set_restart", func(q queryer) error {
+		due = dueOf(next, s.now())
+		res, err := q.ExecContext(ctx, `UPDATE identities SET restart_state = ?, restart_due = ?, restart_reason = ?,
+			failures = ? WHERE state_dir = ? AND session_id = ? AND generation = ? AND ended = 1 AND restart_state = ?`,
+			next.State, nanos(due), next.Reason, next.Failures, id.StateDir, id.SessionID, gen, from)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			return err
+		}
+		ok = true
+		if also != nil {
+			*also, err = appendVerdict(ctx, q, *also, s.now())
+		}
+		return err
+	})
+	if err != nil || !ok {
+		return false, err
+	}
+	s.cache.restart(id, gen, next, due)
+	return true, nil
+}
+
+// dueOf is when next's start is due, written at now: zero unless it waits.
+func dueOf(next RestartNext, now time.Time) time.Time {
+	if next.State != RestartExited {
+		return time.Time{}
+	}
+	return now.Add(next.Delay)
+}
+
+// RestartsDue lists the identities whose next start is due by before, or
+// all that wait (before zero): the restarter's work after a daemon start.
+func (s *Store) RestartsDue(ctx context.Context, before time.Time) ([]Published, error) {
+	q := `SELECT ` + pubCols + ` FROM identities WHERE restart_state = 'exited' AND ended = 1`
+	args := []any{}
+	if !before.IsZero() {
+		q += ` AND restart_due <= ?`
+		args = append(args, nanos(before))
+	}
+	rows, err := s.r.QueryContext(ctx, q+` ORDER BY restart_due`, args...)
+	if err != nil {
+		return nil, s.dbErr("restarts_due", err)
+	}
+	defer rows.Close()
+	var out []Published
+	for rows.Next() {
+		p, err := scanPublished(rows)
+		if err != nil {
+			return nil, s.dbErr("restarts_due", err)
+		}
+		out = append(out, p)
+	}
+	return out, s.dbErrOrNil("restarts_due", rows.Err())
+}

@@ -2,6 +2,7 @@ package fence
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/verdict"
@@ -54,6 +55,7 @@ func (s *Store) Advance(ctx context.Context, r *Reservation, to Phase, p Patch) 
 		return err
 	})
 	if err == nil {
+		cur.StartReason = r.StartReason // in memory only
 		*r = cur
 	}
 	return err
@@ -156,6 +158,7 @@ func (s *Store) Publish(ctx context.Context, r *Reservation, rec verdict.Record)
 		if cur.Phase != PhaseTagged {
 			return invalid("phase", "publish needs phase tagged; reservation %s is at %s", cur.ID, cur.Phase)
 		}
+		cur.StartReason = r.StartReason
 		if pub, err = s.publishRow(ctx, q, cur); err != nil {
 			return err
 		}
@@ -179,27 +182,45 @@ func (s *Store) publishRow(ctx context.Context, q queryer, cur Reservation) (Pub
 		return Published{}, verdict.Errorf(verdict.CodeInternal, map[string]any{"generation": cur.Generation},
 			"generation %d is not above the published %d", cur.Generation, old.Generation)
 	}
+	if cur.StartReason != "" && (!ok || !old.Ended || old.Restart.State != RestartExited) {
+		// The next start was cancelled while this one was under way (a kill
+		// of the waiting identity): it must not publish.
+		return Published{}, verdict.Errorf(verdict.CodeSpawnFailed, map[string]any{"restart_state": old.Restart.State},
+			"restart of generation %d cancelled: the identity no longer waits for its next start", old.Generation)
+	}
 	now := s.now()
 	pub := Published{Identity: cur.Identity, Generation: cur.Generation, ReservationID: cur.ID,
 		SessionName: cur.AttemptName, TmuxID: cur.TmuxID, ServerPID: cur.ServerPID, ServerStart: cur.ServerStart,
 		StateFile: cur.Spec.StateFile, Label: cur.Spec.Label, PublishedAt: now,
 		PanePID: cur.PanePID, PaneStart: cur.PaneStart, Cgroup: cur.Cgroup,
-		StopTimeoutMS: cur.Spec.StopTimeout().Milliseconds()}
+		StopTimeoutMS: cur.Spec.StopTimeout().Milliseconds(), Spec: cur.Spec}
+	pub.Restart = nextStarts(old, ok, cur.StartReason, now)
+	if ok {
+		pub.Superseded = &old
+	}
 	pub.BootID, _ = bootID() // "" only where the fence could not have reserved either
+	specJSON, err := json.Marshal(cur.Spec)
+	if err != nil {
+		return Published{}, err
+	}
 	_, err = q.ExecContext(ctx, `INSERT INTO identities (state_dir, session_id, generation, reservation_id,
 		session_name, tmux_id, server_pid, server_start, state_file, label, published_at, ended, ended_at,
-		pane_pid, pane_start, boot_id, cgroup, stop_timeout_ms, stop_since, stop_deadline, stop_reason, stop_killed)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, ?, ?, ?, ?, ?, 0, 0, '', 0)
+		pane_pid, pane_start, boot_id, cgroup, stop_timeout_ms, stop_since, stop_deadline, stop_reason, stop_killed,
+		spec_json, restart_state, restart_due, restart_reason, restarts, failures, starts_json)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, ?, ?, ?, ?, ?, 0, 0, '', 0, ?, '', 0, '', ?, ?, ?)
 		ON CONFLICT (state_dir, session_id) DO UPDATE SET generation = excluded.generation,
 		reservation_id = excluded.reservation_id, session_name = excluded.session_name,
 		tmux_id = excluded.tmux_id, server_pid = excluded.server_pid, server_start = excluded.server_start,
 		state_file = excluded.state_file, label = excluded.label, published_at = excluded.published_at,
 		ended = 0, ended_at = 0, pane_pid = excluded.pane_pid, pane_start = excluded.pane_start,
 		boot_id = excluded.boot_id, cgroup = excluded.cgroup, stop_timeout_ms = excluded.stop_timeout_ms,
-		stop_since = 0, stop_deadline = 0, stop_reason = '', stop_killed = 0`,
+		stop_since = 0, stop_deadline = 0, stop_reason = '', stop_killed = 0,
+		spec_json = excluded.spec_json, restart_state = '', restart_due = 0, restart_reason = '',
+		restarts = excluded.restarts, failures = excluded.failures, starts_json = excluded.starts_json`,
 		pub.Identity.StateDir, pub.Identity.SessionID, pub.Generation, pub.ReservationID, pub.SessionName,
 		pub.TmuxID, pub.ServerPID, pub.ServerStart, pub.StateFile, pub.Label, nanos(now),
-		pub.PanePID, pub.PaneStart, pub.BootID, pub.Cgroup, pub.StopTimeoutMS)
+		pub.PanePID, pub.PaneStart, pub.BootID, pub.Cgroup, pub.StopTimeoutMS,
+		string(specJSON), pub.Restart.Restarts, pub.Restart.Failures, encodeStarts(pub.Restart.Starts))
 	if err != nil {
 		return Published{}, err
 	}
@@ -208,11 +229,38 @@ func (s *Store) publishRow(ctx context.Context, q queryer, cur Reservation) (Pub
 	return pub, err
 }
 
+// maxStarts bounds the start times kept per identity: the start limit
+// (restart_burst, at most this) needs no more.
+const maxStarts = 100
+
+// nextStarts is the restart bookkeeping of a generation published at now: a
+// restart (reason set, over an earlier generation) counts one more start
+// after the first and keeps the consecutive failures; a create starts over.
+func nextStarts(old Published, hadOld bool, reason string, now time.Time) RestartInfo {
+	if reason == "" || !hadOld {
+		return RestartInfo{Starts: []time.Time{now}}
+	}
+	starts := append(append([]time.Time(nil), old.Restart.Starts...), now)
+	if len(starts) > maxStarts {
+		starts = starts[len(starts)-maxStarts:]
+	}
+	return RestartInfo{Restarts: old.Restart.Restarts + 1, Failures: old.Restart.Failures, Starts: starts}
+}
+
 // MarkEnded marks the identity's published generation gen ended, as a
 // compare-and-set on the generation: it returns false (and writes nothing)
 // when the published generation is another one or already ended. On success
 // rec (the ended verdict) is appended in the same transaction.
 func (s *Store) MarkEnded(ctx context.Context, id Identity, gen uint64, rec verdict.Record) (bool, verdict.Record, error) {
+	return s.MarkEndedNext(ctx, id, gen, rec, RestartNext{}, nil)
+}
+
+// MarkEndedNext is MarkEnded that also records, in the same transaction,
+// what follows the end (the restart policy's decision: next start due,
+// stopped, gave up) and appends also (the gave_up verdict) after rec when
+// not nil. The decision and the ended verdict are one commit: a daemon
+// killed after it finds the next start due in the fence.
+func (s *Store) MarkEndedNext(ctx context.Context, id Identity, gen uint64, rec verdict.Record, next RestartNext, also *verdict.Record) (bool, verdict.Record, error) {
 	id, err := CanonicalIdentity(id)
 	if err != nil {
 		return false, verdict.Record{}, err
@@ -241,12 +289,25 @@ func (s *Store) MarkEnded(ctx context.Context, id Identity, gen uint64, rec verd
 			id.StateDir, id.SessionID); err != nil {
 			return err
 		}
-		rec, err = appendVerdict(ctx, q, rec, now)
+		if next.State != "" {
+			if _, err := q.ExecContext(ctx, `UPDATE identities SET restart_state = ?, restart_due = ?,
+				restart_reason = ?, failures = ? WHERE state_dir = ? AND session_id = ?`,
+				next.State, nanos(dueOf(next, now)), next.Reason, next.Failures, id.StateDir, id.SessionID); err != nil {
+				return err
+			}
+		}
+		if rec, err = appendVerdict(ctx, q, rec, now); err != nil || also == nil {
+			return err
+		}
+		*also, err = appendVerdict(ctx, q, *also, now)
 		return err
 	})
 	if err != nil || !done {
 		return false, verdict.Record{}, err
 	}
 	s.cache.ended(id, gen, endedAt)
+	if next.State != "" {
+		s.cache.restart(id, gen, next, dueOf(next, endedAt))
+	}
 	return true, rec, nil
 }

@@ -104,7 +104,39 @@ type Spec struct {
 	// StopTimeoutMS is the grace between the hangup (or SIGTERM) and SIGKILL
 	// when the generation stops; 0 means DefaultStopTimeout.
 	StopTimeoutMS int64 `json:"stop_timeout_ms,omitempty"`
+	// The restart policy (contract "Restart policy"), kept with the
+	// identity: Restart is never (or ""), on-failure or always; ResumeArgv
+	// is the command of every start after the first (argv when empty);
+	// RestartDelayMS the first delay; more than RestartBurst starts within
+	// RestartIntervalS give up. The caller (api) fills in the defaults.
+	Restart          string   `json:"restart,omitempty"`
+	ResumeArgv       []string `json:"resume_argv,omitempty"`
+	RestartDelayMS   int64    `json:"restart_delay_ms,omitempty"`
+	RestartBurst     int      `json:"restart_burst,omitempty"`
+	RestartIntervalS int64    `json:"restart_interval_s,omitempty"`
 }
+
+// Restart policies (Spec.Restart).
+const (
+	RestartNever     = "never"
+	RestartOnFailure = "on-failure"
+	RestartAlways    = "always"
+)
+
+// Restart states of an ended generation (Published.Restart.State).
+const (
+	// RestartExited: its agent ended and the next generation is due at
+	// Restart.Due (waiting out the delay).
+	RestartExited = "exited"
+	// RestartStopped: it ended for good (kill, a session killed by hand, a
+	// policy that does not restart this end).
+	RestartStopped = "stopped"
+	// RestartGaveUp: the start limit was reached; a create starts it again.
+	RestartGaveUp = "gave_up"
+)
+
+// Restarts reports whether the spec has a policy other than never.
+func (s Spec) Restarts() bool { return s.Restart == RestartOnFailure || s.Restart == RestartAlways }
 
 // DefaultStopTimeout and MaxStopTimeout bound Spec.StopTimeoutMS (contract:
 // default 10 s, at most 5 min).
@@ -142,6 +174,10 @@ type Reservation struct {
 	ClaimedAt        time.Time `json:"claimed_at"`
 	UpdatedAt        time.Time `json:"updated_at"`
 	LeaseUntil       time.Time `json:"lease_until"` // diagnostic only: never authorizes takeover
+	// StartReason is set (in memory, by the restarter) on a reservation that
+	// starts a generation after the first: Publish then counts a restart
+	// rather than resetting the identity's count.
+	StartReason string `json:"-"`
 }
 
 // reservationJSON flattens the identity and the state file into the row object
@@ -202,6 +238,36 @@ type Published struct {
 	// Stopping is set once the generation's end was seen (or a kill began)
 	// and until its processes are proven gone and it is marked ended.
 	Stopping *Stop `json:"stopping,omitempty"`
+	// Spec is the spec this generation was started with (schema 5; zero for
+	// generations published before): its restart policy decides what
+	// follows its end.
+	Spec Spec `json:"-"`
+	// Restart is the identity's restart bookkeeping (schema 5).
+	Restart RestartInfo `json:"restart"`
+	// Superseded is, on Publish's answer only, the generation this one
+	// replaced (nil when there was none): a kept session it leaves behind
+	// is the caller's to remove.
+	Superseded *Published `json:"-"`
+}
+
+// RestartInfo is an identity's restart bookkeeping, kept in its identities
+// row: what follows the end of its generation, how many starts it had.
+type RestartInfo struct {
+	State    string      `json:"state,omitempty"`  // "" (running or never restarted), or Restart…
+	Due      time.Time   `json:"-"`                // State exited: when the next start is due
+	Reason   string      `json:"reason,omitempty"` // the next start's verdict reason
+	Restarts int         `json:"restarts"`         // starts after the first since the last create
+	Failures int         `json:"failures"`         // consecutive failed runs (the delay doubles with each)
+	Starts   []time.Time `json:"starts,omitempty"` // recent start times, newest last (the start limit)
+}
+
+// RestartNext is what MarkEndedNext records about the generation's end in
+// the same transaction as its ended verdict.
+type RestartNext struct {
+	State    string        // "" (never policy: nothing), RestartExited, RestartStopped, RestartGaveUp
+	Delay    time.Duration // RestartExited: the next start is due this long after the write's own time
+	Reason   string        // RestartExited: the next start's verdict reason
+	Failures int           // consecutive failed runs including this one
 }
 
 // Stop is a generation's stop in progress, durable so a restarted daemon
@@ -257,6 +323,11 @@ type Patch struct {
 	ServerStart int64
 	PaneStart   uint64 // spawned: the pane process's start time
 	Cgroup      string // spawned: the generation's cgroup, if one is made
+	// Kept: AttemptName is the session kept from the identity's previous
+	// generation (a restart respawns its pane), whose name is the identity's
+	// first attempt's, not this reservation's. Recovery still finds the
+	// attempt by it: the kept session is the one the restart touched.
+	Kept bool
 }
 
 // ReserveOutcome says what Reserve found.
@@ -372,4 +443,35 @@ type Postmortem struct {
 	StartedAt         time.Time     `json:"started_at"`
 	EndedAt           time.Time     `json:"ended_at"` // zero while the agent runs
 	Cgroup            string        `json:"cgroup"`   // the cgroup the helper entered before its agent, "" if none
+}
+
+type restartAlias RestartInfo
+
+// MarshalJSON encodes the bookkeeping of `fence --json`, with "due": null
+// while no start is due (not Go's zero time, which reads like a date).
+func (r RestartInfo) MarshalJSON() ([]byte, error) {
+	j := struct {
+		Due *time.Time `json:"due"`
+		restartAlias
+	}{restartAlias: restartAlias(r)}
+	if !r.Due.IsZero() {
+		j.Due = &r.Due
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON decodes what MarshalJSON writes.
+func (r *RestartInfo) UnmarshalJSON(b []byte) error {
+	var j struct {
+		Due *time.Time `json:"due"`
+		restartAlias
+	}
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*r = RestartInfo(j.restartAlias)
+	if j.Due != nil {
+		r.Due = *j.Due
+	}
+	return nil
 }

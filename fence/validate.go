@@ -133,6 +133,12 @@ func canonicalSpec(spec Spec) (Spec, error) {
 		return Spec{}, invalid("stop_timeout_ms", "stop_timeout_ms must be 0-%d, got %d",
 			MaxStopTimeout.Milliseconds(), spec.StopTimeoutMS)
 	}
+	if err := checkRestart(spec); err != nil {
+		return Spec{}, err
+	}
+	if spec.ResumeArgv != nil {
+		out.ResumeArgv = append([]string(nil), spec.ResumeArgv...)
+	}
 	out.Argv = append([]string(nil), spec.Argv...)
 	out.Env = append([]string(nil), spec.Env...)
 	return out, nil
@@ -238,7 +244,7 @@ func checkPatch(resID string, to Phase, p Patch) error {
 	if err := checkToken("attempt_name", p.AttemptName, to == PhaseHelperInvoked); err != nil {
 		return err
 	}
-	if p.AttemptName != "" && !strings.Contains(p.AttemptName, resID) {
+	if p.AttemptName != "" && !p.Kept && !strings.Contains(p.AttemptName, resID) {
 		// The name must be unique per reservation so no later attempt can wear
 		// an orphan's name (DESIGN §6).
 		return invalid("attempt_name", "attempt name %q does not contain the reservation id", p.AttemptName)
@@ -251,6 +257,24 @@ func checkPatch(resID string, to Phase, p Patch) error {
 	}
 	if p.PanePID < 0 || p.ServerPID < 0 || p.ServerStart < 0 {
 		return invalid("patch", "negative pid or start time")
+	}
+	return nil
+}
+
+// checkRestart checks the restart policy fields (api fills in defaults).
+func checkRestart(spec Spec) error {
+	switch spec.Restart {
+	case "", RestartNever, RestartOnFailure, RestartAlways:
+	default:
+		return invalid("restart", "restart must be never, on-failure or always, got %q", spec.Restart)
+	}
+	if spec.ResumeArgv != nil {
+		if err := checkArgv(spec.ResumeArgv); err != nil {
+			return invalid("resume_argv", "%v", err)
+		}
+	}
+	if spec.RestartDelayMS < 0 || spec.RestartBurst < 0 || spec.RestartIntervalS < 0 {
+		return invalid("restart", "restart_delay_ms, restart_burst and restart_interval_s must not be negative")
 	}
 	return nil
 }

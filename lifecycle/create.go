@@ -71,6 +71,8 @@ type attempt struct {
 	spawned   uint64 // tmux's command number of the new-session (census.AdmitCreated)
 	start     time.Time
 	stop      context.CancelFunc
+	restart   *restartOf // set when the attempt starts a generation after the first
+	respawned bool       // its helper was started in a kept session (respawn-pane)
 
 	sent      bool // new-session was written: from here a session may exist
 	uncertain bool // a step's outcome is unknown: abandon, never guess
@@ -252,6 +254,13 @@ func (m *Manager) maybeExisting(ctx context.Context, req CreateRequest, pub fenc
 		return m.awaitStop(ctx, req, pub, causeOf(pub.Stopping.Reason), start)
 	}
 	auth, sess, err := m.inspectPublished(ctx, pub)
+	if (err != nil || auth == census.Unknown) && !m.census.Synced() && m.waitCensus(ctx) == nil {
+		// The server died between the create's census check and this look
+		// (a create racing a server's death and the restarts after it): wait
+		// for the census of the next server, as a create that came a moment
+		// later would, and look again.
+		auth, sess, err = m.inspectPublished(ctx, pub)
+	}
 	if err != nil || auth == census.Unknown {
 		if err == nil {
 			err = errors.New("census cannot decide")
@@ -348,9 +357,15 @@ func (m *Manager) newSessionArgs(a *attempt) []string {
 		"new-session", "-d", "-P", "-F",
 		"#{session_id}\t#{pane_pid}\t#{pane_id}\t#{session_created}",
 		"-s", a.name, "-x", "200", "-y", "50", "--",
-		m.cfg.HelperPath, "helper", "--home", m.cfg.Home,
-		"--reservation", a.res.ID, "--generation", strconv.FormatUint(a.res.Generation, 10),
 	}
+	return append(args, m.helperArgv(a)...)
+}
+
+// helperArgv is the pane command of the attempt's generation (new-session's,
+// or respawn-pane's for a restart in the kept session).
+func (m *Manager) helperArgv(a *attempt) []string {
+	args := []string{m.cfg.HelperPath, "helper", "--home", m.cfg.Home,
+		"--reservation", a.res.ID, "--generation", strconv.FormatUint(a.res.Generation, 10)}
 	if cg := proctree.GenerationCgroup(m.cgroupBase, a.res.ID); cg != "" {
 		args = append(args, "--cgroup", cg)
 	}

@@ -21,6 +21,7 @@ type endCause struct {
 	actionKill bool   // a kill request, not end detection
 	term       bool   // SIGTERM the generation's processes first (a kill request)
 	tail       string // skc.output.tail, captured while the pane still existed (OutputTail)
+	manual     bool   // a restart request: the next generation starts now, whatever the policy
 }
 
 // Run consumes the census change feed until ctx is done and writes one ended
@@ -70,6 +71,9 @@ func (m *Manager) onRemoved(ctx context.Context, ch census.Change) {
 	}
 	pub, ok := m.publishedByTmuxID(ctx, s.ID, ch.Life)
 	if !ok {
+		if ch.Reason != census.ReasonServerExited && ch.Reason != census.ReasonLifeChanged {
+			m.keptRemoved(ctx, s.ID, ch.Life)
+		}
 		return
 	}
 	cause := endCause{reason: verdict.ReasonTmuxSessionMissing}
@@ -88,8 +92,8 @@ func (m *Manager) onRemoved(ctx context.Context, ch census.Change) {
 // agent_exited; the session is removed once the ended verdict is written.
 func (m *Manager) onPaneDead(ctx context.Context, ch census.Change) {
 	pub, ok := m.publishedByTmuxID(ctx, ch.Session.ID, ch.Life)
-	if !ok {
-		return
+	if !ok || staleDeath(ch.Session, pub) {
+		return // the dead pane of the generation before, kept for this one (restart)
 	}
 	m.stopGeneration(pub, endCause{reason: verdict.ReasonAgentExited})
 }
@@ -128,7 +132,7 @@ func (m *Manager) reconcile(ctx context.Context) {
 		case err != nil:
 		case auth == census.Absent:
 			m.stopGeneration(p, endCause{reason: m.goneReason(p)})
-		case auth == census.Authoritative && sess != nil && sess.PaneDead:
+		case auth == census.Authoritative && sess != nil && sess.PaneDead && !staleDeath(*sess, p):
 			m.stopGeneration(p, endCause{reason: verdict.ReasonAgentExited})
 		}
 	}
@@ -160,6 +164,9 @@ func endedRecord(pub fence.Published, cause endCause, pm fence.Postmortem, haveP
 	}
 	if cause.actionKill {
 		rec.Action = verdict.ActionKill
+	}
+	if cause.manual {
+		rec.Action = verdict.ActionRestart
 	}
 	switch {
 	case havePM:

@@ -24,12 +24,24 @@ var faultPoints = []string{
 	FaultTagged, FaultPublish, FaultPublished,
 }
 
-// FaultPoints lists every valid SKC_FAULT point, in saga order.
+// restartFaultPoints are hit only by a restart (restart_start.go); the saga's
+// own points are hit by a restart's saga too.
+var restartFaultPoints = []string{FaultRestartDecided, FaultRespawned}
+
+// FaultPoints lists the create saga's SKC_FAULT points, in saga order.
 func FaultPoints() []string { return append([]string(nil), faultPoints...) }
 
+// RestartFaultPoints lists the SKC_FAULT points only a restart reaches, in order.
+func RestartFaultPoints() []string { return append([]string(nil), restartFaultPoints...) }
+
 // fault is the parsed SKC_FAULT setting. The zero value (unset) makes hit a single
-// string comparison against "", so production pays nothing.
-type fault struct{ point string }
+// string comparison against "", so production pays nothing. restartOnly
+// ("after:restart:<point>") fires a saga point only in a restart's saga, so a
+// test can crash a restart without crashing the create before it.
+type fault struct {
+	point       string
+	restartOnly bool
+}
 
 func parseFault(s string) (fault, error) {
 	if s == "" {
@@ -39,7 +51,15 @@ func parseFault(s string) (fault, error) {
 	if !ok {
 		return fault{}, fmt.Errorf("lifecycle: SKC_FAULT %q: want after:<point>", s)
 	}
-	for _, known := range faultPoints {
+	if q, only := strings.CutPrefix(p, "restart:"); only {
+		for _, known := range faultPoints {
+			if q == known {
+				return fault{point: q, restartOnly: true}, nil
+			}
+		}
+		return fault{}, fmt.Errorf("lifecycle: SKC_FAULT %q: unknown point", s)
+	}
+	for _, known := range append(FaultPoints(), restartFaultPoints...) {
 		if p == known {
 			return fault{point: p}, nil
 		}
@@ -47,9 +67,21 @@ func parseFault(s string) (fault, error) {
 	return fault{}, fmt.Errorf("lifecycle: SKC_FAULT %q: unknown point", s)
 }
 
+// hitIn is hit for a point of the saga, which creates and restarts share:
+// an after:restart:<point> setting fires only when restart is true.
+func (f fault) hitIn(restart bool, point string) {
+	if f.restartOnly && restart {
+		f.restartOnly = false
+	}
+	f.hit(point)
+}
+
 // hit kills the process with SIGKILL when point is the configured fault point: a
 // crash that runs no deferred code, exactly like an OOM kill or a power cut.
 func (f fault) hit(point string) {
+	if f.restartOnly {
+		return // after:restart:<point>: only hitIn, in a restart
+	}
 	if f.point == "" || f.point != point {
 		return
 	}

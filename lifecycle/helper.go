@@ -49,6 +49,9 @@ type helperArgs struct {
 // fence) as its child, forwards signals, and records a postmortem before it exits
 // with the agent's status (128+n for signal n; 127 when the agent cannot be found).
 func RunHelper(args []string) int {
+	if len(args) == 1 && args[0] == clearArg {
+		return 0 // recovery's stand-in in a kept session's pane (restart_start.go): nothing runs
+	}
 	// One P: the helper mostly waits (for publication, then for its agent),
 	// and every OS thread it starts is a task against the kernel's pid_max for
 	// as long as the session lives: with the default GOMAXPROCS an idle helper

@@ -76,6 +76,13 @@ func (in inspector) KillConfirm(ctx context.Context, ab fence.Reservation) error
 		return verdict.Errorf(verdict.CodeIdentityOrphanUnresolved, nil, "attempt session is %v, not an orphan", auth)
 	}
 	life := after.ServerLife
+	if m.keptAttempt(ctx, ab, s, life) {
+		// A restart that died after respawning the kept session's pane:
+		// the session is the identity's, not the attempt's. Only the
+		// attempt's helper (gated: it never ran an agent) is removed; the
+		// dead pane stays for the restart that follows.
+		return m.clearKeptPane(ctx, life, s)
+	}
 	m.markKilling(s.ID, killReason{reason: verdict.ReasonOrphanCleanup})
 	defer m.unmarkKilling(s.ID)
 	return m.killConfirm(ctx, life, s.ID)

@@ -28,6 +28,14 @@ func (m *Manager) Kill(ctx context.Context, ref Ref) (KillResult, error) {
 		return KillResult{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
 	}
 	cause := endCause{reason: verdict.ReasonKilledByRequest, cleanup: true, actionKill: true, term: true}
+	if ok && pub.Ended || !ok {
+		// Between two generations (waiting out a restart delay): stop for good.
+		if w, waiting := m.waitingTarget(ctx, ref); waiting {
+			if res, done, err := m.killWaiting(ctx, w); done {
+				return res, err
+			}
+		}
+	}
 	if !ok || pub.Ended || pub.Stopping == nil {
 		if pub, _, err = m.resolve(ctx, ref); err != nil {
 			return KillResult{}, err

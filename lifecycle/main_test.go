@@ -75,6 +75,20 @@ func fakeAgent(args []string) int {
 		for {
 			time.Sleep(time.Hour) // not select {}: the runtime would call that a deadlock and exit
 		}
+	case "mark", "markexit": // appends its pid to FILE, then sleeps (mark) or exits N (markexit)
+		f, err := os.OpenFile(args[1], os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+		if err != nil {
+			return 98
+		}
+		_, _ = fmt.Fprintf(f, "%d\n", os.Getpid())
+		_ = f.Close()
+		if args[0] == "markexit" {
+			n, _ := strconv.Atoi(args[2])
+			return n
+		}
+		for {
+			time.Sleep(time.Hour)
+		}
 	case "pwdenv":
 		wd, _ := os.Getwd()
 		body := wd + "\n" + strings.Join(os.Environ(), "\n") + "\n"

@@ -26,6 +26,11 @@
 //     then. The stop is durable in the fence; a restarted daemon continues it.
 //   - Ended verdicts are compare-and-set on the generation (fence.MarkEnded), so end
 //     detection, creates, recovery and kills racing on one end write one verdict.
+//   - A restart (restart.go, restart_start.go) is the next generation through the
+//     same saga, decided at the end in the ended verdict's transaction
+//     (fence.MarkEndedNext, with the next start's due time) and started by the
+//     identity's restarter after the proof, in the kept session (respawn-pane -k
+//     on its dead pane) or, after a server's death, in a new one.
 package lifecycle
 
 import (
@@ -109,10 +114,11 @@ type Manager struct {
 
 	mu           sync.Mutex
 	closing      bool
-	inflight     map[string]*attempt   // by reservation id: creates between Reserve and their verdict
-	killing      map[string]killReason // by tmux id: sessions we are removing ourselves
-	stops        map[string]*stopRun   // by stopKey: generations stopping (stop.go)
-	unprovenSaid map[string]bool       // by stopKey: an unresolved verdict was written (once per generation)
+	inflight     map[string]*attempt      // by reservation id: creates between Reserve and their verdict
+	killing      map[string]killReason    // by tmux id: sessions we are removing ourselves
+	stops        map[string]*stopRun      // by stopKey: generations stopping (stop.go)
+	unprovenSaid map[string]bool          // by stopKey: an unresolved verdict was written (once per generation)
+	restarters   map[string]chan struct{} // by identity digest: the restarter running (restart.go), its wake
 	creates      sync.WaitGroup
 	slots        chan struct{} // admission: one token per create in flight (maxInflightCreates)
 
@@ -164,6 +170,7 @@ func New(cfg Config) (*Manager, error) {
 		verdicts: cfg.Verdicts, log: log, fault: f, met: newMetrics(cfg.Metrics),
 		inflight: make(map[string]*attempt), killing: make(map[string]killReason),
 		stops: make(map[string]*stopRun), unprovenSaid: make(map[string]bool),
+		restarters: make(map[string]chan struct{}),
 		slots:      make(chan struct{}, maxInflightCreates),
 		cmdTimeout: tmuxCommandTimeout, compTimeout: compensateTimeout,
 	}

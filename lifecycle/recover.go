@@ -158,6 +158,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		}
 	}
 	m.sweepCgroups()
+	m.scheduleWaiting(ctx)
 	return nil
 }
 

@@ -34,14 +34,23 @@ func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retEr
 		return res, err
 	}
 	a.name = attemptName(a.digest, a.res.ID)
-	if err := m.advance(ctx, a, fence.PhaseHelperInvoked, fence.Patch{AttemptName: a.name}); err != nil {
+	invoked := fence.Patch{AttemptName: a.name}
+	kept := a.kept()
+	if kept != nil { // a restart in the kept session: its name stays
+		a.name, invoked.AttemptName, invoked.Kept = kept.name, kept.name, true
+	}
+	if err := m.advance(ctx, a, fence.PhaseHelperInvoked, invoked); err != nil {
 		return res, err
 	}
-	m.fault.hit(FaultHelperInvoked)
-	if err := m.spawn(ctx, a); err != nil {
+	m.fault.hitIn(a.restart != nil, FaultHelperInvoked)
+	spawn := m.spawn
+	if kept != nil {
+		spawn = func(ctx context.Context, a *attempt) error { return m.respawn(ctx, a, kept) }
+	}
+	if err := spawn(ctx, a); err != nil {
 		return res, err
 	}
-	m.fault.hit(FaultNewSession)
+	m.fault.hitIn(a.restart != nil, FaultNewSession)
 	// What holds the generation's processes, recorded before publication:
 	// the pane's process (a session leader, the tmux server's child) by pid
 	// and start time, and the cgroup it enters. A pane process already gone
@@ -52,12 +61,14 @@ func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retEr
 	if err := m.advance(ctx, a, fence.PhaseSpawned, patch); err != nil {
 		return res, err
 	}
-	m.fault.hit(FaultSpawned)
+	m.fault.hitIn(a.restart != nil, FaultSpawned)
 	if err := m.tag(ctx, a); err != nil {
 		return res, err
 	}
-	if err := m.admitCreated(a); err != nil {
-		return res, err
+	if !a.respawned { // a kept session is in the census already
+		if err := m.admitCreated(a); err != nil {
+			return res, err
+		}
 	}
 	// No wait for the pane helper here: it reads its spec from the fence's
 	// specs table, which outlives the row's release until the generation ends,
@@ -69,7 +80,7 @@ func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retEr
 	if err := m.advance(ctx, a, fence.PhaseTagged, fence.Patch{}); err != nil {
 		return res, err
 	}
-	m.fault.hit(FaultTagged)
+	m.fault.hitIn(a.restart != nil, FaultTagged)
 	return m.publish(ctx, a)
 }
 
@@ -290,14 +301,19 @@ func (m *Manager) publish(ctx context.Context, a *attempt) (CreateResult, error)
 		return CreateResult{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "publish: %w", err)
 	}
 	m.verdicts.Filed(filed)
-	m.fault.hit(FaultPublish)
+	m.fault.hitIn(a.restart != nil, FaultPublish)
+	if a.restart != nil {
+		m.dropSuperseded(ctx, pub) // a session kept and not reused
+	} else if pub.Superseded != nil && pub.Superseded.Restart.State == fence.RestartExited {
+		m.dropSuperseded(ctx, pub) // a create got there before the restart
+	}
 	// Published: the rest must happen even if the saga's deadline passes now.
 	fctx, cancel := fenceCtx(ctx)
 	defer cancel()
 	// Publish moved the row to phase published in its own transaction; a
 	// further Advance to published would only re-confirm ownership, one more
 	// write transaction per create, so there is none. Release pins the id.
-	m.fault.hit(FaultPublished)
+	m.fault.hitIn(a.restart != nil, FaultPublished)
 	if err := m.fence.Release(fctx, a.res.ID); err != nil {
 		m.log.Warn().Err(err).Str("reservation", a.res.ID).Msg("release after publish failed")
 	}
@@ -306,7 +322,7 @@ func (m *Manager) publish(ctx context.Context, a *attempt) (CreateResult, error)
 }
 
 func (m *Manager) publishedRecord(a *attempt) verdict.Record {
-	return verdict.Record{
+	rec := verdict.Record{
 		Action: verdict.ActionCreate, Outcome: verdict.OutcomeSuccess,
 		Reason: verdict.ReasonCreated, Verdict: verdict.VerdictPublished,
 		Duration:    timeSince(a.start),
@@ -317,6 +333,18 @@ func (m *Manager) publishedRecord(a *attempt) verdict.Record {
 			"pane_pid": a.panePID, "server_pid": a.life.PID, "server_start": a.life.StartTime,
 		},
 	}
+	if a.restart != nil {
+		restartRecord(&rec, a.restart)
+	}
+	return rec
+}
+
+// kept is the session a restart attempt reuses, nil for a new session.
+func (a *attempt) kept() *keptSession {
+	if a.restart == nil {
+		return nil
+	}
+	return a.restart.kept
 }
 
 func errString(err error) string {

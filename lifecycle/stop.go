@@ -149,6 +149,8 @@ func causeOf(reason string) endCause {
 		return endCause{reason: reason, cleanup: true, actionKill: true, term: true}
 	case verdict.ReasonOrphanCleanup:
 		return endCause{reason: reason, cleanup: true}
+	case verdict.ReasonManualRestart:
+		return endCause{reason: reason, cleanup: true, term: true, manual: true}
 	}
 	return endCause{reason: reason}
 }
@@ -230,24 +232,39 @@ func (m *Manager) finishEnd(ctx context.Context, p fence.Published, cause endCau
 	sess, present := m.sessionOf(p)
 	rec := m.endEvidence(ctx, p, cause, sess, present, killed)
 	rec.Evidence["proof"] = res.Why
-	if present {
+	next, gaveUp := planNext(p, rec, cause, time.Now())
+	// A restart keeps the session (its dead pane is respawned with the next
+	// generation): only a next start due after the agent's own end or a
+	// restart request, in the server life it ran in. Any other end removes
+	// what is left of the session before the identity is freed.
+	keep := next.State == fence.RestartExited && next.Reason != verdict.ReasonServerRestart
+	if present && !keep {
 		if err := m.removeEndedSession(ctx, p, killReason{reason: cause.reason}); err != nil {
 			return verdict.Record{}, err
 		}
 	}
-	ok, filed, err := m.fence.MarkEnded(context.WithoutCancel(ctx), p.Identity, p.Generation, rec)
+	ok, filed, err := m.fence.MarkEndedNext(context.WithoutCancel(ctx), p.Identity, p.Generation, rec, next, gaveUp)
 	if err != nil {
 		return verdict.Record{}, err
 	}
 	if ok {
 		m.verdicts.Filed(filed)
 		m.met.ended(filed.ExitKind)
+		if gaveUp != nil {
+			m.verdicts.Filed(*gaveUp)
+		}
 		if endedHook != nil {
 			endedHook(p)
+		}
+		if keep {
+			m.fault.hit(FaultRestartDecided)
 		}
 	}
 	if err := proctree.RemoveCgroup(p.Cgroup); err != nil {
 		m.log.Debug().Err(err).Str("cgroup", p.Cgroup).Msg("cgroup not removed")
+	}
+	if ok && next.State == fence.RestartExited {
+		m.scheduleRestart(p.Identity)
 	}
 	return filed, nil
 }

@@ -170,7 +170,7 @@ func TestUnprovableStopAndRelease(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(bad, "cgroup.events"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(e.home, "fence.sqlite"))
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(e.home, "fence.sqlite")+"?_pragma=busy_timeout(10000)") // the daemon writes too
 	if err != nil {
 		t.Fatal(err)
 	}

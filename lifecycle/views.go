@@ -33,6 +33,13 @@ type View struct {
 	// are proven gone. "" for sessions that are not ours.
 	State         string `json:"state,omitempty"`
 	StopTimeoutMS int64  `json:"stop_timeout_ms,omitempty"` // the generation's grace before SIGKILL
+	// Restart is the identity's policy (never, on-failure, always; "" for
+	// sessions that are not ours), Restarts its starts after the first since
+	// its last create, NextStartAt when the next start is due while it waits
+	// out a delay (state exited), null otherwise.
+	Restart     string     `json:"restart,omitempty"`
+	Restarts    int        `json:"restarts"`
+	NextStartAt *time.Time `json:"next_start_at,omitempty"`
 	// ActivityAt is when the pane last produced output (the census's
 	// Activity, whole seconds), nil when it has produced none.
 	ActivityAt *time.Time `json:"activity_at"`
@@ -42,14 +49,45 @@ type View struct {
 const (
 	StateRunning  = "running"
 	StateStopping = "stopping"
+	// StateStarting: the next generation's start is due and under way.
+	StateStarting = "starting"
+	// StateExited: the generation ended and the next start is due at
+	// NextStartAt (its session kept, the pane dead, until then).
+	StateExited = "exited"
+	// StateStopped: the generation ended for good (shown while its session
+	// is still being removed).
+	StateStopped = "stopped"
+	// StateGaveUp: the start limit was reached; a create starts it again.
+	StateGaveUp = "gave_up"
 )
 
 // stateOf is the State of a session of published generation p.
 func stateOf(p fence.Published, paneDead bool) string {
-	if p.Stopping != nil || paneDead {
+	switch {
+	case p.Ended && p.Restart.State == fence.RestartExited && p.Restart.Due.After(time.Now()):
+		return StateExited
+	case p.Ended && p.Restart.State == fence.RestartExited:
+		return StateStarting // due: the restarter is starting the next generation
+	case p.Ended && p.Restart.State == fence.RestartGaveUp:
+		return StateGaveUp
+	case p.Ended:
+		return StateStopped
+	case p.Stopping != nil || paneDead:
 		return StateStopping
 	}
 	return StateRunning
+}
+
+// restartFields fills in the View's restart policy, count and next start.
+func restartFields(v *View, p fence.Published) {
+	v.Restart, v.Restarts = p.Spec.Restart, p.Restart.Restarts
+	if v.Restart == "" {
+		v.Restart = fence.RestartNever
+	}
+	if p.Ended && p.Restart.State == fence.RestartExited {
+		due := p.Restart.Due.UTC()
+		v.NextStartAt = &due
+	}
 }
 
 // activityAt is a session's ActivityAt.
@@ -266,7 +304,14 @@ func publishedView(s *census.Session, p fence.Published) View {
 		StateFile: p.StateFile, Label: p.Label, Generation: p.Generation, Authoritative: !p.Ended,
 		PanePID: s.PanePID, PaneDead: s.PaneDead, Attached: s.Attached, CreatedAt: s.Created.UTC(),
 		State: stateOf(p, s.PaneDead), StopTimeoutMS: p.StopTimeoutMS,
-		ActivityAt: activityAt(s)}
+		ActivityAt: activityAt(s), Restart: restartPolicy(p), Restarts: p.Restart.Restarts}
+}
+
+func restartPolicy(p fence.Published) string {
+	if p.Spec.Restart == "" {
+		return fence.RestartNever
+	}
+	return p.Spec.Restart
 }
 
 // stoppingView is the View of a stopping generation whose session is gone.
@@ -275,7 +320,7 @@ func stoppingView(p fence.Published) View {
 		StateDir: p.Identity.StateDir, SessionID: p.Identity.SessionID,
 		StateFile: p.StateFile, Label: p.Label, Generation: p.Generation, Authoritative: true,
 		PanePID: p.PanePID, PaneDead: true, CreatedAt: p.PublishedAt.UTC(),
-		State: StateStopping, StopTimeoutMS: p.StopTimeoutMS}
+		State: StateStopping, StopTimeoutMS: p.StopTimeoutMS, Restart: restartPolicy(p), Restarts: p.Restart.Restarts}
 }
 
 // Show returns one session with its reservation row and verdicts. The fence's
@@ -352,8 +397,14 @@ func (m *Manager) viewOf(s *census.Session, pub *fence.Published) View {
 	v.StateFile, v.Label = pub.StateFile, pub.Label
 	v.Generation = generationTag(s)
 	v.Authoritative = !pub.Ended && pub.TmuxID == s.ID && pub.Generation == v.Generation
-	if v.Authoritative {
+	switch {
+	case v.Authoritative:
 		v.State, v.StopTimeoutMS = stateOf(*pub, s.PaneDead), pub.StopTimeoutMS
+		restartFields(&v, *pub)
+	case pub.Ended && pub.TmuxID == s.ID && pub.Generation == v.Generation:
+		// Between two generations: the session kept for the next start.
+		v.State = stateOf(*pub, s.PaneDead)
+		restartFields(&v, *pub)
 	}
 	return v
 }
@@ -367,6 +418,7 @@ func (m *Manager) attemptView(a *attempt, pub fence.Published) View {
 		StateFile: pub.StateFile, Generation: a.res.Generation, Authoritative: true,
 		Label: pub.Label, PanePID: a.panePID, CreatedAt: a.created.UTC(),
 		State: StateRunning, StopTimeoutMS: pub.StopTimeoutMS,
+		Restart: restartPolicy(pub), Restarts: pub.Restart.Restarts,
 	}
 }
 

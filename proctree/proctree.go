@@ -221,9 +221,18 @@ func ChildStartTime(pid, parent int) (uint64, error) {
 	return st.start, nil
 }
 
-// BootID reads the kernel's boot id.
+// BootIDFileEnv names the test seam for the boot id: when set, the boot id
+// is read from that file instead of the kernel's (a test simulates a reboot
+// by changing it). The fence reads the same variable.
+const BootIDFileEnv = "SKC_TEST_BOOT_ID_FILE"
+
+// BootID reads the kernel's boot id (or the file SKC_TEST_BOOT_ID_FILE names).
 func BootID() (string, error) {
-	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	path := "/proc/sys/kernel/random/boot_id"
+	if p := os.Getenv(BootIDFileEnv); p != "" {
+		path = p
+	}
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", err
 	}

@@ -58,7 +58,12 @@ func verdictExamples() []Record {
 	ended.Evidence = map[string]any{"proof": "cgroup empty", "sigkill_sent": false}
 	released := withRes(ex(27, ActionRelease, OutcomeSuccess, VerdictReleased, ReasonOperatorRelease), "spawned")
 	released.Evidence = map[string]any{"owner_pid": json.Number("4100"), "owner_liveness": "unknown"}
-	return []Record{pub, existing, refused, failed, reclaimed, cleaned, preserved, unresolved, adopted, ended, released}
+	gaveUp := ex(28, ActionEnd, OutcomeFailure, VerdictGaveUp, ReasonStartLimit)
+	gaveUp.Session = exSession
+	gaveUp.Restart = &RestartRef{Count: 4}
+	gaveUp.Evidence = map[string]any{"restart_burst": json.Number("5"),
+		"restart_interval_s": json.Number("300"), "starts_in_interval": json.Number("5")}
+	return []Record{pub, existing, refused, failed, reclaimed, cleaned, preserved, unresolved, adopted, ended, released, gaveUp}
 }
 
 // exitKindExamples has one ended record per exit kind, in ExitKinds order.
@@ -97,6 +102,26 @@ func reasonExamples() []Record {
 			r := ex(43, ActionEnd, OutcomeSuccess, VerdictEnded, ReasonTmuxSessionMissing)
 			r.Session, r.ExitKind, r.Exit = exSession, ExitKindExit, ExitStatus(0)
 			r.Evidence = map[string]any{"stop_since": "2026-11-30T01:02:01.000000000Z", "sigkill_sent": false}
+			return r
+		}(),
+		func() Record {
+			r := withRes(ex(45, ActionCreate, OutcomeSuccess, VerdictPublished, ReasonRestart), "published")
+			r.Session = exSession
+			r.Restart = &RestartRef{Count: 1}
+			r.Evidence = map[string]any{"delay_ms": json.Number("2000")}
+			return r
+		}(),
+		func() Record {
+			r := withRes(ex(46, ActionCreate, OutcomeSuccess, VerdictPublished, ReasonServerRestart), "published")
+			r.Session = exSession
+			r.Restart = &RestartRef{Count: 3}
+			r.Evidence = map[string]any{"previous_tmux_id": "$4"}
+			return r
+		}(),
+		func() Record {
+			r := withRes(ex(47, ActionRestart, OutcomeSuccess, VerdictPublished, ReasonManualRestart), "published")
+			r.Session = exSession
+			r.Restart = &RestartRef{Count: 2}
 			return r
 		}(),
 		func() Record {

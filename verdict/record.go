@@ -39,6 +39,13 @@ type Exit struct {
 	Signal string `json:"signal"` // signal name such as "SIGKILL", "" when none
 }
 
+// RestartRef is skc.restart: Count is the identity's starts after the first
+// (since its last create) — on a restart's published verdict, this start
+// included; on gave_up, all it had.
+type RestartRef struct {
+	Count int `json:"count"`
+}
+
 // ExitStatus returns an *Exit with the given exit status and no signal.
 func ExitStatus(status int) *Exit { return &Exit{Status: &status} }
 
@@ -65,6 +72,7 @@ type Record struct {
 	Session     *SessionRef     // skc.session; omitted when nil
 	Reservation *ReservationRef // skc.reservation; omitted when nil
 	Exit        *Exit           // skc.exit; omitted when nil
+	Restart     *RestartRef     // skc.restart; omitted when nil (starts after the first, gave_up)
 	Evidence    map[string]any  // skc.evidence; always written, {} when empty
 
 	// OutputTail is skc.output.tail on an ended verdict: the last lines the
@@ -153,6 +161,11 @@ func (r Record) appendRefs(dst []byte) []byte {
 		dst = appendString(dst, r.OutputTail)
 		dst = append(dst, '}')
 	}
+	if rs := r.Restart; rs != nil {
+		dst = append(dst, `,"restart":{"count":`...)
+		dst = strconv.AppendInt(dst, int64(rs.Count), 10)
+		dst = append(dst, '}')
+	}
 	return dst
 }
 
@@ -235,6 +248,7 @@ type recordJSON struct {
 		Session     *SessionRef     `json:"session"`
 		Reservation *ReservationRef `json:"reservation"`
 		Exit        *Exit           `json:"exit"`
+		Restart     *RestartRef     `json:"restart"`
 		Output      *struct {
 			Tail string `json:"tail"`
 		} `json:"output"`
@@ -260,7 +274,7 @@ func (r *Record) UnmarshalJSON(b []byte) error {
 		Duration: time.Duration(j.Event.Duration),
 		Verdict:  j.Skc.Verdict, Code: j.Skc.Code, ExitKind: j.Skc.ExitKind,
 		Identity: j.Skc.Identity, Session: j.Skc.Session,
-		Reservation: j.Skc.Reservation, Exit: j.Skc.Exit,
+		Reservation: j.Skc.Reservation, Exit: j.Skc.Exit, Restart: j.Skc.Restart,
 	}
 	if j.Skc.Output != nil {
 		out.OutputTail = j.Skc.Output.Tail

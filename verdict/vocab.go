@@ -38,6 +38,9 @@ const (
 	ActionAdopt = "adopt"
 	// ActionRelease is an operator's `fence release` of a stuck row or generation.
 	ActionRelease = "release"
+	// ActionRestart is a restart request (`restart` verb, POST …/restart):
+	// it ends the running generation and starts the next one now.
+	ActionRestart = "restart"
 )
 
 // Verdicts: skc.verdict.
@@ -68,6 +71,10 @@ const (
 	// VerdictReleased: an operator cleared a reservation row or a generation
 	// that could not be proven dead or gone (`fence release`).
 	VerdictReleased = "released"
+	// VerdictGaveUp: an identity with a restart policy ended more often than
+	// its start limit allows (restart_burst starts within
+	// restart_interval_s); it is not started again until a create.
+	VerdictGaveUp = "gave_up"
 )
 
 // Exit kinds: skc.exit_kind, on an ended verdict only.
@@ -130,17 +137,28 @@ const (
 	ReasonProcessesNotProvenGone = "processes_not_proven_gone"
 	// ReasonOperatorRelease: `fence release` cleared it.
 	ReasonOperatorRelease = "operator_release"
+	// ReasonRestart: a generation started by the restart policy after its
+	// predecessor's agent exited.
+	ReasonRestart = "restart"
+	// ReasonServerRestart: a generation started by the restart policy after
+	// the tmux server died (or the host rebooted) under its predecessor.
+	ReasonServerRestart = "server_restart"
+	// ReasonManualRestart: a generation started by a restart request.
+	ReasonManualRestart = "manual_restart"
+	// ReasonStartLimit: the gave_up verdict's reason: more starts than
+	// restart_burst within restart_interval_s.
+	ReasonStartLimit = "start_limit"
 )
 
 // Verdicts lists every skc.verdict value, for documentation and tests.
 var Verdicts = []string{
 	VerdictPublished, VerdictExisting, VerdictRefused, VerdictFailed,
 	VerdictReclaimed, VerdictOrphanCleaned, VerdictPreserved, VerdictUnresolved,
-	VerdictAdopted, VerdictEnded, VerdictReleased,
+	VerdictAdopted, VerdictEnded, VerdictReleased, VerdictGaveUp,
 }
 
 // Actions lists every event.action value.
-var Actions = []string{ActionCreate, ActionRecover, ActionEnd, ActionKill, ActionAdopt, ActionRelease}
+var Actions = []string{ActionCreate, ActionRecover, ActionEnd, ActionKill, ActionAdopt, ActionRelease, ActionRestart}
 
 // Outcomes lists every event.outcome value.
 var Outcomes = []string{OutcomeSuccess, OutcomeFailure, OutcomeUnknown}
@@ -155,6 +173,7 @@ var Reasons = []string{
 	ReasonNoChild, ReasonChildAbsent, ReasonChildAuthoritative, ReasonInspectionUnknown,
 	ReasonDaemonRestart, ReasonAgentExited, ReasonTmuxSessionMissing, ReasonServerExited,
 	ReasonKilledByRequest, ReasonOrphanCleanup, ReasonProcessesNotProvenGone, ReasonOperatorRelease,
+	ReasonRestart, ReasonServerRestart, ReasonManualRestart, ReasonStartLimit,
 }
 
 // AllReasons returns every event.reason value: Reasons followed by the reason of

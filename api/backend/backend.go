@@ -6,6 +6,7 @@ package backend
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/api"
 	"github.com/skc-supervisor/skc-supervisor/fence"
@@ -30,7 +31,10 @@ func (s *Service) Create(ctx context.Context, spec api.CreateSpec) (api.CreateRe
 	res, err := s.Manager.Create(ctx, lifecycle.CreateRequest{
 		Identity: fence.Identity{StateDir: spec.StateDir, SessionID: spec.SessionID},
 		Spec: fence.Spec{StateFile: spec.StateFile, Argv: spec.Argv, Env: spec.Env,
-			Cwd: spec.Cwd, Label: spec.Label, StopTimeoutMS: spec.StopTimeout.Milliseconds()},
+			Cwd: spec.Cwd, Label: spec.Label, StopTimeoutMS: spec.StopTimeout.Milliseconds(),
+			Restart: spec.Restart.Policy, ResumeArgv: spec.Restart.ResumeArgv,
+			RestartDelayMS: spec.Restart.Delay.Milliseconds(), RestartBurst: spec.Restart.Burst,
+			RestartIntervalS: int64(spec.Restart.Interval / time.Second)},
 		Wait: spec.Wait,
 	})
 	if err != nil {
@@ -89,6 +93,15 @@ func (s *Service) Kill(ctx context.Context, ref api.Ref) (api.KillResponse, erro
 		return api.KillResponse{}, err
 	}
 	return api.KillResponse{Status: res.Status, Verdict: res.Verdict}, nil
+}
+
+// Restart ends one session's running agent and starts the next generation.
+func (s *Service) Restart(ctx context.Context, ref api.Ref) (api.RestartResponse, error) {
+	v, err := s.Manager.Restart(ctx, lifecycleRef(ref))
+	if err != nil {
+		return api.RestartResponse{}, err
+	}
+	return api.RestartResponse{Status: api.StatusRestarted, Session: session(v)}, nil
 }
 
 // Fence lists the fence's reservations and published identities, each in the

@@ -47,6 +47,7 @@ var verbs = map[string]verb{
 	"ls":       {runList, false},
 	"show":     {runShow, false},
 	"kill":     {runKill, false},
+	"restart":  {runRestart, false},
 	"attach":   {runAttach, false},
 	"screen":   {runScreen, false},
 	"send":     {runSend, false},
@@ -63,10 +64,11 @@ var verbs = map[string]verb{
 // usages is each verb's synopsis (CONTRACT.md "Verbs").
 var usages = map[string]string{
 	"serve":    "serve [--wire-log FILE]",
-	"create":   "create --state-dir DIR --session-id ID [--state-file FILE] [--cwd DIR] [--env KEY=VALUE]... [--label TEXT] [--wait DURATION] [--stop-timeout DURATION] [--json] -- COMMAND [ARG]...",
+	"create":   "create --state-dir DIR --session-id ID [--state-file FILE] [--cwd DIR] [--env KEY=VALUE]... [--label TEXT] [--wait DURATION] [--stop-timeout DURATION] [--restart never|on-failure|always] [--resume-arg ARG]... [--restart-delay DURATION] [--restart-burst N] [--restart-interval DURATION] [--json] -- COMMAND [ARG]...",
 	"ls":       "ls [--json]",
 	"show":     "show (NAME | --state-dir DIR --session-id ID) [--json]",
 	"kill":     "kill (NAME | --state-dir DIR --session-id ID) [--json]",
+	"restart":  "restart (NAME | --state-dir DIR --session-id ID) [--json]",
 	"attach":   "attach (NAME | --state-dir DIR --session-id ID)",
 	"screen":   "screen NAME [--lines N] [--ansi] [--json]",
 	"send":     "send NAME [--enter] [--key KEY]... [--json] [-- TEXT]",

@@ -30,7 +30,7 @@ func printList(w io.Writer, res api.ListResponse) {
 		fmt.Fprintln(w, "census: not synced yet (the list may be incomplete)")
 	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tID\tGEN\tSTATE\tPANE\tATTACHED\tACTIVITY\tIDENTITY\tLABEL")
+	fmt.Fprintln(tw, "NAME\tID\tGEN\tSTATE\tRESTART\tPANE\tATTACHED\tACTIVITY\tIDENTITY\tLABEL")
 	now := time.Now()
 	for _, s := range res.Sessions {
 		ident := "-"
@@ -44,12 +44,31 @@ func printList(w io.Writer, res api.ListResponse) {
 		if s.PaneDead {
 			pane += " (dead)"
 		}
-		state := cmp.Or(s.State, "-") // "-": not ours, or not the published generation's session
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", printable(s.Name), s.ID, s.Generation, state, pane,
-			s.Attached, idleText(now, s.ActivityAt), ident, printable(s.Label))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", printable(s.Name), s.ID, s.Generation,
+			stateText(now, s), restartText(s), pane, s.Attached, idleText(now, s.ActivityAt), ident, printable(s.Label))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "%d session(s) on tmux %s, server pid %d\n", len(res.Sessions), c.TmuxVersion, c.ServerPID)
+}
+
+// stateText is the STATE column: the state, and when the next start is due
+// while it waits out a delay.
+func stateText(now time.Time, s api.Session) string {
+	switch {
+	case s.State == "":
+		return "-"
+	case s.NextStartAt != nil:
+		return s.State + " (next start in " + s.NextStartAt.Sub(now).Round(100*time.Millisecond).String() + ")"
+	}
+	return s.State
+}
+
+// restartText is the RESTART column: the policy and the restarts so far.
+func restartText(s api.Session) string {
+	if s.Restart == "" {
+		return "-"
+	}
+	return s.Restart + " (" + strconv.Itoa(s.Restarts) + ")"
 }
 
 // idleText says how long ago a pane last wrote: "active" within the last few
@@ -130,6 +149,12 @@ func printKill(w io.Writer, ref api.Ref, res api.KillResponse) {
 		name = res.Verdict.Session.Name
 	}
 	fmt.Fprintf(w, "killed %s: %s\n", printable(name), verdictLine(res.Verdict))
+}
+
+func printRestart(w io.Writer, res api.RestartResponse) {
+	s := res.Session
+	fmt.Fprintf(w, "restarted: session %s (%s), generation %d, pane pid %d, restarts %d\n",
+		printable(s.Name), s.ID, s.Generation, s.PanePID, s.Restarts)
 }
 
 func printRelease(w io.Writer, res api.ReleaseResponse) {

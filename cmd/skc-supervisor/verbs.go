@@ -70,6 +70,7 @@ func runCreate(cli *CLI, args []string) int {
 	fs.Var(&wait, "wait", "")
 	stopTimeout := durationFlag(api.DefaultStopTimeout)
 	fs.Var(&stopTimeout, "stop-timeout", "")
+	rf := restartFlags(fs, &req)
 	argv, err := commandArgs(fs, args)
 	if err != nil {
 		return cli.fail(o, err)
@@ -87,6 +88,7 @@ func runCreate(cli *CLI, args []string) int {
 		st := time.Duration(stopTimeout).Milliseconds()
 		req.StopTimeoutMS = &st
 	}
+	rf.apply(&req)
 	if err := cli.resolveCreate(&req); err != nil {
 		return cli.fail(o, err)
 	}
@@ -216,6 +218,15 @@ func runKill(cli *CLI, args []string) int {
 		func(res api.KillResponse) { printKill(cli.stdout, ref, res) })
 }
 
+func runRestart(cli *CLI, args []string) int {
+	o, ref, err := refArgs("restart", args, true)
+	if err != nil {
+		return cli.fail(o, err)
+	}
+	return respond(cli, o, func(c *api.Client) (api.RestartResponse, error) { return c.Restart(cli.ctx, ref) },
+		func(res api.RestartResponse) { printRestart(cli.stdout, res) })
+}
+
 func runFence(cli *CLI, args []string) int {
 	if len(args) > 0 && args[0] == "release" {
 		return runFenceRelease(cli, args[1:])
@@ -292,4 +303,51 @@ func runFenceRelease(cli *CLI, args []string) int {
 	}
 	return respond(cli, o, func(c *api.Client) (api.ReleaseResponse, error) { return c.Release(cli.ctx, *resID) },
 		func(res api.ReleaseResponse) { printRelease(cli.stdout, res) })
+}
+
+// createRestartFlags are create's restart policy flags: --restart,
+// --resume-arg (repeated: the resume command's words), --restart-delay,
+// --restart-burst, --restart-interval. Each sets its field only when given,
+// so the daemon's defaults apply otherwise.
+type createRestartFlags struct {
+	resume          multiFlag
+	delay, interval durationFlag
+	burst           int64
+	set             map[string]bool
+	fs              *flag.FlagSet
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return "" }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+func restartFlags(fs *flag.FlagSet, req *api.CreateRequest) *createRestartFlags {
+	rf := &createRestartFlags{delay: durationFlag(api.DefaultRestartDelay),
+		interval: durationFlag(api.DefaultRestartInterval), fs: fs}
+	fs.StringVar(&req.Restart, "restart", "", "")
+	fs.Var(&rf.resume, "resume-arg", "")
+	fs.Var(&rf.delay, "restart-delay", "")
+	fs.Int64Var(&rf.burst, "restart-burst", api.DefaultRestartBurst, "")
+	fs.Var(&rf.interval, "restart-interval", "")
+	return rf
+}
+
+// apply copies the flags that were given into req.
+func (rf *createRestartFlags) apply(req *api.CreateRequest) {
+	rf.fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "resume-arg":
+			req.ResumeArgv = append([]string(nil), rf.resume...)
+		case "restart-delay":
+			ms := time.Duration(rf.delay).Milliseconds()
+			req.RestartDelayMS = &ms
+		case "restart-burst":
+			b := rf.burst
+			req.RestartBurst = &b
+		case "restart-interval":
+			s := int64(time.Duration(rf.interval) / time.Second)
+			req.RestartIntervalS = &s
+		}
+	})
 }

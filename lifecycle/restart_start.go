@@ -1,0 +1,401 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/census"
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// Fault points of a restart (SKC_FAULT=after:<point>), in order; the saga's
+// own points follow them as for a create.
+const (
+	// FaultRestartDecided: the end and what follows it are in the fence (the
+	// ended verdict, the next start due), the session is kept.
+	FaultRestartDecided = "restart-decided"
+	// FaultRespawned: respawn-pane answered (the next generation's helper runs
+	// in the kept session, gated on a publication that has not happened).
+	FaultRespawned = "respawned"
+)
+
+// startNext starts the next generation of p's identity, whose ended
+// generation p waits for it; it reports whether the restarter is done (the
+// generation started, someone else's did, or the daemon stops).
+func (m *Manager) startNext(ctx context.Context, p fence.Published) bool {
+	if err := m.begin(); err != nil {
+		return errors.Is(err, ErrShuttingDown) || !sleepCtx(ctx, restartRetry)
+	}
+	defer m.end()
+	if err := m.waitCensus(ctx); err != nil {
+		return !sleepCtx(ctx, restartRetry)
+	}
+	spec := p.Spec
+	if len(spec.ResumeArgv) > 0 {
+		spec.Argv = append([]string(nil), spec.ResumeArgv...)
+	}
+	rr, err := m.fence.Reserve(ctx, p.Identity, spec)
+	if err != nil {
+		// A create of the identity in flight (it publishes or releases), or
+		// the fence is busy: look again.
+		m.log.Debug().Err(err).Str("session", p.SessionName).Msg("restart: not reserved")
+		return !sleepCtx(ctx, restartRetry)
+	}
+	var res fence.Reservation
+	switch rr.Outcome {
+	case fence.Reserved:
+		m.reclaimedInPlace(ctx, rr)
+		res = rr.Reservation
+	case fence.NeedsRecovery:
+		r, err := m.recoverRow(ctx, rr.Abandoned, spec, time.Now())
+		if r == nil {
+			m.log.Debug().Err(err).Str("session", p.SessionName).Msg("restart: recovery first")
+			return !sleepCtx(ctx, restartRetry)
+		}
+		res = *r
+	default:
+		return true // a generation was published meanwhile (a create got there first)
+	}
+	res.StartReason = p.Restart.Reason
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sagaTimeout)
+	defer cancel()
+	a := &attempt{resID: res.ID, req: CreateRequest{Identity: res.Identity, Spec: res.Spec}, res: res,
+		digest: res.Identity.Digest(), start: time.Now(), stop: cancel,
+		restart: &restartOf{prev: p, kept: m.keptOf(p)}}
+	m.track(a)
+	defer m.untrack(a)
+	if _, err := m.saga(sctx, a); err != nil {
+		switch verdict.CodeOf(err) {
+		case verdict.CodeTmuxUnavailable, verdict.CodeFenceUnavailable, verdict.CodeIdentityFenceContended:
+			// No server yet (it died, or tmux is stuck), or a busy fence:
+			// not the agent's failure; look again.
+			return !sleepCtx(ctx, restartRetry)
+		}
+		m.failedStart(ctx, p, err)
+		return false
+	}
+	return true
+}
+
+// keptOf is the session of ended generation p that the next start reuses:
+// listed by the census in the server life p was published in, with a name a
+// tmux target cannot misread. nil after a server's death (or a session
+// removed meanwhile): the next generation gets a new session.
+func (m *Manager) keptOf(p fence.Published) *keptSession {
+	if p.Restart.Reason == verdict.ReasonServerRestart {
+		return nil
+	}
+	s, ok := m.sessionOf(p)
+	if !ok || s.PaneID == "" || !safeName(s.Name) {
+		return nil
+	}
+	return &keptSession{tmuxID: s.ID, paneID: s.PaneID, name: s.Name, life: m.lifeOf(p.ServerPID, p.ServerStart)}
+}
+
+// safeName: the names our saga gives ([a-z0-9-]); a session renamed by hand
+// to anything else is not reused (the fence records the name as a token).
+func safeName(n string) bool {
+	if !strings.HasPrefix(n, "skc-") || len(n) > 200 {
+		return false
+	}
+	return strings.Trim(n, "abcdefghijklmnopqrstuvwxyz0123456789-") == ""
+}
+
+// failedStart counts a start that did not publish (its attempt was undone)
+// as a failed run: the next try waits the doubled delay, and past the start
+// limit the identity gives up. A start cancelled by a kill or a create
+// (the fence no longer waits for it) changes nothing.
+func (m *Manager) failedStart(ctx context.Context, p fence.Published, cause error) {
+	m.log.Warn().Err(cause).Str("session", p.SessionName).Msg("restart: next generation not started")
+	failures := p.Restart.Failures + 1
+	next := fence.RestartNext{State: fence.RestartExited, Reason: p.Restart.Reason, Failures: failures,
+		Delay: restartDelay(specDelay(p.Spec), failures)}
+	var also *verdict.Record
+	if burst, interval := specBurst(p.Spec); failures >= burst {
+		rec := gaveUpRecord(p, burst, interval, failures)
+		rec.Evidence["failed_starts"] = failures
+		next, also = fence.RestartNext{State: fence.RestartGaveUp, Failures: failures}, &rec
+	}
+	fctx, cancel := fenceCtx(ctx)
+	defer cancel()
+	ok, err := m.fence.SetRestart(fctx, p.Identity, p.Generation, fence.RestartExited, next, also)
+	if err == nil && ok && also != nil {
+		m.verdicts.Filed(*also)
+	}
+}
+
+// respawn starts the attempt's helper in the kept session: respawn-pane -k
+// on its dead pane (same session, same $id and name; a human attached stays
+// attached), then the new pane process's pid. A server life that changed
+// since means the kept session is gone with its server: new-session then,
+// under the name already recorded.
+func (m *Manager) respawn(ctx context.Context, a *attempt, k *keptSession) error {
+	life, ok := m.serverLife()
+	if !ok || life != k.life {
+		return m.spawn(ctx, a)
+	}
+	a.life, a.sent = life, true
+	args := append([]string{"respawn-pane", "-k", "-t", k.paneID, "--"}, m.helperArgv(a)...)
+	if _, err := m.commandIn(ctx, life, args...); err != nil {
+		var ce *tmuxctl.CommandError
+		if errors.As(err, &ce) {
+			// tmux refused it (the kept session was removed meanwhile):
+			// nothing was started, so start in a new session of that name.
+			return m.spawn(ctx, a)
+		}
+		return m.spawnError(a, err)
+	}
+	m.fault.hit(FaultRespawned)
+	a.tmuxID, a.paneID = k.tmuxID, k.paneID // from here undo removes the session
+	reply, err := m.commandIn(ctx, life, "display-message", "-p", "-t", k.paneID, "#{pane_pid}\t#{session_created}")
+	if err != nil || len(reply.Lines) != 1 {
+		a.uncertain = true
+		return verdict.Errorf(verdict.CodeSpawnFailed, nil, "respawned pane %s: no pid (%v)", k.paneID, err)
+	}
+	f := strings.Split(reply.Lines[0], "\t")
+	pid, err1 := strconv.Atoi(f[0])
+	sec, err2 := strconv.ParseInt(f[len(f)-1], 10, 64)
+	if err1 != nil || err2 != nil || len(f) != 2 {
+		a.uncertain = true
+		return verdict.Errorf(verdict.CodeSpawnFailed, nil, "respawned pane %s: unexpected reply %q", k.paneID, reply.Lines[0])
+	}
+	a.panePID, a.created, a.respawned = pid, time.Unix(sec, 0), true
+	return nil
+}
+
+// dropSuperseded removes the session a waiting generation kept when the
+// identity was started elsewhere (a create got there first, or the kept
+// session was not reused): nothing will run in it again.
+func (m *Manager) dropSuperseded(ctx context.Context, pub fence.Published) {
+	old := pub.Superseded
+	if old == nil || !old.Ended || (old.TmuxID == pub.TmuxID && old.ServerPID == pub.ServerPID &&
+		old.ServerStart == pub.ServerStart) {
+		return
+	}
+	if _, present := m.sessionOf(*old); !present {
+		return
+	}
+	m.markKilling(old.TmuxID, killReason{reason: verdict.ReasonOrphanCleanup})
+	defer m.unmarkKilling(old.TmuxID)
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
+	defer cancel()
+	if err := m.killConfirm(kctx, m.lifeOf(old.ServerPID, old.ServerStart), old.TmuxID); err != nil {
+		m.log.Warn().Err(err).Str("tmux_id", old.TmuxID).Msg("kept session of an earlier generation not removed")
+	}
+}
+
+// restartRecord completes a restart's published verdict: its reason, the
+// restart count and what it started from.
+func restartRecord(rec *verdict.Record, r *restartOf) {
+	rec.Reason = r.prev.Restart.Reason
+	if rec.Reason == verdict.ReasonManualRestart {
+		rec.Action = verdict.ActionRestart
+	}
+	rec.Restart = &verdict.RestartRef{Count: r.prev.Restart.Restarts + 1}
+	rec.Evidence["previous_generation"] = r.prev.Generation
+	rec.Evidence["previous_tmux_id"] = r.prev.TmuxID
+	rec.Evidence["same_session"] = r.kept != nil
+	if !r.prev.EndedAt.IsZero() {
+		// Both times are the fence's own, of one transaction (MarkEndedNext).
+		rec.Evidence["delay_ms"] = max(r.prev.Restart.Due.Sub(r.prev.EndedAt).Milliseconds(), 0)
+	}
+}
+
+// Restart ends the running generation that ref names (the proven stop, as a
+// kill) and starts the next one now, in the same session; for an identity
+// whose generation has ended (waiting out a delay, stopped, gave up) it
+// starts the next one now. It returns once the next generation is published.
+func (m *Manager) Restart(ctx context.Context, ref Ref) (View, error) {
+	t, err := m.Resolve(ctx, ref)
+	if err != nil {
+		return View{}, err
+	}
+	if t.Published == nil {
+		return View{}, verdict.Errorf(verdict.CodeNotFound, map[string]any{"managed": false},
+			"%s is not a session supervised by this daemon", refString(ref))
+	}
+	p := *t.Published
+	if !p.Ended {
+		if err := m.stopForRestart(ctx, p); err != nil {
+			return View{}, err
+		}
+	}
+	cur, ok, err := m.fence.PublishedFor(ctx, p.Identity)
+	if err != nil {
+		return View{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
+	}
+	if ok && cur.Ended && (cur.Restart.State != fence.RestartExited || cur.Restart.Due.After(time.Now())) {
+		now := fence.RestartNext{State: fence.RestartExited, Reason: verdict.ReasonManualRestart}
+		if _, err := m.fence.SetRestart(ctx, cur.Identity, cur.Generation, cur.Restart.State, now, nil); err != nil {
+			return View{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
+		}
+	}
+	m.scheduleRestart(p.Identity)
+	return m.awaitGeneration(ctx, p.Identity, p.Generation)
+}
+
+func refString(ref Ref) string {
+	if ref.Identity != nil {
+		return "identity " + ref.Identity.StateDir + " " + ref.Identity.SessionID
+	}
+	return "session " + strconv.Quote(ref.Name)
+}
+
+// stopForRestart ends p's generation through the proven stop with reason
+// manual_restart (or joins the stop in flight).
+func (m *Manager) stopForRestart(ctx context.Context, p fence.Published) error {
+	cause := endCause{reason: verdict.ReasonManualRestart, cleanup: true, term: true, manual: true}
+	if p.Stopping != nil {
+		cause = causeOf(p.Stopping.Reason)
+	}
+	run := m.stopGeneration(p, cause)
+	select {
+	case <-run.done:
+	case <-ctx.Done():
+		return stoppingError(p, verdict.CodeTimeout,
+			"generation %d is stopping; the request ended before its processes were proven gone (%v)", ctx.Err())
+	}
+	if run.err != nil && verdict.CodeOf(run.err) == verdict.CodeIdentityReservedUnknown {
+		return run.err
+	} else if run.err != nil {
+		return verdict.Errorf(verdict.CodeFenceUnavailable, nil, "stop: %w", run.err)
+	}
+	return nil
+}
+
+// awaitGeneration waits until a generation after gen is published (not
+// ended) and returns its session's View.
+func (m *Manager) awaitGeneration(ctx context.Context, id fence.Identity, gen uint64) (View, error) {
+	for {
+		p, ok, err := m.fence.PublishedFor(ctx, id)
+		if err == nil && ok && p.Generation > gen && !p.Ended {
+			return m.generationView(ctx, p), nil
+		}
+		if err == nil && ok && p.Ended && p.Generation >= gen && p.Restart.State == fence.RestartGaveUp {
+			return View{}, verdict.Errorf(verdict.CodeSpawnFailed, map[string]any{"generation": p.Generation},
+				"the next generation could not be started: the identity gave up (see its verdicts)")
+		}
+		if !sleepCtx(ctx, pollInterval) {
+			return View{}, verdict.Errorf(verdict.CodeTimeout, map[string]any{"generation": gen},
+				"the next generation after %d was not published before the request ended", gen)
+		}
+	}
+}
+
+// generationView is the View of published generation p: from a fresh read
+// of its session (the census may not have seen the respawned pane yet),
+// else from the fence's record.
+func (m *Manager) generationView(ctx context.Context, p fence.Published) View {
+	if auth, s, err := m.inspectPublished(ctx, p); err == nil && auth == census.Authoritative && s != nil {
+		return publishedView(s, p)
+	}
+	v := stoppingView(p)
+	v.PaneDead, v.State = false, StateRunning
+	restartFields(&v, p)
+	return v
+}
+
+// killWaiting is a kill of an identity whose generation has ended and waits
+// for its next start: it stops for good (no restart) and the kept session
+// is removed. ok is false when the identity was not waiting any more (its
+// next generation started meanwhile: kill that one).
+func (m *Manager) killWaiting(ctx context.Context, p fence.Published) (KillResult, bool, error) {
+	next := fence.RestartNext{State: fence.RestartStopped, Failures: p.Restart.Failures}
+	ok, err := m.fence.SetRestart(ctx, p.Identity, p.Generation, p.Restart.State, next, nil)
+	if err != nil {
+		return KillResult{}, true, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
+	}
+	if !ok {
+		return KillResult{}, false, nil
+	}
+	if _, present := m.sessionOf(p); present {
+		m.markKilling(p.TmuxID, killReason{reason: verdict.ReasonKilledByRequest, byKill: true})
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
+		err := m.killConfirm(kctx, m.lifeOf(p.ServerPID, p.ServerStart), p.TmuxID)
+		cancel()
+		m.unmarkKilling(p.TmuxID)
+		if err != nil {
+			return KillResult{}, true, verdict.Errorf(verdict.CodeTmuxUnavailable, nil, "kept session: %w", err)
+		}
+		m.waitCensusGone(ctx, p.TmuxID)
+	}
+	return KillResult{Status: "killed", Verdict: m.endedVerdictOf(ctx, p)}, true, nil
+}
+
+// waitingTarget returns the ended generation ref names when its identity
+// has a restart state (waiting, stopped, gave up) and a kept session or a
+// next start due: what kill and ls act on between two generations.
+func (m *Manager) waitingTarget(ctx context.Context, ref Ref) (fence.Published, bool) {
+	t, err := m.Resolve(ctx, ref)
+	if err != nil || t.Published == nil || !t.Published.Ended || t.Published.Restart.State != fence.RestartExited {
+		return fence.Published{}, false
+	}
+	return *t.Published, true
+}
+
+// keptRemoved handles the removal of a session that holds no running
+// generation: when it was kept for an identity waiting out its delay, it
+// was killed by hand (our own removals are marked killing), and a session
+// killed by hand is a stop: the identity is not started again.
+func (m *Manager) keptRemoved(ctx context.Context, id string, life tmuxctl.ServerLife) {
+	if _, ours := m.killingReason(id); ours {
+		return
+	}
+	waiting, err := m.fence.RestartsDue(ctx, time.Time{})
+	if err != nil {
+		return
+	}
+	for _, p := range waiting {
+		if p.TmuxID != id || p.ServerPID != life.PID || p.ServerStart != life.StartTime {
+			continue
+		}
+		next := fence.RestartNext{State: fence.RestartStopped, Failures: p.Restart.Failures}
+		if _, err := m.fence.SetRestart(ctx, p.Identity, p.Generation, fence.RestartExited, next, nil); err != nil {
+			m.log.Warn().Err(err).Str("tmux_id", id).Msg("kept session killed by hand: restart not cancelled")
+		}
+	}
+}
+
+// clearArg makes the pane helper exit at once: the command recovery puts in a
+// kept session's pane in place of an abandoned restart's helper.
+const clearArg = "--clear-kept-pane"
+
+// keptAttempt reports whether the abandoned attempt ab is a restart in the
+// kept session s (its attempt name is the session's, not its own), and s is
+// still the session of the identity's ended generation waiting for its next
+// start, in server life life.
+func (m *Manager) keptAttempt(ctx context.Context, ab fence.Reservation, s *census.Session, life tmuxctl.ServerLife) bool {
+	if ab.AttemptName == "" || strings.Contains(ab.AttemptName, ab.ID) || s.Name != ab.AttemptName {
+		return false
+	}
+	p, ok, err := m.fence.PublishedFor(ctx, ab.Identity)
+	return err == nil && ok && p.Ended && p.Restart.State == fence.RestartExited && p.TmuxID == s.ID &&
+		p.ServerPID == life.PID && p.ServerStart == life.StartTime
+}
+
+// clearKeptPane ends the abandoned attempt's helper in the kept session's
+// pane with respawn-pane -k and a command that exits at once, so the pane is
+// dead again and the session kept; ProcessesGone then proves the helper gone
+// from the attempt's hold.
+func (m *Manager) clearKeptPane(ctx context.Context, life tmuxctl.ServerLife, s *census.Session) error {
+	if s.PaneID == "" {
+		return errors.New("kept session has no pane id")
+	}
+	_, err := m.commandIn(ctx, life, "respawn-pane", "-k", "-t", s.PaneID, "--", m.cfg.HelperPath, "helper", clearArg)
+	return err
+}
+
+// staleDeath reports a pane-death change that is not about generation p: the
+// census saw the dead pane of an earlier generation kept for a restart (its
+// generation tag is not p's: the restart's saga sets p's tags before it
+// publishes, so a death read after them is p's own). The pane pid is not
+// compared: a pane respawned by hand must still end its generation.
+func staleDeath(s census.Session, p fence.Published) bool {
+	g := s.Tags[TagGeneration]
+	return g != "" && g != strconv.FormatUint(p.Generation, 10)
+}

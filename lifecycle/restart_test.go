@@ -1,0 +1,406 @@
+package lifecycle
+
+import (
+	"context"
+	"encoding/json"
+	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
+	"github.com/skc-supervisor/skc-supervisor/proctree"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// agentsWith lists the live (not zombie) processes whose command line
+// contains token as one word: the agents of one identity, counted in /proc
+// whatever tmux or the fence say.
+func agentsWith(token string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, d := range ents {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + d.Name() + "/cmdline")
+		if err != nil || !strings.Contains(string(b), "\x00agent\x00") || !strings.Contains(string(b), "\x00"+token+"\x00") {
+			continue
+		}
+		if liveNonZombie(pid) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// restartSpec is the identity name's spec with policy, its first command
+// (argv after the test binary) and, for every later start, `agent mark
+// FILE` (FILE returned: one line per start of a resumed agent).
+func (e *env) restartSpec(name, policy string, delay time.Duration, burst int, argv ...string) (fence.Identity, fence.Spec, string) {
+	id, spec := e.identity(name)
+	marks := filepath.Join(id.StateDir, "marks")
+	spec.Argv = append([]string{spec.Argv[0]}, argv...)
+	spec.Restart, spec.RestartDelayMS, spec.RestartBurst, spec.RestartIntervalS = policy, delay.Milliseconds(), burst, 300
+	spec.ResumeArgv = []string{spec.Argv[0], "agent", "mark", marks}
+	return id, spec, marks
+}
+
+func lines(path string) int {
+	b, _ := os.ReadFile(path)
+	return strings.Count(string(b), "\n")
+}
+
+func (e *env) published(id fence.Identity) fence.Published {
+	p, _, err := e.store.PublishedFor(context.Background(), id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return p
+}
+
+func withReason(recs []verdict.Record, v, reason string) []verdict.Record {
+	var out []verdict.Record
+	for _, r := range recs {
+		if r.Verdict == v && r.Reason == reason {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// TestRestartOnFailureSameSession: an agent that fails is restarted as the
+// next generation in the same session (same $id and name) with resume_argv,
+// after its ended verdict; one agent runs; kill stops it for good.
+func TestRestartOnFailureSameSession(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, spec, marks := e.restartSpec("onfail", fence.RestartOnFailure, 10*time.Millisecond, 5, "agent", "exit", "3")
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "generation 2 running", func() bool {
+		p := e.published(id)
+		return p.Generation >= 2 && p.Restart.Restarts == 1 && !p.Ended && len(agentsWith(marks)) == 1 && lines(marks) >= 1
+	})
+	p := e.published(id)
+	if p.TmuxID != res.Session.ID || p.SessionName != res.Session.Name || p.Restart.Restarts != 1 {
+		t.Fatalf("generation 2 in %s %s (restarts %d), want the session %s %s", p.TmuxID, p.SessionName,
+			p.Restart.Restarts, res.Session.ID, res.Session.Name)
+	}
+	recs := e.verdicts(id)
+	ended := withReason(recs, verdict.VerdictEnded, verdict.ReasonAgentExited)
+	restarted := withReason(recs, verdict.VerdictPublished, verdict.ReasonRestart)
+	if len(ended) != 1 || ended[0].Exit == nil || ended[0].Exit.Status == nil || *ended[0].Exit.Status != 3 ||
+		len(restarted) != 1 || restarted[0].Restart == nil || restarted[0].Restart.Count != 1 ||
+		restarted[0].Sequence < ended[0].Sequence || restarted[0].Session.ID != res.Session.ID {
+		t.Fatalf("verdicts: %v", verdictNames(recs))
+	}
+	// ls and show follow the census, which sees the respawned pane within a
+	// second (its subscription).
+	waitFor(t, "show: running, restarts 1", func() bool {
+		v, err := e.m.Show(context.Background(), Ref{Identity: &id})
+		return err == nil && v.Session != nil && v.Session.State == StateRunning && v.Session.Restarts == 1 &&
+			v.Session.Restart == fence.RestartOnFailure && v.Session.Generation >= 2 && v.Session.Authoritative
+	})
+	if _, err := e.m.Kill(context.Background(), Ref{Identity: &id}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "agent gone", func() bool { return len(agentsWith(marks)) == 0 })
+	if p := e.published(id); !p.Ended || p.Restart.State != fence.RestartStopped || p.Generation != 2 {
+		t.Fatalf("after kill: gen %d ended %v state %q", p.Generation, p.Ended, p.Restart.State)
+	}
+	if n := lines(marks); n != 1 {
+		t.Fatalf("%d resumed starts, want 1", n)
+	}
+}
+
+// TestRestartGivesUpAndDelaysDouble: an agent that always fails is started
+// burst times, with delays that double (read from the restart verdicts and
+// the ended verdicts' times), then one gave_up verdict; a create starts it
+// again.
+func TestRestartGivesUpAndDelaysDouble(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	exe, _ := os.Executable()
+	id, spec, marks := e.restartSpec("always", fence.RestartAlways, 20*time.Millisecond, 4, "agent", "exit", "1")
+	spec.ResumeArgv = []string{exe, "agent", "markexit", marks, "1"}
+	if _, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "gave_up", func() bool { return count(e.verdicts(id), verdict.VerdictGaveUp) == 1 })
+	recs := e.verdicts(id)
+	starts := withReason(recs, verdict.VerdictPublished, verdict.ReasonRestart)
+	if len(starts) != 3 || count(recs, verdict.VerdictPublished) != 4 || count(recs, verdict.VerdictEnded) != 4 {
+		t.Fatalf("want 4 starts (3 restarts), 4 ends: %v", verdictNames(recs))
+	}
+	for i, want := range []int64{20, 40, 80} {
+		got, _ := starts[i].Evidence["delay_ms"].(json.Number)
+		if got.String() != strconv.FormatInt(want, 10) {
+			t.Fatalf("restart %d: delay_ms %v, want %d", i+1, starts[i].Evidence["delay_ms"], want)
+		}
+		if starts[i].Restart == nil || starts[i].Restart.Count != i+1 {
+			t.Fatalf("restart %d: count %+v", i+1, starts[i].Restart)
+		}
+	}
+	p := e.published(id)
+	if p.Restart.State != fence.RestartGaveUp || p.Restart.Failures != 4 {
+		t.Fatalf("fence after giving up: %+v", p.Restart)
+	}
+	time.Sleep(100 * time.Millisecond) // nothing may start after gave_up (a bound, not a measurement)
+	if n := count(e.verdicts(id), verdict.VerdictPublished); n != 4 || lines(marks) != 3 {
+		t.Fatalf("started after gave_up: %d published, %d marks", n, lines(marks))
+	}
+	spec.Argv = []string{exe, "agent", "sleep"}
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	if err != nil || res.Status != verdict.VerdictPublished || res.Session.Restarts != 0 {
+		t.Fatalf("create after gave_up: %+v %v", res, err)
+	}
+}
+
+// TestRestartVerb: restart ends the running agent (the proven stop) and
+// starts the next generation now in the same session, whatever the policy;
+// its verdicts say manual_restart.
+func TestRestartVerb(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, spec, marks := e.restartSpec("manual", fence.RestartNever, time.Hour, 5, "agent", "sleep")
+	spec.Restart = ""
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := 0
+	waitFor(t, "first agent", func() bool { first = agentPID(res.Session.PanePID); return first != 0 })
+	v, err := e.m.Restart(context.Background(), Ref{Name: res.Session.Name})
+	if err != nil || v.Generation != 2 || v.ID != res.Session.ID || v.Name != res.Session.Name {
+		t.Fatalf("restart: %+v %v", v, err)
+	}
+	if liveNonZombie(first) {
+		t.Fatalf("first agent %d alive after the restart", first)
+	}
+	// The agent is counted once it runs; its mark once it wrote it.
+	waitFor(t, "resumed agent", func() bool { return len(agentsWith(marks)) == 1 && lines(marks) == 1 })
+	recs := e.verdicts(id)
+	if len(withReason(recs, verdict.VerdictEnded, verdict.ReasonManualRestart)) != 1 ||
+		len(withReason(recs, verdict.VerdictPublished, verdict.ReasonManualRestart)) != 1 {
+		t.Fatalf("verdicts: %v", verdictNames(recs))
+	}
+}
+
+// serverPID is the private tmux server's pid.
+func (e *env) serverPID(t *testing.T) int {
+	info, ok := e.census.Info()
+	if !ok {
+		t.Fatal("census has no server")
+	}
+	return info.PID
+}
+
+// startMany creates n on-failure identities named prefix-i running `agent
+// sleep`, resumed as `agent mark FILE`, and returns them with their mark files.
+func (e *env) startMany(t *testing.T, prefix string, n int, policy string) ([]fence.Identity, []string, []CreateResult) {
+	var ids []fence.Identity
+	var marks []string
+	var res []CreateResult
+	for i := 0; i < n; i++ {
+		id, spec, mk := e.restartSpec(prefix+strconv.Itoa(i), policy, 10*time.Millisecond, 5, "agent", "sleep")
+		r, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+		for try := 0; err != nil && verdict.CodeOf(err) == verdict.CodeFenceUnavailable && try < 5; try++ {
+			// A fence busy beyond its bound on a loaded machine: a client retries.
+			r, err = e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, marks, res = append(ids, id), append(marks, mk), append(res, r)
+	}
+	return ids, marks, res
+}
+
+// checkServerRestarted: every identity runs generation 2 in a new session,
+// started once (one mark, one agent, one server_restart verdict).
+func (e *env) checkServerRestarted(t *testing.T, ids []fence.Identity, marks []string, old []CreateResult) {
+	for i, id := range ids {
+		deadline := time.Now().Add(25 * time.Second)
+		waitFor(t, "restarted "+id.SessionID, func() bool {
+			if time.Now().After(deadline) {
+				deadline = deadline.Add(time.Hour)
+				t.Logf("%s: fence %+v restart %+v stopping %+v; agents %v; verdicts %v", id.SessionID, e.published(id),
+					e.published(id).Restart, e.published(id).Stopping, agentsWith(marks[i]), verdictNames(e.verdicts(id)))
+			}
+			p := e.published(id) // an attempt undone under load consumes a generation number
+			return p.Generation >= 2 && p.Restart.Restarts == 1 && !p.Ended && len(agentsWith(marks[i])) == 1 && lines(marks[i]) >= 1
+		})
+	}
+	for i, id := range ids {
+		recs := e.verdicts(id)
+		pub := withReason(recs, verdict.VerdictPublished, verdict.ReasonServerRestart)
+		if len(pub) != 1 || lines(marks[i]) != 1 || len(agentsWith(marks[i])) != 1 {
+			t.Fatalf("%s: %d server_restart verdicts, %d starts, %d agents: %v", id.SessionID, len(pub),
+				lines(marks[i]), len(agentsWith(marks[i])), verdictNames(recs))
+		}
+		if p := e.published(id); p.SessionName == old[i].Session.Name {
+			t.Fatalf("%s: restarted in a session named like the old one", id.SessionID)
+		}
+	}
+}
+
+// TestServerDeathRestarts: kill -9 of the tmux server with 20 running
+// on-failure identities: all 20 come back once, in new sessions, with
+// resume_argv; a never identity does not.
+func TestServerDeathRestarts(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	ids, marks, old := e.startMany(t, "srv", 20, fence.RestartOnFailure)
+	nid, _, _ := e.startMany(t, "never", 1, fence.RestartNever)
+	if err := syscall.Kill(e.serverPID(t), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	e.checkServerRestarted(t, ids, marks, old)
+	waitFor(t, "never identity ended", func() bool { return e.published(nid[0]).Ended })
+	if p := e.published(nid[0]); p.Generation != 1 || p.Restart.State != "" {
+		t.Fatalf("never identity: generation %d, restart state %q", p.Generation, p.Restart.State)
+	}
+}
+
+// TestRestartAfterDaemonDown: an agent that exits while the daemon is down
+// is restarted when the daemon returns, once.
+func TestRestartAfterDaemonDown(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	ids, marks, res := e.startMany(t, "down", 1, fence.RestartOnFailure)
+	agent := 0
+	waitFor(t, "agent", func() bool { agent = agentPID(res[0].Session.PanePID); return agent != 0 })
+	e.close()
+	if err := syscall.Kill(agent, syscall.SIGKILL); err != nil { // killed by a signal: a failure
+		t.Fatal(err)
+	}
+	waitFor(t, "agent dead", func() bool { return !liveNonZombie(agent) })
+	e2 := startEnv(t, e.home, "", false)
+	if err := e2.m.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "restarted", func() bool {
+		p := e2.published(ids[0])
+		return p.Generation >= 2 && p.Restart.Restarts == 1 && !p.Ended && len(agentsWith(marks[0])) == 1 && lines(marks[0]) >= 1
+	})
+	p := e2.published(ids[0])
+	recs := e2.verdicts(ids[0])
+	if p.TmuxID != res[0].Session.ID || lines(marks[0]) != 1 || count(recs, verdict.VerdictPublished) != 2 {
+		t.Fatalf("after the daemon's return: %s (was %s), %d starts: %v", p.TmuxID, res[0].Session.ID,
+			lines(marks[0]), verdictNames(recs))
+	}
+}
+
+// TestRebootRestarts: a reboot, simulated with the boot id seam (the daemon
+// returns on "another boot": its recorded generations' processes are gone
+// by definition) and the tmux server and its sessions gone: every running
+// on-failure identity comes back once in a new session with resume_argv, a
+// never identity does not.
+func TestRebootRestarts(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	ids, marks, old := e.startMany(t, "boot", 5, fence.RestartOnFailure)
+	nid, _, _ := e.startMany(t, "bootnever", 1, fence.RestartNever)
+	e.close()
+	// The host goes down: the server and every pane with it.
+	if out, err := tmuxtestKill(e); err != nil {
+		t.Fatalf("kill-server: %v %s", err, out)
+	}
+	for _, r := range append(old, CreateResult{}) {
+		if r.Session.PanePID != 0 {
+			waitFor(t, "pane process gone", func() bool { return !liveNonZombie(r.Session.PanePID) })
+		}
+	}
+	boot := filepath.Join(e.home, "boot_id")
+	if err := os.WriteFile(boot, []byte("00000000-0000-4000-8000-000000000001\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(proctreeBootEnv, boot)
+	e2 := startEnv(t, e.home, "", false)
+	if err := e2.m.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	e2.checkServerRestarted(t, ids, marks, old)
+	for _, id := range ids {
+		var ended *verdict.Record
+		for _, r := range e2.verdicts(id) {
+			if r.Verdict == verdict.VerdictEnded && r.Session.Generation == 1 {
+				ended = &r
+			}
+		}
+		if ended == nil || ended.Reason != verdict.ReasonServerExited || ended.Evidence["proof"] != "another boot" {
+			t.Fatalf("%s: ended verdict of generation 1: %+v", id.SessionID, ended)
+		}
+	}
+	waitFor(t, "never identity ended", func() bool { return e2.published(nid[0]).Ended })
+	if p := e2.published(nid[0]); p.Generation != 1 {
+		t.Fatalf("never identity restarted: generation %d", p.Generation)
+	}
+}
+
+const proctreeBootEnv = proctree.BootIDFileEnv
+
+func tmuxtestKill(e *env) ([]byte, error) {
+	return tmuxtest.Command("-S", e.socket, "kill-server").CombinedOutput()
+}
+
+// TestKeptSessionKilledByHand: while an identity waits out its delay, its
+// kept session (the dead pane) is listed as exited with the next start; a
+// human killing it is a stop: no restart.
+func TestKeptSessionKilledByHand(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, spec, marks := e.restartSpec("byhand", fence.RestartOnFailure, time.Hour, 5, "agent", "exit", "2")
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "waiting out the delay", func() bool {
+		v, err := e.m.Show(context.Background(), Ref{Name: res.Session.Name})
+		return err == nil && v.Session != nil && v.Session.State == StateExited && v.Session.NextStartAt != nil
+	})
+	if out, err := execTmux(e, "kill-session", "-t", res.Session.ID); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	waitFor(t, "stopped", func() bool { return e.published(id).Restart.State == fence.RestartStopped })
+	if e.published(id).Generation != 1 || lines(marks) != 0 {
+		t.Fatal("restarted after its kept session was killed by hand")
+	}
+}
+
+// TestDelaySurvivesDaemonRestart: the next start's due time is in the fence:
+// a daemon stopped while an identity waits out its delay leaves no restarter
+// behind (Shutdown waits for them), and the next daemon's start schedules it
+// at the recorded time, in the kept session.
+func TestDelaySurvivesDaemonRestart(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, spec, marks := e.restartSpec("delay", fence.RestartOnFailure, 1500*time.Millisecond, 5, "agent", "exit", "4")
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "waiting", func() bool { return e.published(id).Restart.State == fence.RestartExited })
+	due := e.published(id).Restart.Due
+	e.close()
+	e.m.mu.Lock()
+	left := len(e.m.restarters)
+	e.m.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d restarters left after Shutdown", left)
+	}
+	e2 := startEnv(t, e.home, "", false)
+	if p := e2.published(id); p.Restart.State != fence.RestartExited || !p.Restart.Due.Equal(due) {
+		t.Fatalf("after the restart the fence says %+v, want due %v", p.Restart, due)
+	}
+	if err := e2.m.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "restarted", func() bool {
+		p := e2.published(id)
+		return p.Generation >= 2 && p.Restart.Restarts == 1 && !p.Ended && len(agentsWith(marks)) == 1 && lines(marks) >= 1
+	})
+	if p := e2.published(id); p.PublishedAt.Before(due) || p.TmuxID != res.Session.ID {
+		t.Fatalf("started at %v (due %v) in %s (kept %s)", p.PublishedAt, due, p.TmuxID, res.Session.ID)
+	}
+}
