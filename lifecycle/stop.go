@@ -239,7 +239,7 @@ func (m *Manager) finishEnd(ctx context.Context, p fence.Published, cause endCau
 	// what is left of the session before the identity is freed.
 	keep := next.State == fence.RestartExited && next.Reason != verdict.ReasonServerRestart
 	if present && !keep {
-		if err := m.removeEndedSession(ctx, p, killReason{reason: cause.reason}); err != nil {
+		if err := m.removeEndedSessionRetry(ctx, p, killReason{reason: cause.reason}); err != nil {
 			return verdict.Record{}, err
 		}
 	}
@@ -272,6 +272,19 @@ func (m *Manager) finishEnd(ctx context.Context, p fence.Published, cause endCau
 // endedHook, when a test sets it, runs right after MarkEnded freed p's
 // identity: the first moment a create can reserve it again.
 var endedHook func(p fence.Published)
+
+// removeEndedSessionRetry is removeEndedSession, tried again a few times a
+// second apart: a tmux command that timed out on a busy server should not leave
+// the generation stopping until the next reconcile.
+func (m *Manager) removeEndedSessionRetry(ctx context.Context, p fence.Published, kr killReason) error {
+	var err error
+	for try := 0; try < 3; try++ {
+		if err = m.removeEndedSession(ctx, p, kr); err == nil || !sleepCtx(ctx, time.Second) {
+			return err
+		}
+	}
+	return err
+}
 
 // removeEndedSession kills the session of a generation being ended (its pane
 // dead, kept by remain-on-exit) and confirms it gone, its followers detached
