@@ -13,15 +13,8 @@ import (
 )
 
 func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeError(w, verdict.Errorf(verdict.CodeBodyTooLarge, map[string]any{"limit": mbe.Limit},
-				"request body is larger than %d bytes", mbe.Limit))
-			return
-		}
-		writeError(w, invalid("body", "cannot read it: %v", err))
+	body, ok := readBody(w, r)
+	if !ok {
 		return
 	}
 	req, err := DecodeCreate(body)
@@ -141,9 +134,8 @@ func (s *Server) handleFence(w http.ResponseWriter, r *http.Request) {
 
 // handleRelease is POST /v1/fence/release {"reservation_id": "…"}.
 func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		writeError(w, invalid("body", "cannot read it: %v", err))
+	body, ok := readBody(w, r)
+	if !ok {
 		return
 	}
 	var req ReleaseRequest
@@ -204,4 +196,22 @@ func parseSince(r *http.Request) (since int64, follow bool, err error) {
 		return 0, false, invalid("follow", "must be 1 or 0")
 	}
 	return since, follow, nil
+}
+
+// readBody reads a request body (already capped by the server's MaxBytesReader):
+// a body over the cap is 413 body_too_large, any other read error invalid_request;
+// false when the answer has been written.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, verdict.Errorf(verdict.CodeBodyTooLarge, map[string]any{"limit": mbe.Limit},
+				"request body is larger than %d bytes", mbe.Limit))
+			return nil, false
+		}
+		writeError(w, invalid("body", "cannot read it: %v", err))
+		return nil, false
+	}
+	return body, true
 }

@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -166,15 +164,8 @@ func (s *Server) handleInput(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeError(w, verdict.Errorf(verdict.CodeBodyTooLarge, map[string]any{"limit": mbe.Limit},
-				"request body is larger than %d bytes", mbe.Limit))
-			return
-		}
-		writeError(w, invalid("body", "cannot read it: %v", err))
+	body, ok := readBody(w, r)
+	if !ok {
 		return
 	}
 	in, err := DecodeInput(body)
