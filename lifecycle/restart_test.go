@@ -404,3 +404,23 @@ func TestDelaySurvivesDaemonRestart(t *testing.T) {
 		t.Fatalf("started at %v (due %v) in %s (kept %s)", p.PublishedAt, due, p.TmuxID, res.Session.ID)
 	}
 }
+
+// TestInputWhileRestartWaits: a session kept by a restart that waits out its
+// delay exists, but its agent does not: input is refused agent_not_running
+// (details.restarting), not not_found, and nothing is typed into it.
+func TestInputWhileRestartWaits(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, spec, _ := e.restartSpec("waitinput", fence.RestartOnFailure, time.Hour, 5, "agent", "exit", "2")
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "waiting out the delay", func() bool {
+		v, err := e.m.Show(context.Background(), Ref{Name: res.Session.Name})
+		return err == nil && v.Session != nil && v.Session.State == StateExited
+	})
+	err = e.m.Input(context.Background(), Ref{Name: res.Session.Name}, Input{Text: "hello"})
+	if verdict.CodeOf(err) != verdict.CodeAgentNotRunning {
+		t.Fatalf("input while the restart waits: %v, want agent_not_running", err)
+	}
+}

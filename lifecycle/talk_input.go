@@ -145,6 +145,21 @@ func notRunning(name string) error {
 		"the agent of session %s is not running (its pane is dead)", name)
 }
 
+// keptNotRunning turns the not_found of a session of ours whose generation has
+// ended — kept by a restart that waits out its delay or is under way — into
+// agent_not_running: the session exists, its agent does not (yet).
+func (m *Manager) keptNotRunning(ctx context.Context, ref Ref, err error) error {
+	if verdict.CodeOf(err) != verdict.CodeNotFound {
+		return err
+	}
+	t, rerr := m.Resolve(ctx, ref)
+	if rerr != nil || t.Session == nil || t.Published == nil || t.Live {
+		return err
+	}
+	return verdict.Errorf(verdict.CodeAgentNotRunning, map[string]any{"name": t.Session.Name, "restarting": true},
+		"the agent of session %s is not running (its generation ended; a restart is due or under way)", t.Session.Name)
+}
+
 // inputQueue orders the inputs of one session: tickets are taken when an input
 // is accepted and served strictly in ticket order, one input at a time, so
 // inputs from concurrent senders are applied whole and in acceptance order.
@@ -220,7 +235,7 @@ func (m *Manager) Input(ctx context.Context, ref Ref, in Input) error {
 	}
 	t, err := m.talkTarget(ctx, ref)
 	if err != nil {
-		return err
+		return m.keptNotRunning(ctx, ref, err)
 	}
 	if t.sess.PaneDead {
 		return notRunning(t.sess.Name)
