@@ -114,12 +114,7 @@ func (c *Census) resync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := c.applyAt(epoch, life, entries, num); err != nil {
-		return err
-	}
-	c.lastSync.Store(int64(time.Since(began)))
-	c.lastSyncAt.Store(time.Now().UnixNano())
-	return nil
+	return c.applyTimed(epoch, life, entries, num, began)
 }
 
 // relistIDs applies ended sessions from an id-only list, which costs tmux
@@ -578,6 +573,13 @@ func (c *Census) apply(epoch uint64, life tmuxctl.ServerLife, entries []*entry) 
 // applyAt is apply for a list tmux ran as command number num (0: unknown,
 // which keeps no admitted entry through it).
 func (c *Census) applyAt(epoch uint64, life tmuxctl.ServerLife, entries []*entry, num uint64) error {
+	return c.applyTimed(epoch, life, entries, num, time.Time{})
+}
+
+// applyTimed is applyAt for a full sync that began at began (zero: not
+// timed). The duration is stored under c.mu before the census says synced,
+// so no reader sees a synced census without its sync's duration.
+func (c *Census) applyTimed(epoch uint64, life tmuxctl.ServerLife, entries []*entry, num uint64, began time.Time) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.epoch != epoch || !c.online || c.info.ServerLife != life {
@@ -622,6 +624,10 @@ func (c *Census) applyAt(epoch uint64, life tmuxctl.ServerLife, entries []*entry
 	if c.lifeEnded { // see onConnected: what ended unlisted needs a reconcile
 		c.lifeEnded = false
 		c.emitLocked(Change{Kind: Resync, Life: life})
+	}
+	if !began.IsZero() {
+		c.lastSync.Store(int64(time.Since(began)))
+		c.lastSyncAt.Store(time.Now().UnixNano())
 	}
 	c.setSyncedLocked()
 	return nil
