@@ -72,7 +72,10 @@ type attempt struct {
 	start     time.Time
 	stop      context.CancelFunc
 	restart   *restartOf // set when the attempt starts a generation after the first
-	respawned bool       // its helper was started in a kept session (respawn-pane)
+	// reuse is, for a create, the session the identity's ended generation
+	// left (see leftoverOf); the create starts in it as a restart would.
+	reuse     *keptSession
+	respawned bool // its helper was started in a kept session (respawn-pane)
 
 	sent      bool // new-session was written: from here a session may exist
 	uncertain bool // a step's outcome is unknown: abandon, never guess
@@ -113,7 +116,8 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (CreateResult, 
 	// The fence canonicalised the identity and spec (realpath): tags, names and
 	// verdicts use its form, so every later reader digests the same bytes.
 	req.Identity, req.Spec = res.Identity, res.Spec
-	a := &attempt{resID: res.ID, req: req, res: res, digest: res.Identity.Digest(), start: start, stop: cancel}
+	a := &attempt{resID: res.ID, req: req, res: res, digest: res.Identity.Digest(), start: start, stop: cancel,
+		reuse: m.leftoverOf(sctx, res.Identity)}
 	m.track(a)
 	defer m.untrack(a)
 	result, err := m.saga(sctx, a)

@@ -97,6 +97,22 @@ func (m *Manager) keptOf(p fence.Published) *keptSession {
 	return &keptSession{tmuxID: s.ID, paneID: s.PaneID, name: s.Name, life: m.lifeOf(p.ServerPID, p.ServerStart)}
 }
 
+// leftoverOf is the session the identity's ended generation left standing:
+// kept for a restart not started yet (the identity waits out its delay), or
+// not removed yet (a kill or a superseding create between its steps). A
+// create reuses it as a restart does — respawn-pane -k in its dead pane —
+// so that a create racing a restart never puts a second session beside the
+// kept one (model/saga.pml, -DBUILT_SESSIONS). nil when there is none.
+func (m *Manager) leftoverOf(ctx context.Context, id fence.Identity) *keptSession {
+	fctx, cancel := fenceCtx(ctx)
+	defer cancel()
+	p, ok, err := m.fence.PublishedFor(fctx, id)
+	if err != nil || !ok || !p.Ended {
+		return nil
+	}
+	return m.keptOf(p)
+}
+
 // safeName: the names our saga gives ([a-z0-9-]); a session renamed by hand
 // to anything else is not reused (the fence records the name as a token).
 func safeName(n string) bool {

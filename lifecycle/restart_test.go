@@ -424,3 +424,38 @@ func TestInputWhileRestartWaits(t *testing.T) {
 		t.Fatalf("input while the restart waits: %v, want agent_not_running", err)
 	}
 }
+
+// TestCreateWhileRestartWaitsReusesKeptSession: a create of an identity that
+// waits out its restart delay starts the next generation in the kept
+// session (respawn-pane, as the restart would), never in a second session
+// beside it (model/saga.pml, -DBUILT_SESSIONS); the wait is over.
+func TestCreateWhileRestartWaitsReusesKeptSession(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, spec, marks := e.restartSpec("createwaits", fence.RestartOnFailure, time.Hour, 5, "agent", "exit", "2")
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "waiting out the delay", func() bool { return e.published(id).Restart.State == fence.RestartExited })
+	again := spec
+	again.Argv = spec.ResumeArgv
+	res2, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: again, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res2.Status != verdict.VerdictPublished || res2.Session.ID != res.Session.ID || res2.Session.Name != res.Session.Name {
+		t.Fatalf("create while waiting: %s in %s %q, want published in the kept %s %q",
+			res2.Status, res2.Session.ID, res2.Session.Name, res.Session.ID, res.Session.Name)
+	}
+	out, err := execTmux(e, "list-sessions", "-F", "#{@skc-identity}")
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if n := strings.Count(string(out), id.Digest()); n != 1 {
+		t.Fatalf("%d sessions carry the identity, want 1:\n%s", n, out)
+	}
+	waitFor(t, "the create's agent runs", func() bool { return len(agentsWith(marks)) == 1 && lines(marks) == 1 })
+	if p := e.published(id); p.Ended || p.Generation != 2 || p.TmuxID != res.Session.ID {
+		t.Fatalf("after the create the fence says %+v", p)
+	}
+}

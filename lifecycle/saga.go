@@ -36,7 +36,7 @@ func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retEr
 	a.name = attemptName(a.digest, a.res.ID)
 	invoked := fence.Patch{AttemptName: a.name}
 	kept := a.kept()
-	if kept != nil { // a restart in the kept session: its name stays
+	if kept != nil { // a restart (or a create) in the kept session: its name stays
 		a.name, invoked.AttemptName, invoked.Kept = kept.name, kept.name, true
 	}
 	if err := m.advance(ctx, a, fence.PhaseHelperInvoked, invoked); err != nil {
@@ -335,14 +335,17 @@ func (m *Manager) publishedRecord(a *attempt) verdict.Record {
 	}
 	if a.restart != nil {
 		restartRecord(&rec, a.restart)
+	} else if a.reuse != nil {
+		rec.Evidence["same_session"] = a.respawned
+		rec.Evidence["previous_tmux_id"] = a.reuse.tmuxID
 	}
 	return rec
 }
 
-// kept is the session a restart attempt reuses, nil for a new session.
+// kept is the session the attempt reuses, nil for a new session.
 func (a *attempt) kept() *keptSession {
 	if a.restart == nil {
-		return nil
+		return a.reuse
 	}
 	return a.restart.kept
 }

@@ -119,7 +119,7 @@ rnd=0
 [ "$nc" -ge 3 ] && rnd=1
 max() { if [ "$1" -ge "$2" ]; then echo "$1"; else echo "$2"; fi; }
 
-only=${MODEL_ONLY:-default NO_PUBLIVE RECLAIM_FIRST NO_GATE SESSION_IS_AGENT PRESERVE_RELEASES RESTART RESPAWN_FIRST RESTART_TWO_STEPS RESTART_AT_RESERVED RESTART_BUILT BUILT_SESSIONS}
+only=${MODEL_ONLY:-default NO_PUBLIVE RECLAIM_FIRST NO_GATE SESSION_IS_AGENT PRESERVE_RELEASES RESTART RESPAWN_FIRST RESTART_TWO_STEPS RESTART_AT_RESERVED RESTART_BUILT CREATE_NEW_SESSION}
 for c in $only; do
 	case $c in
 	default) check_holds default "$nc" ;;
@@ -128,12 +128,12 @@ for c in $only; do
 	PRESERVE_RELEASES) check_holds "$c" 2 "-D$c" ;;   # NC=2 always: see model/README.md
 	RESTART) check_holds RESTART 1 -DRESTART -DND=$rnd ;;
 	# the restart as built: one creator and one restarter; the full run (NC=3) adds a
-	# kill of the waiting identity. BUILT_SESSIONS is a finding, not a hole: the kept
-	# session stands beside a racing create's new one (model/README.md).
+	# kill of the waiting identity. CREATE_NEW_SESSION removes the create's reuse of
+	# the kept session: a second session beside it (model/README.md).
 	RESTART_BUILT)
 		if [ "$nc" -ge 3 ]; then check_holds RESTART_BUILT 1 -DRESTART_BUILT -DND=0 -DKILL
 		else check_holds RESTART_BUILT 1 -DRESTART_BUILT -DND=0; fi ;;
-	BUILT_SESSIONS) check_caught "$c" 1 -DRESTART_BUILT -DND=0 -DBUILT_SESSIONS ;;
+	CREATE_NEW_SESSION) check_caught "$c" 1 -DRESTART_BUILT -DND=0 -DCREATE_NEW_SESSION ;;
 	RESPAWN_FIRST | RESTART_TWO_STEPS | RESTART_AT_RESERVED)
 		check_caught "$c" 1 -DRESTART -DND=0 "-D$c" ;;
 	*) die "unknown check '$c'" ;;
