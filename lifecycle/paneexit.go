@@ -37,7 +37,7 @@ type agentEnd struct {
 	// could not be run or died before), so the exit is the helper's, not an
 	// agent's: the kind stays owner_lost.
 	helperOnly bool
-	ended   time.Time
+	ended      time.Time
 }
 
 // paneExitWait bounds how long end detection waits for tmux to fill in the

@@ -343,4 +343,3 @@ func (m *Manager) endEvidence(ctx context.Context, p fence.Published, cause endC
 	}
 	return rec
 }
-
