@@ -33,11 +33,11 @@ type agentEnd struct {
 	signal  string // a name, e.g. "SIGKILL"
 	pid     int
 	started time.Time
+	ended   time.Time
 	// helperOnly: the pane's process never recorded its start (the helper
 	// could not be run or died before), so the exit is the helper's, not an
 	// agent's: the kind stays owner_lost.
 	helperOnly bool
-	ended      time.Time
 }
 
 // paneExitWait bounds how long end detection waits for tmux to fill in the
