@@ -187,11 +187,11 @@ func (s *Store) Postmortem(ctx context.Context, id Identity, gen uint64) (Postmo
 	var status sql.NullInt64
 	var started, ended int64
 	err = s.r.QueryRowContext(ctx, `SELECT reservation_id, state_dir, session_id, generation, helper_pid,
-		helper_incarnation, exit_status, signal, started_at, ended_at, cgroup FROM postmortems
+		helper_incarnation, agent_pid, exit_status, signal, started_at, ended_at, cgroup FROM postmortems
 		WHERE state_dir = ? AND session_id = ? AND generation = ?
 		ORDER BY started_at DESC LIMIT 1`, id.StateDir, id.SessionID, gen).Scan(
 		&pm.ReservationID, &pm.Identity.StateDir, &pm.Identity.SessionID, &pm.Generation, &pm.HelperPID,
-		&pm.HelperIncarnation, &status, &pm.Signal, &started, &ended, &pm.Cgroup)
+		&pm.HelperIncarnation, &pm.AgentPID, &status, &pm.Signal, &started, &ended, &pm.Cgroup)
 	pm, ok, err := noRows(pm, err)
 	if err != nil || !ok {
 		return Postmortem{}, false, s.dbErrOrNil("postmortem", err)

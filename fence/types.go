@@ -433,16 +433,20 @@ func (l Live) String() string {
 // exec'd has no end here: the pane's process is the agent, and tmux keeps its
 // exit in the dead pane (lifecycle end detection).
 type Postmortem struct {
-	ReservationID     string    `json:"reservation_id"`
-	Identity          Identity  `json:"identity"`
-	Generation        uint64    `json:"generation"`
-	HelperPID         int       `json:"helper_pid"`
-	HelperIncarnation string    `json:"helper_incarnation"`
-	ExitStatus        *int      `json:"exit_status"` // nil: unknown or killed by a signal
-	Signal            string    `json:"signal"`      // e.g. "SIGKILL", "" when none
-	StartedAt         time.Time `json:"started_at"`
-	EndedAt           time.Time `json:"ended_at"` // zero while the helper or its agent runs
-	Cgroup            string    `json:"cgroup"`   // the cgroup the helper entered before its agent, "" if none
+	ReservationID     string   `json:"reservation_id"`
+	Identity          Identity `json:"identity"`
+	Generation        uint64   `json:"generation"`
+	HelperPID         int      `json:"helper_pid"`
+	HelperIncarnation string   `json:"helper_incarnation"`
+	// AgentPID is read only: a resident helper of a binary from before the
+	// exec ran the agent as its child and recorded its end with its pid; 0
+	// for the end of an exec that failed.
+	AgentPID   int       `json:"agent_pid"`
+	ExitStatus *int      `json:"exit_status"` // nil: unknown or killed by a signal
+	Signal     string    `json:"signal"`      // e.g. "SIGKILL", "" when none
+	StartedAt  time.Time `json:"started_at"`
+	EndedAt    time.Time `json:"ended_at"` // zero while the helper or its agent runs
+	Cgroup     string    `json:"cgroup"`   // the cgroup the helper entered before its agent, "" if none
 }
 
 type restartAlias RestartInfo

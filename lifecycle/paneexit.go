@@ -28,7 +28,7 @@ import (
 // agentEnd is what is known of how the generation's agent ended; the zero
 // value when nothing is.
 type agentEnd struct {
-	source  string // exit_source: "pane_dead_status" (tmux) or "exec_failed" (the helper's postmortem)
+	source  string // exit_source: "pane_dead_status" (tmux), "exec_failed" or "helper_postmortem" (the fence)
 	status  *int
 	signal  string // a name, e.g. "SIGKILL"
 	pid     int
@@ -59,8 +59,14 @@ var (
 func (m *Manager) agentEndOf(ctx context.Context, p fence.Published, sess census.Session, present bool) agentEnd {
 	pm, ok, err := m.fence.Postmortem(ctx, p.Identity, p.Generation)
 	if err == nil && ok && !pm.EndedAt.IsZero() {
-		return agentEnd{source: "exec_failed", status: pm.ExitStatus, signal: pm.Signal,
+		e := agentEnd{source: "exec_failed", status: pm.ExitStatus, signal: pm.Signal,
 			started: pm.StartedAt, ended: pm.EndedAt}
+		if pm.AgentPID > 0 {
+			// A resident helper of the binary before the exec (a session
+			// older than this daemon) recorded its child agent's end.
+			e.source, e.pid = "helper_postmortem", pm.AgentPID
+		}
+		return e
 	}
 	if !present {
 		return agentEnd{}
