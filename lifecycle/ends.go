@@ -99,6 +99,18 @@ func (m *Manager) onPaneDead(ctx context.Context, ch census.Change) {
 	m.stopGeneration(pub, endCause{reason: verdict.ReasonAgentExited})
 }
 
+// endIfDeadAtPublish starts the stop of a generation whose pane the census
+// already shows dead when it is published: a helper that could not start
+// dies before the publication, and end detection, which saw that death while
+// no generation was published in the session, ignored it — nothing else
+// would end the generation before the next reconcile. A death the census sees
+// later is onPaneDead's; both join the same stop.
+func (m *Manager) endIfDeadAtPublish(p fence.Published) {
+	if s, ok := m.sessionOf(p); ok && s.PaneDead && !staleDeath(s, p) {
+		m.stopGeneration(p, endCause{reason: verdict.ReasonAgentExited})
+	}
+}
+
 // publishedByTmuxID finds the published, not-ended generation living in session id
 // of server life life: one indexed fence read (fence.PublishedByTmux), since it
 // runs for every session the census sees removed — thousands in a mass end.
