@@ -12,7 +12,7 @@ GOFLAGS_TEST ?=
 TEST_TIMEOUT ?= 20m
 APT_GET   := DEBIAN_FRONTEND=noninteractive apt-get
 
-.PHONY: all build run test test-tmux37 vet fmt-check deps tmux test-deps bench bench-scale soak fuzz demo \
+.PHONY: all build run test test-tmux37 vet fmt-check deps tmux test-deps bench bench-panes bench-scale soak fuzz demo \
         model install-user-unit clean
 
 all: build
@@ -94,6 +94,25 @@ bench: tmux build
 	$(GO) test -run '^$$' -bench 'Talk$$' -benchtime 200x ./api/backend/
 	$(GO) test -run '^$$' -bench 'TalkOutput|TalkFollowers100' -benchtime 1x -timeout 20m ./api/backend/
 	$(GO) run ./integration/cmd/bench -bin $(BIN) -list-n 1000 -list-reps 50 -lookups 200 -out BENCHMARKS.e2e.generated.md
+	$(MAKE) bench-panes
+
+# Per-session overhead (issue 18, goal 1), in one run: the processes of ours in
+# each session's pane tree, threads and Pss, with the binary from before the pane
+# helper exec'd its agent (PANE_BASELINE, a commit of this repository built from
+# `git archive` into bin/) and with this tree's; then the daemon's own memory per
+# session at PANE_MEM_N sessions (capped by free ptys and memory; the run says
+# where it measured). Writes BENCHMARKS.panes.generated.md.
+PANE_BASELINE ?= b0b0e87
+PANE_MEM_N    ?= 4000
+PANE_BASE_BIN := bin/skc-supervisor-$(PANE_BASELINE)
+bench-panes: tmux build $(PANE_BASE_BIN)
+	$(GO) run ./integration/cmd/bench -bin $(BIN) -pane-cost -before-bin $(PANE_BASE_BIN) -mem-n $(PANE_MEM_N) -out BENCHMARKS.panes.generated.md
+
+$(PANE_BASE_BIN):
+	rm -rf bin/baseline-src && mkdir -p bin/baseline-src
+	git archive $(PANE_BASELINE) | tar -x -C bin/baseline-src
+	cd bin/baseline-src && $(GO) build -trimpath -o ../skc-supervisor-$(PANE_BASELINE) ./cmd/skc-supervisor
+	rm -rf bin/baseline-src
 
 # The scale run: 4,000 live supervised sessions (capped by free ptys and memory);
 # 20-40 minutes on 2 cores, most of it creating sessions. The census subscription's

@@ -4,13 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
 // The pane helper opens the fence with its own Store (another process) and
-// writes here, so an agent's exit is recorded even while the daemon is down.
+// writes here: its start, before its gate, and the end of an agent it could
+// not exec, so that failure is recorded even while the daemon is down.
 
 // RecordHelperStart records the pane helper's pid and incarnation against its
 // reservation and generation, creating the postmortem row that RecordPostmortem
@@ -124,20 +124,20 @@ func (s *Store) RecordPostmortem(ctx context.Context, pm Postmortem) error {
 		if pm.ExitStatus != nil {
 			status = *pm.ExitStatus
 		}
+		// agent_pid and the rusage columns (schema 1) stay at their
+		// defaults: the helper that records an end never ran an agent.
 		_, err := q.ExecContext(ctx, `INSERT INTO postmortems (reservation_id, state_dir, session_id,
-			generation, helper_pid, helper_incarnation, agent_pid, exit_status, signal, utime_ns, stime_ns,
-			maxrss_kb, started_at, ended_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			generation, helper_pid, helper_incarnation, exit_status, signal, started_at, ended_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (reservation_id) DO UPDATE SET
 			helper_pid = CASE WHEN excluded.helper_pid > 0 THEN excluded.helper_pid ELSE helper_pid END,
 			helper_incarnation = CASE WHEN excluded.helper_incarnation <> '' THEN excluded.helper_incarnation
 				ELSE helper_incarnation END,
-			agent_pid = excluded.agent_pid, exit_status = excluded.exit_status, signal = excluded.signal,
-			utime_ns = excluded.utime_ns, stime_ns = excluded.stime_ns, maxrss_kb = excluded.maxrss_kb,
+			exit_status = excluded.exit_status, signal = excluded.signal,
 			started_at = CASE WHEN excluded.started_at > 0 THEN excluded.started_at ELSE started_at END,
 			ended_at = excluded.ended_at`,
 			pm.ReservationID, pm.Identity.StateDir, pm.Identity.SessionID, pm.Generation, pm.HelperPID,
-			pm.HelperIncarnation, pm.AgentPID, status, pm.Signal, int64(pm.UserTime), int64(pm.SystemTime),
-			pm.MaxRSS, nanos(pm.StartedAt), nanos(pm.EndedAt))
+			pm.HelperIncarnation, status, pm.Signal, nanos(pm.StartedAt), nanos(pm.EndedAt))
 		return err
 	})
 }
@@ -153,8 +153,8 @@ func checkPostmortem(pm *Postmortem) error {
 		}
 		pm.Identity = id
 	}
-	if pm.HelperPID < 0 || pm.AgentPID < 0 || pm.MaxRSS < 0 || pm.UserTime < 0 || pm.SystemTime < 0 {
-		return invalid("postmortem", "negative pid, time or rss")
+	if pm.HelperPID < 0 {
+		return invalid("postmortem", "negative pid")
 	}
 	if err := checkToken("helper_incarnation", pm.HelperIncarnation, false); err != nil {
 		return err
@@ -185,14 +185,13 @@ func (s *Store) Postmortem(ctx context.Context, id Identity, gen uint64) (Postmo
 	}
 	var pm Postmortem
 	var status sql.NullInt64
-	var utime, stime, started, ended int64
+	var started, ended int64
 	err = s.r.QueryRowContext(ctx, `SELECT reservation_id, state_dir, session_id, generation, helper_pid,
-		helper_incarnation, agent_pid, exit_status, signal, utime_ns, stime_ns, maxrss_kb, started_at, ended_at,
-		cgroup FROM postmortems WHERE state_dir = ? AND session_id = ? AND generation = ?
+		helper_incarnation, agent_pid, exit_status, signal, started_at, ended_at, cgroup FROM postmortems
+		WHERE state_dir = ? AND session_id = ? AND generation = ?
 		ORDER BY started_at DESC LIMIT 1`, id.StateDir, id.SessionID, gen).Scan(
 		&pm.ReservationID, &pm.Identity.StateDir, &pm.Identity.SessionID, &pm.Generation, &pm.HelperPID,
-		&pm.HelperIncarnation, &pm.AgentPID, &status, &pm.Signal, &utime, &stime, &pm.MaxRSS, &started, &ended,
-		&pm.Cgroup)
+		&pm.HelperIncarnation, &pm.AgentPID, &status, &pm.Signal, &started, &ended, &pm.Cgroup)
 	pm, ok, err := noRows(pm, err)
 	if err != nil || !ok {
 		return Postmortem{}, false, s.dbErrOrNil("postmortem", err)
@@ -201,7 +200,6 @@ func (s *Store) Postmortem(ctx context.Context, id Identity, gen uint64) (Postmo
 		v := int(status.Int64)
 		pm.ExitStatus = &v
 	}
-	pm.UserTime, pm.SystemTime = durationNS(utime), durationNS(stime)
 	pm.StartedAt, pm.EndedAt = fromNanos(started), fromNanos(ended)
 	return pm, true, nil
 }
@@ -214,5 +212,3 @@ func (s *Store) dbErrOrNil(op string, err error) error {
 }
 
 var _ verdict.Journal = (*Store)(nil)
-
-func durationNS(n int64) time.Duration { return time.Duration(n) }

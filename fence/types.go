@@ -426,23 +426,27 @@ func (l Live) String() string {
 	return "unknown"
 }
 
-// Postmortem is what the pane helper records about its agent, so an exit is
-// known even while the daemon is down.
+// Postmortem is what the pane helper records of its generation: its start
+// (RecordHelperStart: its pid, incarnation and cgroup, which the stop's hold
+// reads) and, when it could not exec the agent, that end (RecordPostmortem),
+// so the failure is known even while the daemon is down. An agent that was
+// exec'd has no end here: the pane's process is the agent, and tmux keeps its
+// exit in the dead pane (lifecycle end detection).
 type Postmortem struct {
-	ReservationID     string        `json:"reservation_id"`
-	Identity          Identity      `json:"identity"`
-	Generation        uint64        `json:"generation"`
-	HelperPID         int           `json:"helper_pid"`
-	HelperIncarnation string        `json:"helper_incarnation"`
-	AgentPID          int           `json:"agent_pid"`
-	ExitStatus        *int          `json:"exit_status"` // nil: unknown or killed by a signal
-	Signal            string        `json:"signal"`      // e.g. "SIGKILL", "" when none
-	UserTime          time.Duration `json:"utime_ns"`
-	SystemTime        time.Duration `json:"stime_ns"`
-	MaxRSS            int64         `json:"maxrss_kb"`
-	StartedAt         time.Time     `json:"started_at"`
-	EndedAt           time.Time     `json:"ended_at"` // zero while the agent runs
-	Cgroup            string        `json:"cgroup"`   // the cgroup the helper entered before its agent, "" if none
+	ReservationID     string   `json:"reservation_id"`
+	Identity          Identity `json:"identity"`
+	Generation        uint64   `json:"generation"`
+	HelperPID         int      `json:"helper_pid"`
+	HelperIncarnation string   `json:"helper_incarnation"`
+	// AgentPID is read only: a resident helper of a binary from before the
+	// exec ran the agent as its child and recorded its end with its pid; 0
+	// for the end of an exec that failed.
+	AgentPID   int       `json:"agent_pid"`
+	ExitStatus *int      `json:"exit_status"` // nil: unknown or killed by a signal
+	Signal     string    `json:"signal"`      // e.g. "SIGKILL", "" when none
+	StartedAt  time.Time `json:"started_at"`
+	EndedAt    time.Time `json:"ended_at"` // zero while the helper or its agent runs
+	Cgroup     string    `json:"cgroup"`   // the cgroup the helper entered before its agent, "" if none
 }
 
 type restartAlias RestartInfo

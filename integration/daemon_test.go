@@ -264,14 +264,22 @@ func children(pid int) []int {
 	return out
 }
 
-// descendantNamed returns a descendant of pid whose comm is name, or 0.
+// descendantNamed returns pid itself or a descendant of pid whose comm is
+// name, or 0. A pane's pid is its agent's once the pane helper has exec'd it.
 func descendantNamed(pid int, name string) int {
+	if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(comm)) == name {
+		return pid
+	}
+	return descendantOnly(pid, name)
+}
+
+func descendantOnly(pid int, name string) int {
 	for _, c := range children(pid) {
 		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", c))
 		if strings.TrimSpace(string(comm)) == name {
 			return c
 		}
-		if d := descendantNamed(c, name); d != 0 {
+		if d := descendantOnly(c, name); d != 0 {
 			return d
 		}
 	}

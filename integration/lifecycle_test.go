@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,57 +52,134 @@ func TestEndSignal(t *testing.T) {
 	}
 }
 
-// waitAgent waits until the pane helper runs the agent (a descendant named comm)
-// and returns its pid.
+// waitAgent waits until the pane runs the agent (the pane's process itself
+// once the helper has exec'd it, or a descendant named comm) and returns its pid.
 func waitAgent(t testing.TB, panePID int, comm string) int {
 	t.Helper()
 	var pid int
-	WaitFor(t, waitDeadline, "the agent "+comm+" under pane pid", func() error {
+	WaitFor(t, waitDeadline, "the agent "+comm+" in pane pid", func() error {
 		if pid = descendantNamed(panePID, comm); pid == 0 {
-			return errorf("no %s under %d", comm, panePID)
+			return errorf("no %s at or under %d", comm, panePID)
 		}
 		return nil
 	})
 	return pid
 }
 
-// TestEndWhileDaemonDown: an agent that exits while no daemon runs is recorded by
-// its pane helper; the restarted daemon writes an ended verdict with exit_kind
-// process_postmortem and the recorded status.
-func TestEndWhileDaemonDown(t *testing.T) {
+// TestNoProcessOfOursInSession: once its agent runs, no process in a
+// session's process tree runs our binary: the pane's process is the agent
+// itself (the helper exec'd it, same pid), and the agent holds no descriptor
+// of the fence. The tree is walked in /proc from the pane's pid, children
+// recursively.
+func TestNoProcessOfOursInSession(t *testing.T) {
 	t.Parallel()
-	h := NewHome(t)
-	d := h.Start(t, DaemonOpts{})
-	dir := t.TempDir()
-	started, goFile := filepath.Join(dir, "started"), filepath.Join(dir, "go")
-	spec := NewSpec(t, "postmortem")
-	spec.Env = []string{"STARTED=" + started, "GO_FILE=" + goFile}
-	spec.Argv = []string{"/bin/sh", "-c", `: > "$STARTED"; while [ ! -e "$GO_FILE" ]; do sleep 0.05; done; exit 5`}
+	d := StartDaemon(t, DaemonOpts{})
+	ours, err := os.Stat(needBinary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := filepath.Join(t.TempDir(), "started")
+	spec := NewSpec(t, "no-helper")
+	spec.Env = []string{"STARTED=" + started}
+	spec.Argv = []string{"/bin/sh", "-c", `sleep 1000 & sleep 1000 & : > "$STARTED"; wait`}
 	s := d.MustCreate(t, spec, "published")
 	WaitFor(t, waitDeadline, "the agent to start", func() error {
 		_, err := os.Stat(started)
 		return err
 	})
-	d.StopWith(t, syscall.SIGINT)
+	tree := processTree(s.PanePID)
+	if len(tree) < 3 {
+		t.Fatalf("process tree of pane pid %d: %v, want the shell and its two sleeps", s.PanePID, tree)
+	}
+	for _, pid := range tree {
+		exe, err := os.Stat(fmt.Sprintf("/proc/%d/exe", pid))
+		if err != nil {
+			t.Fatalf("pid %d of the session: %v", pid, err)
+		}
+		if os.SameFile(exe, ours) {
+			cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			t.Errorf("pid %d in the session runs our binary: %q", pid, cmd)
+		}
+		fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", pid))
+		for _, fd := range fds {
+			if l, _ := os.Readlink(fd); strings.HasPrefix(l, d.Dir) {
+				t.Errorf("pid %d in the session holds %s open (%s)", pid, l, fd)
+			}
+		}
+	}
+	if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", s.PanePID)); strings.TrimSpace(string(comm)) != "sh" {
+		t.Errorf("pane pid %d runs %q, want the agent (sh) itself", s.PanePID, comm)
+	}
+}
+
+// processTree is pid and all its descendants.
+func processTree(pid int) []int {
+	out := []int{pid}
+	for _, c := range children(pid) {
+		out = append(out, processTree(c)...)
+	}
+	return out
+}
+
+// TestEndWhileDaemonKilled: agents that end while the daemon is SIGKILLed —
+// one exits 5, one dies of SIGUSR1 — leave their panes dead (remain-on-exit)
+// with that status and that signal; the next daemon writes both into their
+// ended verdicts (exit_kind process_postmortem) and removes the sessions.
+func TestEndWhileDaemonKilled(t *testing.T) {
+	t.Parallel()
+	h := NewHome(t)
+	d := h.Start(t, DaemonOpts{})
+	dir := t.TempDir()
+	started, goFile := filepath.Join(dir, "started"), filepath.Join(dir, "go")
+	exits := NewSpec(t, "down-exit")
+	exits.Env = []string{"STARTED=" + started, "GO_FILE=" + goFile}
+	exits.Argv = []string{"/bin/sh", "-c", `: > "$STARTED"; while [ ! -e "$GO_FILE" ]; do sleep 0.05; done; exit 5`}
+	se := d.MustCreate(t, exits, "published")
+	signalled := NewSpec(t, "down-signal")
+	signalled.Argv = []string{"sleep", "1000"}
+	ss := d.MustCreate(t, signalled, "published")
+	WaitFor(t, waitDeadline, "the first agent to start", func() error {
+		_, err := os.Stat(started)
+		return err
+	})
+	agent := waitAgent(t, ss.PanePID, "sleep")
+	if agent != ss.PanePID {
+		t.Fatalf("agent pid %d, want the pane's pid %d (the helper execs it)", agent, ss.PanePID)
+	}
+	d.Kill(t)
 	if err := os.WriteFile(goFile, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	WaitFor(t, waitDeadline, "the pane helper to exit", func() error {
-		if alive(s.PanePID) {
-			return errorf("pane pid %d alive", s.PanePID)
+	if err := syscall.Kill(agent, syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range []int{se.PanePID, ss.PanePID} {
+		WaitFor(t, waitDeadline, "the agent to end", func() error {
+			if alive(pid) {
+				return errorf("pane pid %d alive", pid)
+			}
+			return nil
+		})
+	}
+	d2 := h.Start(t, DaemonOpts{})
+	v := d2.WaitVerdict(t, "ended verdict of "+se.Name, endedFor(se.Name))
+	if v.SKC.ExitKind != "process_postmortem" || v.SKC.Exit == nil || v.SKC.Exit.Status == nil ||
+		*v.SKC.Exit.Status != 5 || v.SKC.Exit.Signal != "" {
+		t.Errorf("ended verdict %s: want exit_kind process_postmortem, exit.status 5", v)
+	}
+	v = d2.WaitVerdict(t, "ended verdict of "+ss.Name, endedFor(ss.Name))
+	if v.SKC.ExitKind != "process_postmortem" || v.SKC.Exit == nil || v.SKC.Exit.Status != nil ||
+		v.SKC.Exit.Signal != "SIGUSR1" {
+		t.Errorf("ended verdict %s: want exit_kind process_postmortem, exit.signal SIGUSR1, status null", v)
+	}
+	WaitFor(t, waitDeadline, "the ended sessions removed", func() error {
+		for _, ls := range d2.List(t).Sessions {
+			if ls.Name == se.Name || ls.Name == ss.Name {
+				return errorf("ls still lists the ended session %+v", ls)
+			}
 		}
 		return nil
 	})
-	d2 := h.Start(t, DaemonOpts{})
-	v := d2.WaitVerdict(t, "ended verdict of "+s.Name, endedFor(s.Name))
-	if v.SKC.ExitKind != "process_postmortem" || v.SKC.Exit == nil || v.SKC.Exit.Status == nil || *v.SKC.Exit.Status != 5 {
-		t.Errorf("ended verdict %s: want exit_kind process_postmortem, exit.status 5", v)
-	}
-	for _, ls := range d2.List(t).Sessions {
-		if ls.Name == s.Name {
-			t.Errorf("ls still lists the ended session %+v", ls)
-		}
-	}
 }
 
 // TestRestartAdoption: sessions survive SIGTERM of the daemon; a new daemon lists

@@ -4,112 +4,132 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
-// agentExit is what the pane helper learned about its agent: the facts a postmortem
-// records.
+// agentExit is what the pane helper records when it cannot become its agent:
+// the postmortem of an agent that never started.
 type agentExit struct {
-	PID     int    // the agent's pid, 0 when it never started
-	Status  *int   // exit status; nil when killed by a signal
-	Signal  string // e.g. "SIGKILL"; "" when it exited
-	Code    int    // the helper's own exit code: status, 128+signal, or 127
+	Status  int // 127 when argv[0] or the cwd is missing, 126 when it cannot be executed
 	Started time.Time
 	Ended   time.Time
-	Rusage  *syscall.Rusage
-	Err     error // why the agent could not be started, if it could not
+	Err     error // why the agent could not be started
 }
 
-// forwarded are the signals the helper passes on to its agent. Signals a terminal
-// generates (Ctrl-C, Ctrl-\, resize) go to the foreground process group, which is the
-// agent's own group, so the helper only sees those sent to it explicitly and
-// forwarding them never doubles one.
-var forwarded = []os.Signal{
-	syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGWINCH,
-	syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2,
-}
-
-// runAgent starts argv in cwd with env, as the helper's child in the same pty, and
-// waits for it. When stdin is a terminal the agent gets its own process group and is
-// made the terminal's foreground group, so an attached human's Ctrl-C reaches the
-// agent alone (the helper must survive to write the postmortem).
-func runAgent(argv, env []string, cwd string) agentExit {
+// execAgent replaces the pane helper with the agent: it changes to cwd,
+// resolves argv[0] on the PATH of the agent's environment env and execs it in
+// place, so the pane's process is the agent itself — its pid, its session,
+// its process group (the terminal's foreground group, so an attached human's
+// Ctrl-C reaches it), its cgroup entered by the helper — and no process of
+// ours stays in the session. tmux then holds the agent's exit (the daemon sets
+// remain-on-exit on every managed window before publication): pane_dead_status
+// or pane_dead_signal, which end detection reads. execAgent returns only when
+// the exec failed, with what the postmortem records.
+//
+// Signal handlers the helper installed (the wake) are reset by the kernel at
+// exec; the helper ignores no signal, so the agent starts with the default
+// dispositions, as it would from a shell.
+func execAgent(argv, env []string, cwd string) agentExit {
+	// env is agentEnv's: the request's PATH in it is the one argv[0] is
+	// resolved on.
 	ex := agentExit{Started: time.Now()}
-	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, forwarded...)
-	defer signal.Stop(sigs)
-
-	cmd, err := agentCommand(argv, env, cwd)
+	err := chdirAgent(cwd)
+	var path string
 	if err == nil {
-		err = cmd.Start()
+		path, err = agentPath(argv, env)
 	}
-	if err != nil {
-		ex.Ended = time.Now()
-		ex.Err = err
-		st := 127
-		if !errors.Is(err, exec.ErrNotFound) && !errors.Is(err, os.ErrNotExist) {
-			st = 126
-		}
-		ex.Status, ex.Code = &st, st
-		return ex
+	if err == nil {
+		err = syscall.Exec(path, argv, env)
 	}
-	ex.PID = cmd.Process.Pid
-	done := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case s := <-sigs:
-				_ = cmd.Process.Signal(s)
-			case <-done:
-				return
-			}
-		}
-	}()
-	werr := cmd.Wait()
-	close(done)
-	ex.Ended = time.Now()
-	fillExit(&ex, cmd.ProcessState, werr)
+	ex.Ended, ex.Err, ex.Status = time.Now(), err, execStatus(err)
 	return ex
 }
 
-// agentCommand builds the agent's exec.Cmd. argv[0] is resolved on the agent's own
-// PATH (from env) so a request's PATH applies, as a shell would do it.
-func agentCommand(argv, env []string, cwd string) (*exec.Cmd, error) {
-	if len(argv) == 0 {
-		return nil, exec.ErrNotFound
+// chdirAgent changes to the agent's cwd ("" keeps the pane's).
+func chdirAgent(cwd string) error {
+	if cwd == "" {
+		return nil
 	}
-	path, err := lookPath(argv[0], env)
-	if err != nil {
-		return nil, err
-	}
-	cmd := &exec.Cmd{Path: path, Args: argv, Env: env, Dir: cwd,
-		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
-	if isTerminal(0) {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Foreground: true, Ctty: 0}
-	}
-	return cmd, nil
+	return os.Chdir(cwd)
 }
 
-func isTerminal(fd int) bool {
-	_, err := unix.IoctlGetTermios(fd, unix.TCGETS)
-	return err == nil
+// agentPath resolves argv[0] after the chdir, as a shell would: a name with a
+// slash as it is (relative to the cwd), any other on the agent's own PATH.
+func agentPath(argv, env []string) (string, error) {
+	if len(argv) == 0 || argv[0] == "" {
+		return "", exec.ErrNotFound
+	}
+	if strings.Contains(argv[0], "/") {
+		p := argv[0]
+		if !filepath.IsAbs(p) {
+			wd, err := os.Getwd()
+			if err != nil {
+				return "", err
+			}
+			p = filepath.Join(wd, p)
+		}
+		return p, nil
+	}
+	return lookPath(argv[0], env)
+}
+
+// execStatus is a shell's status for a command that could not start: 127 when
+// it (or its cwd) does not exist, 126 when it exists but cannot be executed.
+func execStatus(err error) int {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+		return 127
+	}
+	return 126
+}
+
+// agentEnv is the environment the agent gets: the pane's own (inherited, from
+// tmux), then PWD saying the cwd it starts in, then the request's env; one
+// entry per name, the last one winning (execve would pass duplicates on, and
+// most programs would read the first), so the request's PWD, if it sets one,
+// wins over ours and ours over the pane's stale one.
+func agentEnv(inherited, spec []string, cwd string) []string {
+	env := make([]string, 0, len(inherited)+len(spec)+1)
+	env = append(env, inherited...)
+	if cwd != "" {
+		env = append(env, "PWD="+cwd)
+	}
+	env = append(env, spec...)
+	seen := make(map[string]int, len(env))
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if i, ok := seen[k]; ok {
+			out[i] = kv
+			continue
+		}
+		seen[k] = len(out)
+		out = append(out, kv)
+	}
+	return out
+}
+
+// lastEnv returns the last value of key in env.
+func lastEnv(env []string, key string) (string, bool) {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := cutEnv(env[i], key); ok {
+			return v, true
+		}
+	}
+	return "", false
 }
 
 // lookPath resolves name against the PATH found in env (the agent's environment),
 // falling back to the helper's own PATH when env has none.
 func lookPath(name string, env []string) (string, error) {
-	for i := len(env) - 1; i >= 0; i-- {
-		if v, ok := cutEnv(env[i], "PATH"); ok {
-			old := os.Getenv("PATH")
-			_ = os.Setenv("PATH", v) // the helper is single-purpose; no other goroutine reads PATH
-			p, err := exec.LookPath(name)
-			_ = os.Setenv("PATH", old)
-			return p, err
-		}
+	if v, ok := lastEnv(env, "PATH"); ok {
+		old := os.Getenv("PATH")
+		_ = os.Setenv("PATH", v) // the helper is single-purpose; no other goroutine reads PATH
+		p, err := exec.LookPath(name)
+		_ = os.Setenv("PATH", old)
+		return p, err
 	}
 	return exec.LookPath(name)
 }
@@ -119,23 +139,4 @@ func cutEnv(kv, key string) (string, bool) {
 		return kv[len(key)+1:], true
 	}
 	return "", false
-}
-
-func fillExit(ex *agentExit, ps *os.ProcessState, werr error) {
-	if ps == nil {
-		st := 126
-		ex.Status, ex.Code, ex.Err = &st, st, werr
-		return
-	}
-	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
-		ex.Rusage = ru
-	}
-	ws, ok := ps.Sys().(syscall.WaitStatus)
-	if ok && ws.Signaled() {
-		ex.Signal = unix.SignalName(ws.Signal())
-		ex.Code = 128 + int(ws.Signal())
-		return
-	}
-	st := ps.ExitCode()
-	ex.Status, ex.Code = &st, st
 }

@@ -17,7 +17,7 @@ import (
 type endCause struct {
 	reason     string // verdict.Reason…
 	cleanup    bool   // we removed it: exit kind cleanup
-	restart    bool   // found at start: a postmortem means process_postmortem
+	restart    bool   // found at start: a known exit means process_postmortem
 	actionKill bool   // a kill request, not end detection
 	term       bool   // SIGTERM the generation's processes first (a kill request)
 	tail       string // skc.output.tail, captured while the pane still existed (OutputTail)
@@ -26,7 +26,8 @@ type endCause struct {
 
 // Run consumes the census change feed until ctx is done and writes one ended
 // verdict for every published generation whose session disappears. Ends are
-// handled concurrently (each may wait briefly for a postmortem), and Run returns
+// handled concurrently (each may wait briefly for tmux to fill in its dead
+// pane's exit status), and Run returns
 // only once every handler has returned.
 func (m *Manager) Run(ctx context.Context) error {
 	sub := m.census.Subscribe(1024)
@@ -98,6 +99,18 @@ func (m *Manager) onPaneDead(ctx context.Context, ch census.Change) {
 	m.stopGeneration(pub, endCause{reason: verdict.ReasonAgentExited})
 }
 
+// endIfDeadAtPublish starts the stop of a generation whose pane the census
+// already shows dead when it is published: a helper that could not start
+// dies before the publication, and end detection, which saw that death while
+// no generation was published in the session, ignored it — nothing else
+// would end the generation before the next reconcile. A death the census sees
+// later is onPaneDead's; both join the same stop.
+func (m *Manager) endIfDeadAtPublish(p fence.Published) {
+	if s, ok := m.sessionOf(p); ok && s.PaneDead && !staleDeath(s, p) {
+		m.stopGeneration(p, endCause{reason: verdict.ReasonAgentExited})
+	}
+}
+
 // publishedByTmuxID finds the published, not-ended generation living in session id
 // of server life life: one indexed fence read (fence.PublishedByTmux), since it
 // runs for every session the census sees removed — thousands in a mass end.
@@ -152,8 +165,9 @@ func (m *Manager) goneReason(p fence.Published) string {
 var errInterrupted = errors.New("lifecycle: stop interrupted by shutdown")
 
 // endedRecord is the ended verdict of a generation proven gone, from its
-// cause and the helper's postmortem; endEvidence completes it.
-func endedRecord(pub fence.Published, cause endCause, pm fence.Postmortem, havePM bool) verdict.Record {
+// cause and its agent's exit (the zero agentEnd when none is known);
+// endEvidence finds the exit and completes the record.
+func endedRecord(pub fence.Published, cause endCause, end agentEnd) verdict.Record {
 	rec := verdict.Record{
 		Action: verdict.ActionEnd, Outcome: verdict.OutcomeSuccess, Reason: cause.reason,
 		Verdict:    verdict.VerdictEnded,
@@ -169,18 +183,27 @@ func endedRecord(pub fence.Published, cause endCause, pm fence.Postmortem, haveP
 		rec.Action = verdict.ActionRestart
 	}
 	switch {
-	case havePM:
+	case end.source != "" && end.helperOnly:
+		rec.ExitKind = verdict.ExitKindOwnerLost
+		rec.Outcome = verdict.OutcomeUnknown
+		rec.Exit = &verdict.Exit{Status: end.status, Signal: end.signal}
+		rec.Evidence["exit_source"] = end.source
+	case end.source != "":
 		rec.ExitKind = verdict.ExitKindExit
 		if cause.restart {
 			rec.ExitKind = verdict.ExitKindProcessPostmortem
 		}
-		rec.Exit = &verdict.Exit{Status: pm.ExitStatus, Signal: pm.Signal}
-		rec.Evidence["agent_pid"] = pm.AgentPID
-		rec.Evidence["started_at"] = pm.StartedAt.UTC().Format(time.RFC3339Nano)
-		rec.Evidence["ended_at"] = pm.EndedAt.UTC().Format(time.RFC3339Nano)
-		rec.Evidence["utime_ns"] = int64(pm.UserTime)
-		rec.Evidence["stime_ns"] = int64(pm.SystemTime)
-		rec.Evidence["maxrss_kb"] = pm.MaxRSS
+		rec.Exit = &verdict.Exit{Status: end.status, Signal: end.signal}
+		rec.Evidence["exit_source"] = end.source
+		if end.pid > 0 {
+			rec.Evidence["agent_pid"] = end.pid
+		}
+		if !end.started.IsZero() {
+			rec.Evidence["started_at"] = end.started.UTC().Format(time.RFC3339Nano)
+		}
+		if !end.ended.IsZero() {
+			rec.Evidence["ended_at"] = end.ended.UTC().Format(time.RFC3339Nano)
+		}
 	default:
 		rec.ExitKind = verdict.ExitKindOwnerLost
 		rec.Outcome = verdict.OutcomeUnknown

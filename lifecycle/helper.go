@@ -44,19 +44,21 @@ type helperArgs struct {
 }
 
 // RunHelper is `skc-supervisor helper --home H --reservation R --generation G`, the
-// pane's process. It records its pid and incarnation, waits until the fence shows
-// its generation published, then runs the agent (argv, env and cwd read from the
-// fence) as its child, forwards signals, and records a postmortem before it exits
-// with the agent's status (128+n for signal n; 127 when the agent cannot be found).
+// pane's process until its gate opens. It enters its generation's cgroup,
+// records its pid and incarnation, waits until the fence shows its generation
+// published and its own, and then execs the agent in place (argv, env and cwd
+// read from the fence): from then on the pane's process is the agent, and tmux
+// keeps its exit status or signal in the dead pane (remain-on-exit), where end
+// detection reads it. It returns only when no agent runs: its own exit code
+// (helperUsage, helperNoFence, helperGaveUp), or 127/126 when the agent could
+// not be executed, recorded first as the generation's postmortem.
 func RunHelper(args []string) int {
 	if len(args) == 1 && args[0] == clearArg {
 		return 0 // recovery's stand-in in a kept session's pane (restart_start.go): nothing runs
 	}
-	// One P: the helper mostly waits (for publication, then for its agent),
-	// and every OS thread it starts is a task against the kernel's pid_max for
-	// as long as the session lives: with the default GOMAXPROCS an idle helper
-	// kept 8 threads, with one 6, and the scale run stopped at ~3,750 sessions
-	// when the machine ran out of pids (pid_max 32,768, fork: EAGAIN).
+	// One P: the helper only waits (for publication) before it becomes the
+	// agent, and every OS thread it starts is a task against the kernel's
+	// pid_max while it waits: a burst of creates has many waiting at once.
 	runtime.GOMAXPROCS(1)
 	a, err := parseHelperArgs(args)
 	if err != nil {
@@ -103,25 +105,20 @@ func parseHelperArgs(args []string) (helperArgs, error) {
 	return a, nil
 }
 
-// runHelper owns st: it closes it before the agent runs and opens the fence
-// again (reopen) only to record the postmortem. A helper lives as long as its
-// agent, and an open fence holds SQLite's file locks: with one per live
-// session, every lock call of every fence user walks a kernel list of
-// thousands (≈150 µs per call at 1,000 sessions; each read and write makes
-// several), which made the daemon's own reads and writes O(sessions).
+// runHelper owns st: it closes it before the exec (an open fence is SQLite
+// file locks, which an exec'd agent must not inherit as open descriptors) and
+// opens it again (reopen) only to record a failed exec.
 func runHelper(ctx context.Context, st *fence.Store, a helperArgs, reopen func() (*fence.Store, error)) int {
 	code, row, pid, inc, ok := startHelper(ctx, st, a)
 	st.Close()
 	if !ok {
 		return code
 	}
-	env := append(os.Environ(), row.Spec.Env...)
-	ex := runAgent(row.Spec.Argv, env, row.Spec.Cwd)
-	if ex.Err != nil {
-		fmt.Fprintln(os.Stderr, "skc-supervisor helper: start agent:", ex.Err)
-	}
+	env := agentEnv(os.Environ(), row.Spec.Env, row.Spec.Cwd)
+	ex := execAgent(row.Spec.Argv, env, row.Spec.Cwd)
+	fmt.Fprintln(os.Stderr, "skc-supervisor helper: start agent:", ex.Err)
 	recordPostmortem(reopen, row, pid, inc, ex)
-	return ex.Code
+	return ex.Status
 }
 
 // startHelper reads the helper's spec, records its start and waits for its
@@ -227,20 +224,17 @@ func waitPublished(ctx context.Context, st *fence.Store, row fence.Reservation, 
 	}
 }
 
-// recordPostmortem writes the agent's end to the fence, opened again for it,
-// retrying briefly: it is the only record of an exit that happens while the
-// daemon is down.
+// recordPostmortem writes the end of an agent that could not be executed to
+// the fence, opened again for it, retrying briefly, before the helper exits:
+// its status (127 or 126) is then the generation's exit even when the daemon
+// is down, and says it was the exec that failed, not an agent. The reason is
+// on the pane's stderr, which the ended verdict's output tail carries.
 func recordPostmortem(reopen func() (*fence.Store, error), row fence.Reservation, pid int, inc string, ex agentExit) {
+	status := ex.Status
 	pm := fence.Postmortem{
 		ReservationID: row.ID, Identity: row.Identity, Generation: row.Generation,
-		HelperPID: pid, HelperIncarnation: inc, AgentPID: ex.PID,
-		ExitStatus: ex.Status, Signal: ex.Signal,
-		StartedAt: ex.Started, EndedAt: ex.Ended,
-	}
-	if ex.Rusage != nil {
-		pm.UserTime = time.Duration(ex.Rusage.Utime.Nano())
-		pm.SystemTime = time.Duration(ex.Rusage.Stime.Nano())
-		pm.MaxRSS = ex.Rusage.Maxrss
+		HelperPID: pid, HelperIncarnation: inc,
+		ExitStatus: &status, StartedAt: ex.Started, EndedAt: ex.Ended,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -2,7 +2,9 @@ package lifecycle
 
 import (
 	"context"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/skc-supervisor/skc-supervisor/verdict"
@@ -40,5 +42,31 @@ func TestHelperThatCannotStartIsAnEnd(t *testing.T) {
 	waitFor(t, "no session", func() bool { return len(e.sessions(id.Digest())) == 0 })
 	if rows, err := e.store.Reservations(context.Background()); err != nil || len(rows) != 0 {
 		t.Fatalf("rows left %+v %v", rows, err)
+	}
+}
+
+// TestExecFailedIsRecorded: a command that passes the create's check but that
+// the kernel refuses to execute (no #! line, not a binary: ENOEXEC) ends its
+// generation with the helper's postmortem, status 126 and exit_source
+// exec_failed, and the helper's reason in the output tail.
+func TestExecFailedIsRecorded(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	bogus := filepath.Join(t.TempDir(), "not-a-program")
+	if err := os.WriteFile(bogus, []byte("no interpreter line here\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	id, spec := e.identity("execfail")
+	spec.Argv = []string{bogus}
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec})
+	if err != nil || res.Status != verdict.VerdictPublished {
+		t.Fatalf("create: %+v %v", res, err)
+	}
+	rec := e.ended(t, id)
+	if rec.ExitKind != verdict.ExitKindExit || rec.Exit == nil || rec.Exit.Status == nil || *rec.Exit.Status != 126 ||
+		rec.Evidence["exit_source"] != "exec_failed" {
+		t.Fatalf("ended %+v exit %+v", rec, rec.Exit)
+	}
+	if !strings.Contains(rec.OutputTail, "exec format error") {
+		t.Errorf("output tail %q: want the helper's reason", rec.OutputTail)
 	}
 }

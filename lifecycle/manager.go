@@ -10,7 +10,9 @@
 //   - The helper reads its spec from the fence's specs table (fence.HelperSpec),
 //     which outlives the row's release until the generation ends, so the saga does
 //     not wait for the helper: a helper that cannot start shows as the session's
-//     end (owner_lost, or its postmortem's status), not as a failed create.
+//     end (owner_lost with what tmux kept of the pane's process), not as a failed
+//     create. Once its gate opens the helper execs the agent (agent.go): no
+//     process of ours stays in a session, and tmux keeps the agent's exit.
 //   - The helper learns of publication by polling the fence (every 20 ms for 3 s,
 //     then every 200 ms) rather than a tmux wait-for channel: the fence is the only
 //     evidence it may trust anyway, and a daemon that dies after publishing cannot

@@ -128,7 +128,8 @@ func releaseFinishedEvidence(ev map[string]any, p fence.Published) {
 // reservation row left by a dead owner (releasing what it reclaims: no create is
 // waiting for it), adopts the published identities whose sessions are live and
 // authoritative, and writes the end verdicts of those that ended while no daemon
-// watched (process_postmortem when the helper recorded one, owner_lost otherwise).
+// watched (process_postmortem when tmux kept the dead pane's exit, or the helper
+// recorded a failed exec; owner_lost otherwise).
 func (m *Manager) Recover(ctx context.Context) error {
 	if err := m.census.WaitSynced(ctx); err != nil {
 		return err

@@ -72,11 +72,12 @@ func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retEr
 	}
 	// No wait for the pane helper here: it reads its spec from the fence's
 	// specs table, which outlives the row's release until the generation ends,
-	// so it may start before or after publication (its gate — run the agent only
-	// once this generation is published and its own — is unchanged). A helper
-	// that cannot start is not detected by the create: its pane dies, and end
-	// detection writes the generation's ended verdict (owner_lost without a
-	// postmortem, or the postmortem's status, e.g. 127).
+	// so it may start before or after publication (its gate — exec the agent
+	// only once this generation is published and its own — is unchanged). A
+	// helper that cannot start is not detected by the create: its pane dies,
+	// and end detection writes the generation's ended verdict (owner_lost when
+	// the helper never recorded its start; a failed exec's postmortem status,
+	// 127 or 126, when it did).
 	if err := m.advance(ctx, a, fence.PhaseTagged, fence.Patch{}); err != nil {
 		return res, err
 	}
@@ -318,6 +319,7 @@ func (m *Manager) publish(ctx context.Context, a *attempt) (CreateResult, error)
 		m.log.Warn().Err(err).Str("reservation", a.res.ID).Msg("release after publish failed")
 	}
 	m.wakeHelper(a.panePID, a.tmuxID)
+	m.endIfDeadAtPublish(pub)
 	return CreateResult{Status: verdict.VerdictPublished, Session: m.attemptView(a, pub)}, nil
 }
 

@@ -27,7 +27,7 @@ const (
 // session died within milliseconds, leaving only an ended verdict with status
 // 127 — a user learnt that the command was wrong from an exit status.
 //
-// argv[0] is resolved as the pane helper resolves it (agentCommand): a name
+// argv[0] is resolved as the pane helper resolves it (agentPath): a name
 // with a slash relative to the cwd, any other name on the PATH of the agent's
 // environment — the request's PATH when it sets one, else path (the daemon's,
 // which the supervised tmux server's environment is made from). The check is

@@ -315,45 +315,31 @@ func (m *Manager) sessionOf(p fence.Published) (census.Session, bool) {
 // endEvidence assembles an ended verdict once the generation's processes are
 // proven gone and before its session (a dead pane, when present is true) is
 // removed: this is the one place where what the pane still shows can be read
-// into the verdict. The exit comes from the helper's postmortem (complete by
-// now: the helper is proven gone), else from tmux's pane_dead_status /
-// pane_dead_signal, else from our own SIGKILL.
+// into the verdict. The pane's process was the agent itself (the helper execs
+// it), so the exit is what tmux kept of the dead pane: pane_dead_status or
+// pane_dead_signal (agentEndOf); or, when the helper could not exec the agent,
+// the postmortem it recorded (127 or 126); else our own SIGKILL. A session
+// that is gone (killed by hand, the server's death) took its pane's exit
+// with it: the kind is then owner_lost.
 func (m *Manager) endEvidence(ctx context.Context, p fence.Published, cause endCause, sess census.Session, present, killed bool) verdict.Record {
-	pm, havePM, err := m.fence.Postmortem(ctx, p.Identity, p.Generation)
-	havePM = err == nil && havePM && !pm.EndedAt.IsZero()
 	if present && cause.tail == "" {
 		// The last the agent showed, read from the pane while it still exists.
 		cause.tail = m.OutputTail(ctx, m.lifeOf(p.ServerPID, p.ServerStart), p.TmuxID)
 	}
-	rec := endedRecord(p, cause, pm, havePM)
+	end := m.agentEndOf(ctx, p, sess, present)
+	rec := endedRecord(p, cause, end)
 	if p.Stopping != nil {
 		rec.Evidence["stop_since"] = p.Stopping.Since.UTC().Format(time.RFC3339Nano)
 	}
 	rec.Evidence["sigkill_sent"] = killed
-	if rec.Exit != nil && (rec.Exit.Status != nil || rec.Exit.Signal != "") {
+	if rec.Exit != nil {
 		return rec
 	}
-	switch {
-	case present && sess.PaneDead && (sess.PaneDeadStatus != nil || sess.PaneDeadSignal != ""):
-		rec.Exit = &verdict.Exit{Status: sess.PaneDeadStatus, Signal: signalName(sess.PaneDeadSignal)}
-		rec.Evidence["exit_source"] = "pane_dead_status"
-	case killed:
+	if killed {
 		rec.Exit = &verdict.Exit{Signal: "SIGKILL"}
 		rec.Evidence["exit_source"] = "stop_sigkill"
-	}
-	if rec.Exit == nil {
+	} else {
 		rec.Exit = &verdict.Exit{} // status null: unknown
 	}
-	// Without a postmortem the pane's process (today the helper) did not end
-	// normally: what tmux recorded is its end, not the agent's, so the kind
-	// stays owner_lost and exit_source says whose exit it is.
 	return rec
-}
-
-// signalName turns tmux's pane_dead_signal (a number in 3.3a) into a name.
-func signalName(s string) string {
-	if n, err := strconv.Atoi(s); err == nil && n > 0 {
-		return unix.SignalName(unix.Signal(n))
-	}
-	return s
 }

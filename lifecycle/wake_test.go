@@ -3,7 +3,9 @@ package lifecycle
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -77,5 +79,40 @@ func advancePublish(t testing.TB, s *fence.Store, r *fence.Reservation, tmuxID s
 	rec := verdict.Record{Action: verdict.ActionCreate, Outcome: verdict.OutcomeSuccess, Verdict: verdict.VerdictPublished}
 	if _, _, err := s.Publish(ctx, r, rec); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The wake goes only to a pane process that still runs the helper's binary:
+// once the helper has exec'd its agent (same pid), the agent is not sent it.
+func TestWakeOnlyReachesTheHelper(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &Manager{cfg: Config{HelperPath: exe}}
+	if !m.isHelper(os.Getpid()) {
+		t.Fatal("this process runs the helper's binary, isHelper says no")
+	}
+	agent := exec.Command("sleep", "1000")
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = agent.Process.Kill(); _ = agent.Wait() }()
+	// Once sleep has exec'd, its exe is sleep's: wait for that, bounded.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if l, _ := os.Readlink("/proc/" + strconv.Itoa(agent.Process.Pid) + "/exe"); filepath.Base(l) == "sleep" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("sleep did not start")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if m.isHelper(agent.Process.Pid) {
+		t.Fatal("an agent (another executable) taken for the helper")
+	}
+	if m.isHelper(1 << 30) {
+		t.Fatal("a pid that does not exist taken for the helper")
 	}
 }

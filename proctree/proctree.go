@@ -1,5 +1,6 @@
 // Package proctree holds and proves gone the processes of one generation: the
-// pane's process (today the pane helper), the agent and every descendant.
+// pane's process (the pane helper until its gate opens, then, the same
+// process after its exec, the agent) and every descendant.
 //
 // What holds a generation, best first:
 //   - a cgroup v2 per generation (Hold.Cgroup), which the pane's process enters

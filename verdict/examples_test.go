@@ -74,7 +74,8 @@ func exitKindExamples() []Record {
 		return r
 	}
 	pm := mk(31, ExitKindProcessPostmortem, ReasonAgentExited, OutcomeSuccess, ExitSignal("SIGSEGV"))
-	pm.Evidence = map[string]any{"recorded_at": "2026-11-30T00:59:58.120000000Z", "max_rss_kb": json.Number("81234")}
+	pm.Evidence = map[string]any{"exit_source": "pane_dead_status", "agent_pid": json.Number("4242"),
+		"ended_at": "2026-11-30T00:59:58Z"}
 	kill := mk(33, ExitKindCleanup, ReasonKilledByRequest, OutcomeSuccess, ExitStatus(0))
 	kill.Action = ActionKill
 	kill.Evidence = map[string]any{"sigkill_sent": false, "stop_since": "2026-11-30T01:02:01.000000000Z"}

@@ -79,14 +79,17 @@ const (
 
 // Exit kinds: skc.exit_kind, on an ended verdict only.
 const (
-	// ExitKindExit: the agent exited while we watched; status or signal recorded.
+	// ExitKindExit: the agent exited while we watched; status or signal recorded
+	// (from tmux's dead pane, whose process was the agent itself).
 	ExitKindExit = "exit"
-	// ExitKindProcessPostmortem: the exit was recorded by the pane helper while
-	// the daemon was down, and read back from its postmortem.
+	// ExitKindProcessPostmortem: the agent ended while the daemon was down; its
+	// status or signal was kept by tmux in the dead pane (or by the pane helper
+	// when it could not exec the agent) and read back by the next daemon.
 	ExitKindProcessPostmortem = "process_postmortem"
-	// ExitKindOwnerLost: no postmortem exists: the pane's process did not end
-	// normally (it was killed, or went with its session); skc.exit then says
-	// what tmux recorded of the pane's process, when anything.
+	// ExitKindOwnerLost: no exit of the agent is known: its session went with
+	// its pane (killed by hand, or with the tmux server), or the pane's process
+	// never got as far as the agent; skc.exit then says what tmux recorded of
+	// the pane's process, when anything.
 	ExitKindOwnerLost = "owner_lost"
 	// ExitKindCleanup: we removed the session (kill request, orphan cleanup,
 	// compensation of a failed create); skc.exit says how the agent ended

@@ -90,8 +90,10 @@ type CLI struct {
 }
 
 func main() {
-	// The pane helper owns its signals (it forwards them to the agent): it
-	// must run before this process starts catching SIGINT and SIGTERM.
+	// The pane helper owns its signals: until its gate opens SIGINT and SIGTERM
+	// end it (a stop before the agent runs), and then it execs the agent,
+	// which starts with default dispositions. It runs before this process
+	// starts catching them.
 	if len(os.Args) > 1 && os.Args[1] == "helper" {
 		os.Exit(lifecycle.RunHelper(os.Args[2:]))
 	}

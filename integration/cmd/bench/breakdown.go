@@ -29,10 +29,10 @@ type breakdown struct {
 
 // endBreakdown splits "agent killed → ended verdict" with the wire log.
 type endBreakdown struct {
-	toNotice samples // kill → tmux's %sessions-changed (helper postmortem, helper exit, pane close, utempter)
+	toNotice samples // kill → tmux's %sessions-changed (the agent's exit, pane death, utempter)
 	coalesce samples // notification → census re-list sent (the census' quiet period)
 	relist   samples // the re-list's round trip
-	daemon   samples // re-list done → verdict @timestamp (fence reads, postmortem, MarkEnded)
+	daemon   samples // re-list done → verdict @timestamp (fence reads, the dead pane's exit, MarkEnded)
 	stream   samples // verdict @timestamp → read on the follow stream
 }
 

@@ -202,10 +202,10 @@ func (bd breakdown) markdown() string {
 	e := bd.ends
 	fmt.Fprintf(&b, "\nWhere an end's time goes (%d agents of that daemon killed one at a time; p50 / p99):\n\n", len(e.stream))
 	stepTable(&b, []step{
-		{"SIGTERM to the agent → tmux's `%sessions-changed` (helper postmortem and exit, pane close, utempter)", e.toNotice},
+		{"SIGTERM to the agent → tmux's `%sessions-changed` (the agent's exit, pane death, utempter)", e.toNotice},
 		{"→ census re-list sent (coalescing quiet period)", e.coalesce},
 		{"`list-sessions` round trip", e.relist},
-		{"→ verdict written (fence reads, postmortem, MarkEnded)", e.daemon},
+		{"→ verdict written (fence reads, the dead pane's exit, MarkEnded)", e.daemon},
 		{"→ read on the follow stream", e.stream},
 	})
 	b.WriteString("\nEvery command the daemon sent during those creates and ends (round trip on the control connection):\n\n")

@@ -150,12 +150,16 @@ func endFigure(ctx context.Context, d *daemon, f *follower, n int, replace bool)
 	return res, ctx.Err()
 }
 
-// agentOf waits (bounded) for the pane helper's child, the agent; the helper
-// starts it only once it has seen the publication. Without one, the helper
-// itself is the target (it forwards the signal).
+// agentOf waits (bounded) for the agent of a pane: the pane's process itself
+// once the pane helper has exec'd it (its comm is no longer the helper's), or
+// — a binary from before the exec, with a resident helper — the helper's
+// child. Without either by the deadline, the pane's process is the target.
 func agentOf(ctx context.Context, panePID int) int {
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if comm := readTrim(fmt.Sprintf("/proc/%d/comm", panePID)); comm != "" && comm != helperComm {
+			return panePID
+		}
 		if kids := children(panePID); len(kids) > 0 {
 			return kids[0]
 		}
@@ -163,6 +167,9 @@ func agentOf(ctx context.Context, panePID int) int {
 	}
 	return panePID
 }
+
+// helperComm is the pane helper's /proc/PID/comm (the binary's name).
+const helperComm = "skc-supervisor"
 
 // burst runs par copies of f at once (released together) and returns the wall
 // time until the last one returned.

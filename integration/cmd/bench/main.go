@@ -29,6 +29,9 @@ type options struct {
 	bin, out        string
 	perfDir         string
 	scale           bool
+	paneCost        bool
+	beforeBin       string
+	paneN, memN     int
 	creates, ends   int
 	rounds, par     int
 	listN, listReps int
@@ -46,6 +49,10 @@ func parseFlags() options {
 	flag.StringVar(&o.out, "out", "", "also write the markdown here")
 	flag.StringVar(&o.perfDir, "perf", "", "record `perf` profiles of the daemon during the figures into this directory")
 	flag.BoolVar(&o.scale, "scale", false, "run the scale run (4,000 live sessions) instead of the default figures")
+	flag.BoolVar(&o.paneCost, "pane-cost", false, "measure the per-session overhead (processes of ours per session, daemon memory per session) instead of the default figures")
+	flag.StringVar(&o.beforeBin, "before-bin", "", "pane-cost: the binary to compare with (before the pane helper exec'd its agent)")
+	flag.IntVar(&o.paneN, "pane-n", 20, "pane-cost: sessions whose pane trees are measured, per binary")
+	flag.IntVar(&o.memN, "mem-n", 4000, "pane-cost: sessions for the daemon's memory per session (capped by free ptys and memory)")
 	flag.IntVar(&o.creates, "creates", 100, "sequential creates per side (figures 1, 2)")
 	flag.IntVar(&o.ends, "ends", 100, "session ends measured (figure 5; at -creates sessions)")
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds of concurrent creates per side (figure 6)")
@@ -101,10 +108,14 @@ func run() (code int) {
 		return 1
 	}
 	rep.facts = machineFacts(bin)
-	if o.scale {
+	switch {
+	case o.scale:
 		rep.title = "Scale (make bench-scale) — generated"
 		err = runScale(ctx, o, r, bin, rep)
-	} else {
+	case o.paneCost:
+		rep.title = "Per-session overhead (make bench) — generated"
+		err = runPaneCost(ctx, o, r, bin, rep)
+	default:
 		rep.title = "End to end (make bench) — generated"
 		err = runDefault(ctx, o, r, bin, rep)
 	}

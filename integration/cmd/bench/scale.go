@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync/atomic"
@@ -22,12 +23,16 @@ const censusListFormat = "#{session_id}\t#{session_created}\t#{session_attached}
 
 // scaleTarget caps the wanted sessions by free ptys (every live pane holds
 // one; keep 128 for everyone else on the machine and our control sessions)
-// and by memory (a pane costs a helper and an agent: budget 4 MB each, keep 4 GB).
-func scaleTarget(want int) (int, string) {
+// and by memory (a pane costs its agent, and with a binary from before the
+// exec a resident helper too: budget 4 MB each, keep 4 GB).
+func scaleTarget(want int) (int, string) { return sessionRoom(want, 4<<10) }
+
+// sessionRoom is scaleTarget with a memory budget of perKB per session.
+func sessionRoom(want int, perKB int64) (int, string) {
 	nr, _ := strconv.Atoi(readTrim("/proc/sys/kernel/pty/nr"))
 	max, _ := strconv.Atoi(readTrim("/proc/sys/kernel/pty/max"))
 	byPty := max - nr - 128
-	byMem := int((memAvailableKB() - 4<<20) / (4 << 10))
+	byMem := int((memAvailableKB() - 4<<20) / perKB)
 	n := min(want, byPty, byMem)
 	return n, fmt.Sprintf("wanted %d; ptys %d in use of %d → room for %d; memory room for %d", want, nr, max, byPty, byMem)
 }
@@ -81,16 +86,16 @@ func runScale(ctx context.Context, o options, r *reaper, bin string, rep *report
 		}
 		rep.errs = append(rep.errs, fmt.Sprintf("%d of %d sessions (%s); measured there", reached, target, why))
 	}
-	return scaleMeasure(ctx, rep, d, f)
+	return scaleMeasure(ctx, rep, d, f, bin)
 }
 
 // scaleMeasure takes the figures at the full size.
-func scaleMeasure(ctx context.Context, rep *report, d *daemon, f *follower) error {
+func scaleMeasure(ctx context.Context, rep *report, d *daemon, f *follower, bin string) error {
 	n := d.count()
 	rss, hwm := d.rssKB()
 	rep.judge(row{fig: fmt.Sprintf("daemon VmRSS (%d live sessions)", n), ours: fmt.Sprintf("%.1f MB (VmHWM %.1f MB)", float64(rss)/1024, float64(hwm)/1024),
 		base: tmuxRSS(d), ratio: "—", goal: "≤ 64 MB"}, rss <= 64<<10, fmt.Sprintf("%.1f MB", float64(rss)/1024))
-	rep.add(row{fig: "per-session memory outside the daemon", ours: helperMemory(d), base: "—", ratio: "—", goal: "—", met: "info"})
+	rep.add(row{fig: "per-session memory outside the daemon", ours: helperMemory(d, bin), base: "—", ratio: "—", goal: "—", met: "info"})
 	if err := listLookupRows(ctx, rep, d, 30, 50, "full"); err != nil {
 		return err
 	}
@@ -120,24 +125,31 @@ func tmuxRSS(d *daemon) string {
 	return fmt.Sprintf("tmux server VmRSS %.1f MB", float64(rss)/1024)
 }
 
-// helperMemory samples the pane helpers' proportional memory (Pss; shared
-// pages split among sharers) and their private dirty pages.
-func helperMemory(d *daemon) string {
-	var pss, priv int64
-	k := 0
+// helperMemory samples the pane trees of 20 sessions: the processes of ours
+// in them (none once the pane helper has exec'd its agent) and the whole
+// tree's proportional memory (Pss; shared pages split among sharers).
+func helperMemory(d *daemon, bin string) string {
+	fi, err := os.Stat(bin)
+	if err != nil {
+		return "?"
+	}
+	var sum treeCost
+	k := int64(0)
 	for i := 0; i < 20 && i < d.count(); i++ {
-		s := d.pick(i * 97)
-		if p := rollupKB(s.PanePID, "Pss"); p > 0 {
-			pss += p
-			priv += rollupKB(s.PanePID, "Private_Dirty")
-			k++
+		c := paneCost(d.pick(i*97).PanePID, fi)
+		if c.procs == 0 {
+			continue
 		}
+		sum.ourProcs += c.ourProcs
+		sum.ourPssKB += c.ourPssKB
+		sum.pssKB += c.pssKB
+		k++
 	}
 	if k == 0 {
 		return "?"
 	}
-	return fmt.Sprintf("pane helper (one Go process per session): Pss %.1f MB, private dirty %.1f MB (mean of %d); × %d sessions ≈ %.1f GB Pss",
-		float64(pss)/float64(k)/1024, float64(priv)/float64(k)/1024, k, d.count(), float64(pss)/float64(k)*float64(d.count())/(1<<20))
+	return fmt.Sprintf("processes of ours per session %.1f (Pss %s); whole pane tree Pss %s (mean of %d)",
+		float64(sum.ourProcs)/float64(k), kib(sum.ourPssKB/k), kib(sum.pssKB/k), k)
 }
 
 // censusRow compares a full census resync (census.Refresh on a synced census,
