@@ -72,6 +72,7 @@ var suite = []struct {
 	{"CancelledCallerNeverWedgesWriter", testCancelledCallerNeverWedgesWriter},
 	{"CachedIdentityReads", testCachedIdentityReads},
 	{"CachedIdentityReadsConcurrent", testCachedIdentityReadsConcurrent},
+	{"CachedIdentityReadsBeyondBulk", testCachedIdentityReadsBeyondBulk},
 }
 
 // Run runs the suite against the engine h makes, one subtest per behaviour.

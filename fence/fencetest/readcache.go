@@ -154,3 +154,30 @@ func testCachedIdentityReadsConcurrent(t *testing.T, h Harness) {
 	CheckReads(t, a, w.ID("c0"), 100, "after")
 	CheckReads(t, a, w.ID("c1"), 100, "after")
 }
+
+// TestCachedIdentityReadsBeyondBulk: identities whose verdicts are older than
+// the newest fence.ReadCacheBulk ones are read on their own, and followed after that.
+func testCachedIdentityReadsBeyondBulk(t *testing.T, h Harness) {
+	defer func(n int) { fence.ReadCacheBulk = n }(fence.ReadCacheBulk)
+	fence.ReadCacheBulk = 10
+	w := NewWorld(t, h)
+	a, b := w.Owner(100), w.Owner(200)
+	var ids []fence.Identity
+	for i := 0; i < 8; i++ {
+		id := w.ID(fmt.Sprintf("o%d", i))
+		ids = append(ids, id)
+		for j := 0; j <= i; j++ {
+			if _, err := b.AppendVerdict(ctx, IdentityRecord(id, verdict.VerdictRefused, map[string]any{"j": j})); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for round := 0; round < 2; round++ {
+		for _, id := range append(ids, w.ID("none")) {
+			CheckReads(t, a, id, 3, fmt.Sprintf("round %d, %s", round, id.SessionID))
+		}
+		if _, err := b.AppendVerdict(ctx, IdentityRecord(ids[0], verdict.VerdictRefused, nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

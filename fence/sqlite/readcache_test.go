@@ -18,7 +18,7 @@ func TestCachedIdentityReadsLongTail(t *testing.T) {
 	id, other := w.ID("t"), w.ID("u")
 	fencetest.CheckReads(t, a, id, 5, "empty")
 	fencetest.CheckReads(t, a, other, 5, "empty")
-	for i := 0; i < readCacheTail+10; i++ {
+	for i := 0; i < fence.ReadCacheTail+10; i++ {
 		for _, x := range []fence.Identity{id, other} {
 			if _, err := b.AppendVerdict(ctx, fencetest.IdentityRecord(x, verdict.VerdictRefused, map[string]any{"i": i})); err != nil {
 				t.Fatal(err)
@@ -31,35 +31,8 @@ func TestCachedIdentityReadsLongTail(t *testing.T) {
 		t.Fatal(err)
 	}
 	fencetest.CheckReads(t, a, id, 5, "one more")
-	a.rc.drop()
+	a.rc.Drop()
 	fencetest.CheckReads(t, a, id, 5, "after the cache was dropped")
-}
-
-// TestCachedIdentityReadsBeyondBulk: identities whose verdicts are older than
-// the newest readCacheBulk ones are read on their own, and followed after that.
-func TestCachedIdentityReadsBeyondBulk(t *testing.T) {
-	defer func(n int) { readCacheBulk = n }(readCacheBulk)
-	readCacheBulk = 10
-	w := newWorld(t)
-	a, b := w.owner(100), w.owner(200)
-	var ids []fence.Identity
-	for i := 0; i < 8; i++ {
-		id := w.ID(fmt.Sprintf("o%d", i))
-		ids = append(ids, id)
-		for j := 0; j <= i; j++ {
-			if _, err := b.AppendVerdict(ctx, fencetest.IdentityRecord(id, verdict.VerdictRefused, map[string]any{"j": j})); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	for round := 0; round < 2; round++ {
-		for _, id := range append(ids, w.ID("none")) {
-			fencetest.CheckReads(t, a, id, 3, fmt.Sprintf("round %d, %s", round, id.SessionID))
-		}
-		if _, err := b.AppendVerdict(ctx, fencetest.IdentityRecord(ids[0], verdict.VerdictRefused, nil)); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 // TestCachedIdentityReadsOtherProcess: a reservation made by another process

@@ -47,8 +47,8 @@ type Store struct {
 	wr   writer  // that connection, held, with its prepared statements (writer.go)
 	r    *sql.DB // readers (WAL: never blocked by the writer)
 	opt  fence.Options
-	own  *fence.Owner // this handle as a row owner: self, in-flight rows, liveness
-	rc   *readCache   // show's reads (readcache.go)
+	own  *fence.Owner     // this handle as a row owner: self, in-flight rows, liveness
+	rc   *fence.ReadCache // show's reads, over a readSource (readcache.go)
 
 	cache *fence.PubCache // the identities table in memory (cache.go)
 }
@@ -90,7 +90,7 @@ func Open(path string, opt fence.Options) (*Store, error) {
 		s.w.Close()
 		return nil, unavailable(path, "open", err)
 	}
-	s.rc = &readCache{db: s.r}
+	s.rc = fence.NewReadCache(&readSource{db: s.r})
 	s.r.SetMaxOpenConns(4)
 	s.r.SetMaxIdleConns(readerIdle)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -157,7 +157,7 @@ func (s *Store) Path() string { return s.path }
 func (s *Store) Close() error {
 	s.own.Forget()
 	var errs []error
-	s.rc.drop() // its held reader connection goes back before the pool closes
+	s.rc.Drop() // its held reader connection goes back before the pool closes
 	if s.r != nil {
 		errs = append(errs, s.r.Close())
 	}

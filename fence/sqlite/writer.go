@@ -186,7 +186,7 @@ func (s *Store) begin(ctx context.Context) (*sql.Conn, error) {
 // dropReaders closes the readers' idle connections and the read cache's, so
 // that the next ones open the files afresh (see begin).
 func (s *Store) dropReaders() {
-	s.rc.drop()
+	s.rc.Drop()
 	s.r.SetMaxIdleConns(0)
 	s.r.SetMaxIdleConns(readerIdle)
 }
