@@ -20,5 +20,9 @@ func openFence(homeDir string) (fence.Fence, error) {
 // SQLite engine's file there (home.FenceFile). The daemon and the pane helpers
 // it starts open the same one, each on its own.
 func openFenceAs(homeDir string, host fence.Host) (fence.Fence, error) {
-	return sqlite.Open(home.Paths{Home: homeDir}.Fence(), fence.Options{Host: host})
+	s, err := sqlite.Open(home.Paths{Home: homeDir}.Fence(), fence.Options{Host: host})
+	if err != nil {
+		return nil, err // a nil Fence, not a Fence holding a nil *Store
+	}
+	return s, nil
 }
