@@ -4,6 +4,7 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/fence/sqlite"
 	"github.com/skc-supervisor/skc-supervisor/home"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
 // envHost names this host in the fleet (contract "Beyond one host"); the
@@ -25,4 +26,23 @@ func openFenceAs(homeDir string, host fence.Host) (fence.Fence, error) {
 		return nil, err // a nil Fence, not a Fence holding a nil *Store
 	}
 	return s, nil
+}
+
+// host is this daemon's host: --host-name, else SKC_HOST, else the hostname,
+// with this machine's id and boot id. It is established before anything
+// starts: a bad name refuses the start (invalid_request) and never reaches a
+// row. A machine whose boot id cannot be read still starts, as before: its
+// creates are refused then (identity_incarnation_unavailable), its reads work.
+func (cli *CLI) host(flagName string) (fence.Host, error) {
+	name := flagName
+	if name == "" {
+		name = cli.getenv(envHost)
+	}
+	host, err := fence.LocalHost(fence.Host{Name: name})
+	if verdict.CodeOf(err) == verdict.CodeInvalidRequest {
+		return fence.Host{}, err
+	} else if err != nil {
+		return fence.Host{Name: name}, nil // the rest is resolved when a row is written
+	}
+	return host, nil
 }
