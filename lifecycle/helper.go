@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"time"
@@ -43,6 +42,12 @@ type helperArgs struct {
 	wake       <-chan os.Signal // the daemon's wake-ups (nil: poll only)
 }
 
+// OpenFence opens the fence of the home directory home, as the daemon that
+// started the pane holds it: the pane helper opens it on its own (it is
+// another process, and outlives a daemon). Only the daemon's wiring knows the
+// engine, so it hands RunHelper this.
+type OpenFence func(home string) (fence.Fence, error)
+
 // RunHelper is `skc-supervisor helper --home H --reservation R --generation G`, the
 // pane's process until its gate opens. It enters its generation's cgroup,
 // records its pid and incarnation, waits until the fence shows its generation
@@ -52,7 +57,7 @@ type helperArgs struct {
 // detection reads it. It returns only when no agent runs: its own exit code
 // (helperUsage, helperNoFence, helperGaveUp), or 127/126 when the agent could
 // not be executed, recorded first as the generation's postmortem.
-func RunHelper(args []string) int {
+func RunHelper(args []string, open OpenFence) int {
 	if len(args) == 1 && args[0] == clearArg {
 		return 0 // recovery's stand-in in a kept session's pane (restart_start.go): nothing runs
 	}
@@ -72,17 +77,16 @@ func RunHelper(args []string) int {
 	signal.Notify(wake, wakeSignal)
 	defer signal.Stop(wake)
 	a.wake = wake
-	path := filepath.Join(a.home, "fence.sqlite")
-	var st *fence.Store
+	var st fence.Fence
 	err = retryFence(context.Background(), func() (err error) {
-		st, err = fence.Open(path, fence.Options{})
+		st, err = open(a.home)
 		return err
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "skc-supervisor helper:", err)
 		return helperNoFence
 	}
-	return runHelper(context.Background(), st, a, func() (*fence.Store, error) { return fence.Open(path, fence.Options{}) })
+	return runHelper(context.Background(), st, a, func() (fence.Fence, error) { return open(a.home) })
 }
 
 func parseHelperArgs(args []string) (helperArgs, error) {
@@ -108,7 +112,7 @@ func parseHelperArgs(args []string) (helperArgs, error) {
 // runHelper owns st: it closes it before the exec (an open fence is SQLite
 // file locks, which an exec'd agent must not inherit as open descriptors) and
 // opens it again (reopen) only to record a failed exec.
-func runHelper(ctx context.Context, st *fence.Store, a helperArgs, reopen func() (*fence.Store, error)) int {
+func runHelper(ctx context.Context, st fence.Fence, a helperArgs, reopen func() (fence.Fence, error)) int {
 	code, row, pid, inc, ok := startHelper(ctx, st, a)
 	st.Close()
 	if !ok {
@@ -124,7 +128,7 @@ func runHelper(ctx context.Context, st *fence.Store, a helperArgs, reopen func()
 // startHelper reads the helper's spec, records its start and waits for its
 // generation's publication; ok says to run the agent, otherwise code is the
 // helper's exit code.
-func startHelper(ctx context.Context, st *fence.Store, a helperArgs) (code int, row fence.Reservation, pid int, inc string, ok bool) {
+func startHelper(ctx context.Context, st fence.Fence, a helperArgs) (code int, row fence.Reservation, pid int, inc string, ok bool) {
 	// The spec outlives the row's release (fence.HelperSpec), so this works
 	// whether the helper starts before or after its generation is published.
 	var h fence.HelperSpec
@@ -177,7 +181,7 @@ func enterCgroup(dir string) string {
 
 // recordStart records the helper's start, retrying while the fence is contended
 // (racing creates keep it busy): giving up would fail a create that is fine.
-func recordStart(ctx context.Context, st *fence.Store, resID string, pid int, inc, cgroup string) error {
+func recordStart(ctx context.Context, st fence.Fence, resID string, pid int, inc, cgroup string) error {
 	return retryFence(ctx, func() error { return st.RecordHelperStart(ctx, resID, pid, inc, cgroup) })
 }
 
@@ -202,7 +206,7 @@ func retryFence(ctx context.Context, f func() error) error {
 // identity's published one (true), or the reservation is gone without publishing —
 // released or reclaimed by someone else (false). A wake-up proves nothing, so the
 // fence is the only evidence read.
-func waitPublished(ctx context.Context, st *fence.Store, row fence.Reservation, wake <-chan os.Signal) bool {
+func waitPublished(ctx context.Context, st fence.Fence, row fence.Reservation, wake <-chan os.Signal) bool {
 	t := time.NewTimer(helperPoll)
 	defer t.Stop()
 	for {
@@ -229,7 +233,7 @@ func waitPublished(ctx context.Context, st *fence.Store, row fence.Reservation, 
 // its status (127 or 126) is then the generation's exit even when the daemon
 // is down, and says it was the exec that failed, not an agent. The reason is
 // on the pane's stderr, which the ended verdict's output tail carries.
-func recordPostmortem(reopen func() (*fence.Store, error), row fence.Reservation, pid int, inc string, ex agentExit) {
+func recordPostmortem(reopen func() (fence.Fence, error), row fence.Reservation, pid int, inc string, ex agentExit) {
 	status := ex.Status
 	pm := fence.Postmortem{
 		ReservationID: row.ID, Identity: row.Identity, Generation: row.Generation,
@@ -238,7 +242,7 @@ func recordPostmortem(reopen func() (*fence.Store, error), row fence.Reservation
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var st *fence.Store
+	var st fence.Fence
 	defer func() {
 		if st != nil {
 			st.Close()

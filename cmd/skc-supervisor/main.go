@@ -63,7 +63,7 @@ var verbs = map[string]verb{
 
 // usages is each verb's synopsis (CONTRACT.md "Verbs").
 var usages = map[string]string{
-	"serve":    "serve [--wire-log FILE]",
+	"serve":    "serve [--wire-log FILE] [--host-name NAME]",
 	"create":   "create --state-dir DIR --session-id ID [--state-file FILE] [--cwd DIR] [--env KEY=VALUE]... [--label TEXT] [--wait DURATION] [--stop-timeout DURATION] [--restart never|on-failure|always] [--resume-arg ARG]... [--restart-delay DURATION] [--restart-burst N] [--restart-interval DURATION] [--json] -- COMMAND [ARG]...",
 	"ls":       "ls [--json]",
 	"show":     "show (NAME | --state-dir DIR --session-id ID) [--json]",
@@ -95,7 +95,7 @@ func main() {
 	// which starts with default dispositions. It runs before this process
 	// starts catching them.
 	if len(os.Args) > 1 && os.Args[1] == "helper" {
-		os.Exit(lifecycle.RunHelper(os.Args[2:]))
+		os.Exit(lifecycle.RunHelper(os.Args[2:], openFence))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	cli := &CLI{ctx: ctx, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}

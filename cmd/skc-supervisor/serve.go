@@ -39,10 +39,11 @@ const (
 // reverse.
 type daemon struct {
 	paths  home.Paths
+	host   fence.Host // this host in the fleet (SKC_HOST / --host-name), its rows' owner host
 	log    zerolog.Logger
 	notify *sdnotify.Notifier
 
-	store   *fence.Store
+	store   fence.Fence
 	writer  *verdict.Writer
 	wireLog io.WriteCloser
 	tmux    *tmuxctl.Client
@@ -73,7 +74,12 @@ func runServe(cli *CLI, args []string) int {
 	var o opts
 	fs := newFlags("serve", &o, false)
 	wireLog := fs.String("wire-log", "", "append every control-mode line to FILE")
+	hostName := fs.String("host-name", "", "SKC_HOST")
 	if err := parseNoArgs(fs, args); err != nil {
+		return cli.fail(o, err)
+	}
+	host, err := cli.host(*hostName)
+	if err != nil {
 		return cli.fail(o, err)
 	}
 	logger, forPeople := serveLogger(cli.stderr)
@@ -92,7 +98,7 @@ func runServe(cli *CLI, args []string) int {
 		return cli.fail(o, err)
 	}
 	defer lock.Release()
-	d := &daemon{paths: p, fatal: make(chan error, 4), reg: metrics.NewRegistry(), log: logger}
+	d := &daemon{paths: p, host: host, fatal: make(chan error, 4), reg: metrics.NewRegistry(), log: logger}
 	d.notify = sdnotify.FromEnv()
 	sdnotify.UnsetEnv() // the tmux server and the agents must not inherit it
 	if err := d.start(cli.ctx, *wireLog); err != nil {
@@ -115,7 +121,8 @@ func (d *daemon) start(ctx context.Context, wireLog string) error {
 	d.runCtx, d.cancelRun = context.WithCancel(context.Background())
 	d.log.Info().Str("home", d.paths.Home).Str("runtime_dir", d.paths.RuntimeDir).Msg("starting")
 	var err error
-	if d.store, err = fence.Open(d.paths.Fence(), fence.Options{}); err != nil {
+	d.log.Info().Str("host", d.host.Name).Str("machine_id", d.host.MachineID).Str("boot_id", d.host.BootID).Msg("host")
+	if d.store, err = openFenceAs(d.paths.Home, d.host); err != nil {
 		return err
 	}
 	if d.writer, err = verdict.NewWriter(d.store, d.paths.Verdicts(), d.log); err != nil {
