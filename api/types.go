@@ -5,7 +5,7 @@
 //
 // The handlers talk to a Service, not to lifecycle directly, so that the HTTP
 // layer and the client are tested with fakes; api/backend adapts the real
-// lifecycle.Manager, fence.Store and verdict.Writer to it.
+// lifecycle.Manager, the fence (fence.Fence) and verdict.Writer to it.
 package api
 
 import (

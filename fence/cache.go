@@ -6,35 +6,48 @@ import (
 	"time"
 )
 
-// pubCache mirrors the identities table in memory for the daemon's hot reads
-// (List joins every census session with its identity; Show resolves a session
-// name), so those never re-read the table. It is loaded on first use and then
-// updated by this Store's own Publish and MarkEnded after they commit.
+// PubCache mirrors an engine's published identities in memory for the
+// daemon's hot reads (List joins every census session with its identity; Show
+// resolves a session name), so those never re-read the table. It is loaded on
+// first use (NewPubCache's load) and then updated by its handle's own Publish,
+// MarkEnded, BeginStop and SetRestart after they commit; Reset makes the next
+// read load again (an engine that learns another writer changed the table).
 //
-// It is exact only while this Store is the only writer of the identities table:
-// the daemon, which holds the instance lock of its home. Pane helpers open their
-// own Store but write postmortems and helper starts only, and never read the
+// It is exact only while its handle is the only writer of the identities: the
+// daemon, which holds the instance lock of its home. Pane helpers open their
+// own handle but write postmortems and helper starts only, and never read the
 // cache. Updates are ordered by generation (a publish replaces only a lower
 // generation; an end marks only its own generation), so two writes whose
 // cache updates land in the other order than their commits still agree.
-type pubCache struct {
+//
+// Times handed to it must be as the engine's reads return them (the engine's
+// precision, UTC), so that a cached record equals a read one.
+type PubCache struct {
+	load func(ctx context.Context) ([]Published, error)
+
 	mu       sync.RWMutex
 	loaded   bool
 	byDigest map[string]Published // every identity row, ended ones included
 	byName   map[string]string    // session name → digest, not-ended rows only
 }
 
-func (c *pubCache) put(p Published) {
+// NewPubCache returns an empty cache that load fills on first use (every
+// published identity, ended ones included: the engine's Identities).
+func NewPubCache(load func(ctx context.Context) ([]Published, error)) *PubCache {
+	return &PubCache{load: load}
+}
+
+// Put records p, a generation just published or changed by a committed write.
+func (c *PubCache) Put(p Published) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.loaded {
 		return // the load reads the committed row
 	}
-	p.PublishedAt = fromNanos(nanos(p.PublishedAt)) // as the table returns it
 	c.putLocked(p)
 }
 
-func (c *pubCache) putLocked(p Published) {
+func (c *PubCache) putLocked(p Published) {
 	d := p.Identity.Digest()
 	if old, ok := c.byDigest[d]; ok {
 		if old.Generation > p.Generation || (old.Generation == p.Generation && old.Ended) {
@@ -51,7 +64,8 @@ func (c *pubCache) putLocked(p Published) {
 	cacheChanged() // lifecycle reuses a whole ls answer until this moves
 }
 
-func (c *pubCache) ended(id Identity, gen uint64, at time.Time) {
+// Ended records that generation gen of id ended at at (a committed MarkEnded).
+func (c *PubCache) Ended(id Identity, gen uint64, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.loaded {
@@ -62,7 +76,7 @@ func (c *pubCache) ended(id Identity, gen uint64, at time.Time) {
 	if !ok || p.Generation != gen || p.Ended {
 		return
 	}
-	p.Ended, p.EndedAt = true, fromNanos(nanos(at)) // as the table returns it
+	p.Ended, p.EndedAt = true, at
 	c.byDigest[d] = p
 	if c.byName[p.SessionName] == d {
 		delete(c.byName, p.SessionName)
@@ -70,9 +84,9 @@ func (c *pubCache) ended(id Identity, gen uint64, at time.Time) {
 	cacheChanged()
 }
 
-// restart records an ended generation's restart decision (MarkEndedNext,
-// SetRestart) in the cached row.
-func (c *pubCache) restart(id Identity, gen uint64, next RestartNext, due time.Time) {
+// Restart records an ended generation's restart decision (MarkEndedNext,
+// SetRestart), its next start due at due.
+func (c *PubCache) Restart(id Identity, gen uint64, next RestartNext, due time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.loaded {
@@ -83,16 +97,23 @@ func (c *pubCache) restart(id Identity, gen uint64, next RestartNext, due time.T
 	if !ok || p.Generation != gen {
 		return
 	}
-	p.Restart.State, p.Restart.Due, p.Restart.Reason = next.State, fromNanos(nanos(due)), next.Reason
+	p.Restart.State, p.Restart.Due, p.Restart.Reason = next.State, due, next.Reason
 	p.Restart.Failures = next.Failures
 	c.byDigest[d] = p
 	cacheChanged()
 }
 
+// Reset forgets what is held: the next read loads the table again.
+func (c *PubCache) Reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.loaded, c.byDigest, c.byName = false, nil, nil
+	cacheChanged()
+}
+
 // ensure loads the cache from the table once. The write lock is held across the
 // read, so a write committed after the read applies its update after the load.
-func (s *Store) ensureCache(ctx context.Context) error {
-	c := &s.cache
+func (c *PubCache) ensure(ctx context.Context) error {
 	c.mu.RLock()
 	ok := c.loaded
 	c.mu.RUnlock()
@@ -104,7 +125,7 @@ func (s *Store) ensureCache(ctx context.Context) error {
 	if c.loaded {
 		return nil
 	}
-	pubs, err := s.Identities(ctx)
+	pubs, err := c.load(ctx)
 	if err != nil {
 		return err
 	}
@@ -117,45 +138,62 @@ func (s *Store) ensureCache(ctx context.Context) error {
 	return nil
 }
 
-// CachedPublished returns the published record of the identity whose digest
-// (Identity.Digest, the @skc-identity tag) is digest, ended or not, from memory.
-// See pubCache for when the cache is exact.
-func (s *Store) CachedPublished(ctx context.Context, digest string) (Published, bool, error) {
-	if err := s.ensureCache(ctx); err != nil {
+// Published returns the published record of the identity whose digest
+// (Identity.Digest, the @skc-identity tag) is digest, ended or not.
+func (c *PubCache) Published(ctx context.Context, digest string) (Published, bool, error) {
+	if err := c.ensure(ctx); err != nil {
 		return Published{}, false, err
 	}
-	s.cache.mu.RLock()
-	p, ok := s.cache.byDigest[digest]
-	s.cache.mu.RUnlock()
+	c.mu.RLock()
+	p, ok := c.byDigest[digest]
+	c.mu.RUnlock()
 	return p, ok, nil
 }
 
-// CachedPublishedByName returns the published, not-ended generation living in
-// the session named name, from memory (attempt names are unique per reservation).
-func (s *Store) CachedPublishedByName(ctx context.Context, name string) (Published, bool, error) {
-	if err := s.ensureCache(ctx); err != nil {
+// PublishedByName returns the published, not-ended generation living in the
+// session named name (attempt names are unique per reservation).
+func (c *PubCache) PublishedByName(ctx context.Context, name string) (Published, bool, error) {
+	if err := c.ensure(ctx); err != nil {
 		return Published{}, false, err
 	}
-	s.cache.mu.RLock()
-	defer s.cache.mu.RUnlock()
-	d, ok := s.cache.byName[name]
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	d, ok := c.byName[name]
 	if !ok {
 		return Published{}, false, nil
 	}
-	p, ok := s.cache.byDigest[d]
+	p, ok := c.byDigest[d]
 	return p, ok && !p.Ended, nil
 }
 
-// CachedLive calls fn for every published, not-ended generation, from memory,
-// under the cache's read lock: fn must not call the Store.
-func (s *Store) CachedLive(ctx context.Context, fn func(p *Published)) error {
-	if err := s.ensureCache(ctx); err != nil {
+// Live calls fn for every published, not-ended generation, under the cache's
+// read lock: fn must not call the cache's handle.
+func (c *PubCache) Live(ctx context.Context, fn func(p *Published)) error {
+	if err := c.ensure(ctx); err != nil {
 		return err
 	}
-	s.cache.mu.RLock()
-	defer s.cache.mu.RUnlock()
-	for _, d := range s.cache.byName {
-		p := s.cache.byDigest[d]
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for _, d := range c.byName {
+		p := c.byDigest[d]
+		fn(&p)
+	}
+	return nil
+}
+
+// LiveEach is Live without a copy of each row on the heap: fn gets a pointer
+// to one variable, overwritten row after row, so it must copy what it keeps. A
+// list of 1,000 sessions walks every live row, and Live's copy per row was
+// most of that walk's allocations.
+func (c *PubCache) LiveEach(ctx context.Context, fn func(p *Published)) error {
+	if err := c.ensure(ctx); err != nil {
+		return err
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var p Published
+	for _, d := range c.byName {
+		p = c.byDigest[d]
 		fn(&p)
 	}
 	return nil

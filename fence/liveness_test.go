@@ -138,29 +138,6 @@ func TestReadStatParsesCommWithParens(t *testing.T) {
 	}
 }
 
-func TestReserveWithRealLiveness(t *testing.T) {
-	// A real owner process holds the row; while it lives we are refused, once
-	// it is killed and reaped its reserved-phase row is reclaimed in place.
-	w := newWorld(t)
-	c := startChild(t, "worker", "FENCE_DB="+w.path)
-	c.send(t, fmt.Sprintf("reserve %s x %d", w.dir, time.Now().UnixNano()))
-	if got := c.recv(t); !strings.HasPrefix(got, "ok reserved ") {
-		t.Fatalf("child: %s", got)
-	}
-	s, err := Open(w.path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	_, err = s.Reserve(ctx, w.id("x"), w.spec("x"))
-	wantCode(t, err, "identity_reserved_live")
-	c.kill(t)
-	r := mustReserve(t, s, w.id("x"), w.spec("x"))
-	if r.OwnerPID != os.Getpid() || r.Generation != 2 {
-		t.Fatalf("%+v", r)
-	}
-}
-
 // TestLivenessEPERM: kill(pid, 0) answering EPERM means a live process of
 // another user. As root we cannot get EPERM ourselves, so the check runs in
 // a child process with the uid of nobody, against this (root) process.

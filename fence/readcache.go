@@ -3,36 +3,30 @@ package fence
 import (
 	"cmp"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
-	"runtime"
 	"slices"
 	"sync"
-	"weak"
-
-	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
 // The read cache answers `show`'s fence reads (an identity's reservation row and
-// its latest verdicts) from memory: two SQLite queries and the decoding of the
+// its latest verdicts) from memory: two queries and the decoding of the
 // verdicts were most of a lookup's time, for data that changes only when
 // somebody writes the fence.
 //
-// Validity is SQLite's own: PRAGMA data_version, asked on one reader connection
-// the cache holds, changes whenever any other connection commits — the daemon's
-// writer, a pane helper, another process (tests write the fence from several).
-// Every read asks it first (one prepared statement, a few µs). When it moved,
-// the cache re-reads which identities have a reservation row (one narrow scan
-// of a table that holds only creates in flight or abandoned) and the verdicts
-// journaled since its last read: sequences grow by one per committed verdict,
-// in commit order, so everything new has a sequence above the last one read.
-// The version is asked before the data is read, so data is never older than the
-// version it is filed under: a read that starts after a commit returned always
-// sees that commit.
+// Validity is the engine's signal (ReadSource.Version): a number that moves
+// whenever anything committed — the daemon's own writes, a pane helper's,
+// another process's (SQLite: PRAGMA data_version on one connection the source
+// holds). Every read asks it first. When it moved, the cache re-reads which
+// identities have a reservation row (one narrow scan of a table that holds only
+// creates in flight or abandoned) and the verdicts journaled since its last
+// read: sequences grow by one per committed verdict, in commit order, so
+// everything new has a sequence above the last one read. The version is asked
+// before the data is read, so data is never older than the version it is filed
+// under: a read that starts after a commit returned always sees that commit.
 //
 // Verdicts: the first read loads the journal's newest verdicts (all of them up
-// to readCacheBulk, within half the byte bound), grouped by identity, so that a
+// to ReadCacheBulk, within half the byte bound), grouped by identity, so that a
 // lookup of any identity — the benchmark looks up a different session each
 // time — finds them in memory; an identity with older verdicts beyond that
 // window is read on its own. They are held encoded exactly as json.Marshal
@@ -40,118 +34,64 @@ import (
 // lookup copies bytes.
 
 // Bounds of the read cache: its verdicts' encoded bytes (beyond it the cache
-// starts over) and the backlog of new verdicts one refresh reads (a longer one
-// starts over instead).
+// starts over) and the backlog of new verdicts one refresh reads
+// (ReadCacheTail; a longer one starts over instead).
 const (
 	readCacheBytes = 16 << 20
-	readCacheTail  = 1024
+	ReadCacheTail  = 1024
 )
 
-// readCacheBulk bounds the verdicts the cache's first read loads. It is a
+// ReadCacheBulk bounds the verdicts the cache's first read loads. It is a
 // variable so that tests can make the journal outgrow it.
-var readCacheBulk = 16384
+var ReadCacheBulk = 16384
 
-// IdentityReads is what `show` needs of the fence for one identity. The byte
-// slices are shared with the cache: read them, never modify them (their
-// capacity equals their length, so an append copies).
-type IdentityReads struct {
-	// Reservation is the identity's reservation row, nil when it has none.
-	Reservation *Reservation
-	// ReservationJSON is json.Marshal(Reservation), or null.
-	ReservationJSON []byte
-	// VerdictsJSON is the JSON array of the identity's most recent verdicts
-	// (up to the limit asked), oldest first, each as json.Marshal encodes a
-	// verdict.Record.
-	VerdictsJSON []byte
+// ReadSource is what the read cache asks of an engine. The cache calls it with
+// its own lock held, one call at a time, so a source may keep one connection
+// (and must, where the version is per connection).
+type ReadSource interface {
+	// Version returns a number that differs from the one it returned before
+	// whenever anything committed to the fence in between.
+	Version(ctx context.Context) (int64, error)
+	// Reserved lists the identities that have a reservation row.
+	Reserved(ctx context.Context) ([]Identity, error)
+	// Reservation returns the identity's reservation row, if any.
+	Reservation(ctx context.Context, id Identity) (Reservation, bool, error)
+	// JournalSince returns up to n verdicts with a sequence above after,
+	// oldest first.
+	JournalSince(ctx context.Context, after int64, n int) ([]JournalRow, error)
+	// JournalNewest returns up to n of the journal's newest verdicts, newest
+	// first, stopping after the row whose records pass maxBytes in total.
+	JournalNewest(ctx context.Context, n, maxBytes int) ([]JournalRow, error)
+	// JournalFor returns the identity's newest n verdicts, oldest first.
+	JournalFor(ctx context.Context, id Identity, n int) ([]JournalRow, error)
+	// Reset drops what the source holds (its connection): after an error its
+	// state, and so its version, is unknown.
+	Reset()
 }
 
-// Verdicts decodes VerdictsJSON.
-func (r IdentityReads) Verdicts() ([]verdict.Record, error) {
-	out := []verdict.Record{}
-	if err := json.Unmarshal(r.VerdictsJSON, &out); err != nil {
-		return nil, fmt.Errorf("fence: cached verdicts: %w", err)
-	}
-	return out, nil
+// JournalRow is one verdict as the journal holds it: the record's JSON, its
+// sequence kept apart.
+type JournalRow struct {
+	Seq  int64
+	ID   Identity
+	Text string
 }
 
-// CachedIdentityReads returns the identity's reservation row and its most recent
-// verdicts (up to limit, at least 1), as a fresh read would, from the read cache.
-// id is used as the fence stored it (Published.Identity): it is not
-// canonicalised again, so it matches the rows written under it.
-func (s *Store) CachedIdentityReads(ctx context.Context, id Identity, limit int) (IdentityReads, error) {
-	if id.StateDir == "" || id.SessionID == "" {
-		return IdentityReads{}, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "identity"},
-			"fence: identity reads need a stored identity")
-	}
-	// Before the cache: a refusal here says nothing about what it holds.
-	if err := s.writable("read_cache"); err != nil {
-		return IdentityReads{}, err
-	}
-	c := s.readCache()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out, err := c.reads(ctx, id, max(limit, 1))
-	if err != nil {
-		c.reset()
-		return IdentityReads{}, s.dbErr("read_cache", err)
-	}
-	return out, nil
-}
+// ReadCache is one fence handle's cache of `show`'s reads over its engine's
+// ReadSource. It is safe for concurrent use; mu serialises everything, the
+// source included.
+type ReadCache struct {
+	src ReadSource
 
-// readCaches holds each Store's cache without keeping the Store alive: the
-// Store's struct is not ours to extend. closeReadCache releases one at
-// Store.Close; a Store dropped unclosed releases its cache when collected.
-var readCaches sync.Map // weak.Pointer[Store] → *readCache
-
-func (s *Store) readCache() *readCache {
-	key := weak.Make(s)
-	if c, ok := readCaches.Load(key); ok {
-		return c.(*readCache)
-	}
-	c, loaded := readCaches.LoadOrStore(key, &readCache{db: s.r})
-	if !loaded {
-		runtime.AddCleanup(s, func(k weak.Pointer[Store]) { dropReadCache(k) }, key)
-	}
-	return c.(*readCache)
-}
-
-// closeReadCache releases s's read cache and its connection (Store.Close).
-func closeReadCache(s *Store) { dropReadCache(weak.Make(s)) }
-
-// resetReadCache empties s's read cache and closes its connection, keeping the
-// cache itself: a reader that already holds it finds it empty and starts over.
-func resetReadCache(s *Store) {
-	if c, ok := readCaches.Load(weak.Make(s)); ok {
-		rc := c.(*readCache)
-		rc.mu.Lock()
-		rc.reset()
-		rc.mu.Unlock()
-	}
-}
-
-func dropReadCache(k weak.Pointer[Store]) {
-	if c, ok := readCaches.LoadAndDelete(k); ok {
-		rc := c.(*readCache)
-		rc.mu.Lock()
-		rc.reset()
-		rc.mu.Unlock()
-	}
-}
-
-// readCache is one Store's cache. mu serialises everything, the held
-// connection included.
-type readCache struct {
-	db *sql.DB // the Store's reader pool, where conn comes from
-
-	mu      sync.Mutex
-	conn    *sql.Conn // held: data_version is per connection
-	probe   *sql.Stmt // PRAGMA data_version on conn
-	valid   bool      // version describes what is held
-	version int64     // data_version when the cache was last brought up to date
-
+	mu       sync.Mutex
+	valid    bool                   // version describes what is held
+	version  int64                  // the source's version when the cache was last brought up to date
 	reserved map[Identity]*resEntry // identities with a reservation row; row read on first use
 	verdicts verdictCache
 }
+
+// NewReadCache returns an empty cache over src.
+func NewReadCache(src ReadSource) *ReadCache { return &ReadCache{src: src} }
 
 // resEntry is a reservation row, read and encoded on first use.
 type resEntry struct {
@@ -159,21 +99,41 @@ type resEntry struct {
 	json []byte
 }
 
-// reset forgets everything and closes the connection: after any error the
-// connection's state, and so its data_version, is unknown.
-func (c *readCache) reset() {
-	if c.probe != nil {
-		_ = c.probe.Close()
+// Reads returns the identity's reservation row and its most recent verdicts (up
+// to limit, at least 1), as a fresh read would. id is used as the fence stored
+// it (Published.Identity), not canonicalised again. After an error the cache
+// starts over; the engine maps the error to its code.
+func (c *ReadCache) Reads(ctx context.Context, id Identity, limit int) (IdentityReads, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out, err := c.reads(ctx, id, max(limit, 1))
+	if err != nil {
+		c.reset()
 	}
-	if c.conn != nil {
-		_ = c.conn.Close()
+	return out, err
+}
+
+// Drop empties the cache and resets its source, keeping the cache itself: a
+// reader that already holds it finds it empty and starts over (a handle's
+// Close; an engine that reopens its connections).
+func (c *ReadCache) Drop() {
+	if c == nil {
+		return
 	}
-	c.conn, c.probe, c.valid, c.reserved = nil, nil, false, nil
+	c.mu.Lock()
+	c.reset()
+	c.mu.Unlock()
+}
+
+// reset forgets everything and resets the source. c.mu is held.
+func (c *ReadCache) reset() {
+	c.src.Reset()
+	c.valid, c.reserved = false, nil
 	c.verdicts = verdictCache{}
 }
 
 // reads brings the cache up to date and answers for id. c.mu is held.
-func (c *readCache) reads(ctx context.Context, id Identity, limit int) (IdentityReads, error) {
+func (c *ReadCache) reads(ctx context.Context, id Identity, limit int) (IdentityReads, error) {
 	if c.verdicts.limit != limit || c.verdicts.bytes > readCacheBytes {
 		c.reset() // one limit at a time (Show always asks the same); bounded memory
 	}
@@ -183,10 +143,10 @@ func (c *readCache) reads(ctx context.Context, id Identity, limit int) (Identity
 	out := IdentityReads{ReservationJSON: []byte("null")}
 	if r := c.reserved[id]; r != nil {
 		if r.row == nil {
-			row, found, err := rowFor(ctx, c.conn, id)
+			row, found, err := c.src.Reservation(ctx, id)
 			if err != nil || !found {
-				// The scan that listed it saw the same database (no
-				// commit since, or the version would have moved).
+				// The scan that listed it saw the same fence (no commit
+				// since, or the version would have moved).
 				return IdentityReads{}, cmp.Or(err, fmt.Errorf("reservation row of %v vanished", id))
 			}
 			b, err := json.Marshal(&row)
@@ -198,7 +158,7 @@ func (c *readCache) reads(ctx context.Context, id Identity, limit int) (Identity
 		row := *r.row
 		out.Reservation, out.ReservationJSON = &row, r.json
 	}
-	v, err := c.verdicts.array(ctx, c.conn, id)
+	v, err := c.verdicts.array(ctx, c.src, id)
 	if err != nil {
 		return IdentityReads{}, err
 	}
@@ -206,52 +166,29 @@ func (c *readCache) reads(ctx context.Context, id Identity, limit int) (Identity
 	return out, nil
 }
 
-// refresh opens the connection when needed and, when data_version moved since
-// the last refresh, re-reads which identities have reservation rows and the
-// verdicts journaled since.
-func (c *readCache) refresh(ctx context.Context, limit int) error {
-	if c.conn == nil {
-		conn, err := c.db.Conn(ctx)
-		if err != nil {
-			return err
-		}
-		c.conn = conn
-		if c.probe, err = conn.PrepareContext(ctx, `PRAGMA data_version`); err != nil {
-			return err
-		}
-	}
-	var v int64
-	if err := c.probe.QueryRowContext(ctx).Scan(&v); err != nil {
+// refresh asks the source's version and, when it moved since the last refresh,
+// re-reads which identities have reservation rows and the verdicts journaled
+// since.
+func (c *ReadCache) refresh(ctx context.Context, limit int) error {
+	v, err := c.src.Version(ctx)
+	if err != nil {
 		return err
 	}
 	if c.valid && v == c.version {
 		return nil
 	}
 	c.valid = false
-	if err := c.scanReserved(ctx); err != nil {
+	ids, err := c.src.Reserved(ctx)
+	if err != nil {
 		return err
 	}
-	if err := c.verdicts.update(ctx, c.conn, limit); err != nil {
+	c.reserved = make(map[Identity]*resEntry, len(ids))
+	for _, id := range ids {
+		c.reserved[id] = &resEntry{}
+	}
+	if err := c.verdicts.update(ctx, c.src, limit); err != nil {
 		return err
 	}
 	c.version, c.valid = v, true
 	return nil
-}
-
-// scanReserved lists the identities that have a reservation row.
-func (c *readCache) scanReserved(ctx context.Context) error {
-	rows, err := c.conn.QueryContext(ctx, `SELECT state_dir, session_id FROM reservations`)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	c.reserved = map[Identity]*resEntry{}
-	for rows.Next() {
-		var id Identity
-		if err := rows.Scan(&id.StateDir, &id.SessionID); err != nil {
-			return err
-		}
-		c.reserved[id] = &resEntry{}
-	}
-	return rows.Err()
 }

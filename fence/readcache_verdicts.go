@@ -10,7 +10,7 @@ import (
 )
 
 // verdictCache holds the latest verdicts of identities, encoded, for the read
-// cache (see readcache.go); its readCache's mu guards it.
+// cache (see readcache.go); its ReadCache's mu guards it.
 type verdictCache struct {
 	limit  int   // verdicts held per identity: the latest ones
 	loaded bool  // bulk ran: floor and tailSeq are meaningful
@@ -33,64 +33,26 @@ type verdEntry struct {
 // update brings the held verdicts up to the journal's end: the bulk load the
 // first time, else the verdicts journaled since, else (a long backlog, or over
 // the byte bound) the bulk load again.
-func (vc *verdictCache) update(ctx context.Context, q queryer, limit int) error {
+func (vc *verdictCache) update(ctx context.Context, src ReadSource, limit int) error {
 	if !vc.loaded || vc.bytes > readCacheBytes {
-		return vc.bulk(ctx, q, limit)
+		return vc.bulk(ctx, src, limit)
 	}
-	rows, err := q.QueryContext(ctx, `SELECT sequence, state_dir, session_id, record FROM verdicts
-		WHERE sequence > ? ORDER BY sequence LIMIT ?`, vc.tailSeq, readCacheTail+1)
+	batch, err := src.JournalSince(ctx, vc.tailSeq, ReadCacheTail+1)
 	if err != nil {
 		return err
 	}
-	batch, err := scanJournalRows(rows, readCacheTail+1, 0)
-	if err != nil {
-		return err
-	}
-	if len(batch) > readCacheTail {
-		return vc.bulk(ctx, q, limit)
+	if len(batch) > ReadCacheTail {
+		return vc.bulk(ctx, src, limit)
 	}
 	return vc.add(batch)
 }
 
-// journalRow is one verdict as the journal holds it.
-type journalRow struct {
-	seq  int64
-	id   Identity
-	text string
-}
-
-// scanJournalRows reads (sequence, state_dir, session_id, record) rows, closing
-// them, up to n rows or (when maxBytes > 0) until their records pass maxBytes.
-func scanJournalRows(rows interface {
-	Next() bool
-	Scan(...any) error
-	Err() error
-	Close() error
-}, n, maxBytes int) ([]journalRow, error) {
-	defer rows.Close()
-	var out []journalRow
-	size := 0
-	for len(out) < n && (maxBytes <= 0 || size <= maxBytes) && rows.Next() {
-		var r journalRow
-		if err := rows.Scan(&r.seq, &r.id.StateDir, &r.id.SessionID, &r.text); err != nil {
-			return nil, err
-		}
-		out, size = append(out, r), size+len(r.text)
-	}
-	return out, rows.Err()
-}
-
 // bulk starts over from the journal's newest verdicts: all of them up to
-// readCacheBulk rows and half the byte bound. floor is set below the oldest
+// ReadCacheBulk rows and half the byte bound. floor is set below the oldest
 // one read, or to 0 when the journal was read to its start.
-func (vc *verdictCache) bulk(ctx context.Context, q queryer, limit int) error {
+func (vc *verdictCache) bulk(ctx context.Context, src ReadSource, limit int) error {
 	*vc = verdictCache{limit: limit, byID: map[Identity]*verdEntry{}}
-	rows, err := q.QueryContext(ctx, `SELECT sequence, state_dir, session_id, record FROM verdicts
-		ORDER BY sequence DESC LIMIT ?`, readCacheBulk+1)
-	if err != nil {
-		return err
-	}
-	batch, err := scanJournalRows(rows, readCacheBulk+1, readCacheBytes/2)
+	batch, err := src.JournalNewest(ctx, ReadCacheBulk+1, readCacheBytes/2)
 	if err != nil {
 		return err
 	}
@@ -98,10 +60,10 @@ func (vc *verdictCache) bulk(ctx context.Context, q queryer, limit int) error {
 		vc.loaded = true // an empty journal
 		return nil
 	}
-	vc.tailSeq = batch[0].seq
-	if len(batch) > readCacheBulk || sumText(batch) > readCacheBytes/2 {
+	vc.tailSeq = batch[0].Seq
+	if len(batch) > ReadCacheBulk || sumText(batch) > readCacheBytes/2 {
 		// The oldest row read is not taken; every one above it is.
-		vc.floor = batch[len(batch)-1].seq
+		vc.floor = batch[len(batch)-1].Seq
 		batch = batch[:len(batch)-1]
 	}
 	slices.Reverse(batch)
@@ -112,31 +74,31 @@ func (vc *verdictCache) bulk(ctx context.Context, q queryer, limit int) error {
 	return nil
 }
 
-func sumText(b []journalRow) int {
+func sumText(b []JournalRow) int {
 	n := 0
 	for _, r := range b {
-		n += len(r.text)
+		n += len(r.Text)
 	}
 	return n
 }
 
 // add appends rows (ascending sequences) to their identities, keeping the
 // latest limit of each.
-func (vc *verdictCache) add(batch []journalRow) error {
+func (vc *verdictCache) add(batch []JournalRow) error {
 	for _, r := range batch {
-		vc.tailSeq = max(vc.tailSeq, r.seq)
-		e := vc.byID[r.id]
+		vc.tailSeq = max(vc.tailSeq, r.Seq)
+		e := vc.byID[r.ID]
 		if e == nil {
 			e = &verdEntry{}
-			vc.byID[r.id] = e
-		} else if r.seq <= e.last {
+			vc.byID[r.ID] = e
+		} else if r.Seq <= e.last {
 			continue // read on its own after this verdict was journaled
 		}
-		enc, err := encodeVerdict(r.seq, r.text)
+		enc, err := encodeVerdict(r.Seq, r.Text)
 		if err != nil {
 			return err
 		}
-		vc.push(e, r.seq, enc)
+		vc.push(e, r.Seq, enc)
 	}
 	return nil
 }
@@ -156,14 +118,14 @@ func (vc *verdictCache) push(e *verdEntry, seq int64, enc []byte) {
 
 // array returns id's verdicts as a JSON array, reading the identity on its own
 // when what is held may lack some of them (older than floor).
-func (vc *verdictCache) array(ctx context.Context, q queryer, id Identity) ([]byte, error) {
+func (vc *verdictCache) array(ctx context.Context, src ReadSource, id Identity) ([]byte, error) {
 	e := vc.byID[id]
 	if e == nil && vc.floor == 0 {
 		return []byte("[]"), nil // no verdict at all
 	}
 	if e == nil || !(e.full || vc.floor == 0 || len(e.encs) >= vc.limit) {
 		var err error
-		if e, err = vc.load(ctx, q, id); err != nil {
+		if e, err = vc.load(ctx, src, id); err != nil {
 			return nil, err
 		}
 	}
@@ -181,16 +143,9 @@ func (vc *verdictCache) array(ctx context.Context, q queryer, id Identity) ([]by
 	return e.array, nil
 }
 
-// load reads id's latest verdicts from the journal (as VerdictsFor does).
-func (vc *verdictCache) load(ctx context.Context, q queryer, id Identity) (*verdEntry, error) {
-	rows, err := q.QueryContext(ctx, `SELECT sequence, state_dir, session_id, record FROM (
-			SELECT sequence, state_dir, session_id, record FROM verdicts WHERE state_dir = ? AND session_id = ?
-			ORDER BY sequence DESC LIMIT ?)
-		ORDER BY sequence`, id.StateDir, id.SessionID, vc.limit)
-	if err != nil {
-		return nil, err
-	}
-	batch, err := scanJournalRows(rows, vc.limit, 0)
+// load reads id's latest verdicts from the journal (as an engine's VerdictsFor does).
+func (vc *verdictCache) load(ctx context.Context, src ReadSource, id Identity) (*verdEntry, error) {
+	batch, err := src.JournalFor(ctx, id, vc.limit)
 	if err != nil {
 		return nil, err
 	}
@@ -199,11 +154,11 @@ func (vc *verdictCache) load(ctx context.Context, q queryer, id Identity) (*verd
 	}
 	e := &verdEntry{full: true}
 	for _, r := range batch {
-		enc, err := encodeVerdict(r.seq, r.text)
+		enc, err := encodeVerdict(r.Seq, r.Text)
 		if err != nil {
 			return nil, err
 		}
-		vc.push(e, r.seq, enc)
+		vc.push(e, r.Seq, enc)
 	}
 	vc.byID[id] = e
 	return e, nil

@@ -67,8 +67,9 @@ type RecoverResult struct {
 	Reservation *Reservation
 }
 
-// RecoverAbandoned resolves a dead owner's row (or our own abandoned one), as
-// DESIGN §6 and model/saga.pml order it:
+// Recover resolves a dead owner's row (or our own abandoned one) for the
+// engine f, whose handle's owner is o, as DESIGN §6 and model/saga.pml order
+// it; engines implement RecoverAbandoned with it:
 //
 //   - phase reserved: no child can exist → reclaim (reclaimed);
 //   - a live inspection: authoritative → the child is preserved, and the error
@@ -85,43 +86,50 @@ type RecoverResult struct {
 // preserved child is the row's own published generation, the dead creator's
 // last step (release) is finished for it. The result is filled in for the
 // preserved and unresolved branches too, alongside their error.
-func (s *Store) RecoverAbandoned(ctx context.Context, ab Reservation, insp Inspector) (RecoverResult, error) {
-	if err := checkReservationID(ab.ID); err != nil {
+//
+// Nothing here holds a transaction: the row is re-read, the inspection runs
+// against live tmux, and each write (Reclaim, Release) is its own transition
+// pinned to the row's id.
+func Recover(ctx context.Context, f Fence, o *Owner, ab Reservation, insp Inspector) (RecoverResult, error) {
+	if err := CheckReservationID(ab.ID); err != nil {
 		return RecoverResult{}, err
 	}
-	id, spec, err := canonicalRequest(ab.Identity, ab.Spec)
+	id, spec, err := CanonicalRequest(ab.Identity, ab.Spec)
 	if err != nil {
 		return RecoverResult{}, err
 	}
-	pid, inc, err := s.self()
+	pid, inc, err := o.Self()
 	if err != nil {
 		return RecoverResult{}, err
 	}
-	if err := s.writable("recover"); err != nil {
-		return RecoverResult{}, err
-	}
-	row, ok, err := rowFor(ctx, s.r, id)
+	row, ok, err := f.ReservationFor(ctx, id)
 	if err != nil {
-		return RecoverResult{}, s.dbErr("recover", err)
+		return RecoverResult{}, err
 	}
 	if !ok || row.ID != ab.ID {
-		return RecoverResult{}, lost(ab.ID, "is no longer the identity's row")
+		return RecoverResult{}, Lost(ab.ID, "is no longer the identity's row")
 	}
-	if err := s.displaceable(row, pid, inc); err != nil {
+	if err := o.Displaceable(row, pid, inc); err != nil {
 		return RecoverResult{}, err
 	}
 	res := RecoverResult{Abandoned: row}
 	if row.Phase < PhaseHelperInvoked {
-		return s.reclaimFor(ctx, res, BranchReclaimed, spec)
+		return reclaimFor(ctx, f, res, BranchReclaimed, spec)
 	}
 	if insp == nil {
 		return res, unresolved(row, AuthorityUnknown, fmt.Errorf("no inspector"))
 	}
-	if pub, ok, err := publishedFor(ctx, s.r, id); err != nil {
-		return RecoverResult{}, s.dbErr("recover", err)
+	if pub, ok, err := f.PublishedFor(ctx, id); err != nil {
+		return RecoverResult{}, err
 	} else if ok {
 		res.Published = &pub
 	}
+	return inspect(ctx, f, res, insp, spec)
+}
+
+// inspect runs the live inspection of res.Abandoned and acts on its answer.
+func inspect(ctx context.Context, f Fence, res RecoverResult, insp Inspector, spec Spec) (RecoverResult, error) {
+	row := res.Abandoned
 	auth, ierr := insp.Inspect(ctx, row, res.Published)
 	if ierr != nil {
 		auth = AuthorityUnknown
@@ -129,7 +137,7 @@ func (s *Store) RecoverAbandoned(ctx context.Context, ab Reservation, insp Inspe
 	res.Inspected, res.Authority = true, auth
 	switch auth {
 	case Authoritative:
-		return s.preserve(ctx, res)
+		return preserve(ctx, f, res)
 	case Orphan:
 		if err := insp.KillConfirm(ctx, row); err != nil {
 			return res, unresolved(row, auth, err)
@@ -137,19 +145,19 @@ func (s *Store) RecoverAbandoned(ctx context.Context, ab Reservation, insp Inspe
 		if err := insp.ProcessesGone(ctx, row, res.Published); err != nil {
 			return res, stillStopping(row, auth, err)
 		}
-		return s.reclaimFor(ctx, res, BranchOrphanCleaned, spec)
+		return reclaimFor(ctx, f, res, BranchOrphanCleaned, spec)
 	case Absent:
 		if err := insp.ProcessesGone(ctx, row, res.Published); err != nil {
 			return res, stillStopping(row, auth, err)
 		}
-		return s.reclaimFor(ctx, res, BranchReclaimed, spec)
+		return reclaimFor(ctx, f, res, BranchReclaimed, spec)
 	default:
 		return res, unresolved(row, auth, ierr)
 	}
 }
 
-func (s *Store) reclaimFor(ctx context.Context, res RecoverResult, b RecoverBranch, spec Spec) (RecoverResult, error) {
-	r, err := s.Reclaim(ctx, res.Abandoned.Identity, res.Abandoned.ID, spec)
+func reclaimFor(ctx context.Context, f Fence, res RecoverResult, b RecoverBranch, spec Spec) (RecoverResult, error) {
+	r, err := f.Reclaim(ctx, res.Abandoned.Identity, res.Abandoned.ID, spec)
 	if err != nil {
 		res.Branch = BranchUnresolved
 		return res, err
@@ -162,15 +170,11 @@ func (s *Store) reclaimFor(ctx context.Context, res RecoverResult, b RecoverBran
 // generation the creator died between publishing and releasing, so the
 // release is finished (pinned to the row's id): a later Reserve then answers
 // MaybeExisting from the published record without another inspection.
-func (s *Store) preserve(ctx context.Context, res RecoverResult) (RecoverResult, error) {
+func preserve(ctx context.Context, f Fence, res RecoverResult) (RecoverResult, error) {
 	res.Branch = BranchPreserved
 	ab := res.Abandoned
 	if p := res.Published; p != nil && !p.Ended && p.ReservationID == ab.ID && p.Generation == ab.Generation {
-		err := s.write(ctx, "recover", func(q queryer) error {
-			_, err := deleteRow(ctx, q, ab.ID)
-			return err
-		})
-		if err != nil {
+		if err := f.Release(ctx, ab.ID); err != nil {
 			return res, err
 		}
 	}

@@ -28,22 +28,23 @@ const (
 	reservationID = 32  // hex characters
 )
 
-func invalid(field, format string, args ...any) *verdict.Error {
+// Invalid is the invalid_request refusal of field, with a diagnostic.
+func Invalid(field, format string, args ...any) *verdict.Error {
 	return verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": field}, format, args...)
 }
 
-// checkPath applies the path rules: non-empty, absolute, at most 1024 bytes,
+// CheckPath applies the path rules: non-empty, absolute, at most 1024 bytes,
 // no NUL, CR or LF.
-func checkPath(field, p string) error {
+func CheckPath(field, p string) error {
 	switch {
 	case p == "":
-		return invalid(field, "%s is empty", field)
+		return Invalid(field, "%s is empty", field)
 	case len(p) > maxPathLen:
-		return invalid(field, "%s is %d bytes, over the limit of %d", field, len(p), maxPathLen)
+		return Invalid(field, "%s is %d bytes, over the limit of %d", field, len(p), maxPathLen)
 	case strings.ContainsAny(p, "\x00\r\n"):
-		return invalid(field, "%s contains NUL, CR or LF", field)
+		return Invalid(field, "%s contains NUL, CR or LF", field)
 	case !filepath.IsAbs(p):
-		return invalid(field, "%s %q is not absolute", field, p)
+		return Invalid(field, "%s %q is not absolute", field, p)
 	}
 	return nil
 }
@@ -53,7 +54,7 @@ func checkPath(field, p string) error {
 // state file under a symlinked alias of its directory canonicalises like the
 // same file under the real directory.
 func canonicalPath(field, p string) (string, error) {
-	if err := checkPath(field, p); err != nil {
+	if err := CheckPath(field, p); err != nil {
 		return "", err
 	}
 	clean := filepath.Clean(p)
@@ -63,7 +64,7 @@ func canonicalPath(field, p string) (string, error) {
 		real, err := filepath.EvalSymlinks(dir)
 		if err == nil {
 			out := filepath.Join(real, rest)
-			if err := checkPath(field, out); err != nil {
+			if err := CheckPath(field, out); err != nil {
 				return "", err
 			}
 			return out, nil
@@ -93,23 +94,24 @@ func CanonicalIdentity(id Identity) (Identity, error) {
 
 func checkSessionID(s string) error {
 	if s == "" || len(s) > maxSessionID {
-		return invalid("session_id", "session_id must be 1-%d bytes, got %d", maxSessionID, len(s))
+		return Invalid("session_id", "session_id must be 1-%d bytes, got %d", maxSessionID, len(s))
 	}
 	if s[0] == '.' || s[0] == '-' {
-		return invalid("session_id", "session_id must not start with %q", s[0])
+		return Invalid("session_id", "session_id must not start with %q", s[0])
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
 		if !ok {
-			return invalid("session_id", "session_id contains byte 0x%02x outside [A-Za-z0-9._-]", c)
+			return Invalid("session_id", "session_id contains byte 0x%02x outside [A-Za-z0-9._-]", c)
 		}
 	}
 	return nil
 }
 
-// canonicalSpec validates spec and canonicalises its paths.
-func canonicalSpec(spec Spec) (Spec, error) {
+// CanonicalSpec validates spec against the contract's limits and
+// canonicalises its paths (state_file, cwd), copying its slices.
+func CanonicalSpec(spec Spec) (Spec, error) {
 	out := spec
 	var err error
 	if out.StateFile, err = canonicalPath("state_file", spec.StateFile); err != nil {
@@ -130,7 +132,7 @@ func canonicalSpec(spec Spec) (Spec, error) {
 		return Spec{}, err
 	}
 	if spec.StopTimeoutMS < 0 || time.Duration(spec.StopTimeoutMS)*time.Millisecond > MaxStopTimeout {
-		return Spec{}, invalid("stop_timeout_ms", "stop_timeout_ms must be 0-%d, got %d",
+		return Spec{}, Invalid("stop_timeout_ms", "stop_timeout_ms must be 0-%d, got %d",
 			MaxStopTimeout.Milliseconds(), spec.StopTimeoutMS)
 	}
 	if err := checkRestart(spec); err != nil {
@@ -146,35 +148,35 @@ func canonicalSpec(spec Spec) (Spec, error) {
 
 func checkArgv(argv []string) error {
 	if len(argv) == 0 || len(argv) > maxArgv {
-		return invalid("argv", "argv must have 1-%d elements, got %d", maxArgv, len(argv))
+		return Invalid("argv", "argv must have 1-%d elements, got %d", maxArgv, len(argv))
 	}
 	total := 0
 	for i, a := range argv {
 		if len(a) > maxArg {
-			return invalid("argv", "argv[%d] is %d bytes, over the limit of %d", i, len(a), maxArg)
+			return Invalid("argv", "argv[%d] is %d bytes, over the limit of %d", i, len(a), maxArg)
 		}
 		if strings.IndexByte(a, 0) >= 0 {
-			return invalid("argv", "argv[%d] contains NUL", i)
+			return Invalid("argv", "argv[%d] contains NUL", i)
 		}
 		total += len(a)
 	}
 	if total > maxArgvTotal {
-		return invalid("argv", "argv is %d bytes in total, over the limit of %d", total, maxArgvTotal)
+		return Invalid("argv", "argv is %d bytes in total, over the limit of %d", total, maxArgvTotal)
 	}
 	return nil
 }
 
 func checkEnv(env []string) error {
 	if len(env) > maxEnv {
-		return invalid("env", "env has %d entries, over the limit of %d", len(env), maxEnv)
+		return Invalid("env", "env has %d entries, over the limit of %d", len(env), maxEnv)
 	}
 	for i, kv := range env {
 		name, value, ok := strings.Cut(kv, "=")
 		if !ok || !envName(name) {
-			return invalid("env", "env[%d] is not NAME=VALUE with NAME in [A-Za-z_][A-Za-z0-9_]*", i)
+			return Invalid("env", "env[%d] is not NAME=VALUE with NAME in [A-Za-z_][A-Za-z0-9_]*", i)
 		}
 		if len(value) > maxEnvValue || strings.IndexByte(value, 0) >= 0 {
-			return invalid("env", "env[%d] value is over %d bytes or contains NUL", i, maxEnvValue)
+			return Invalid("env", "env[%d] value is over %d bytes or contains NUL", i, maxEnvValue)
 		}
 	}
 	return nil
@@ -196,67 +198,68 @@ func envName(s string) bool {
 
 func checkLabel(s string) error {
 	if len(s) > maxLabel || !utf8.ValidString(s) {
-		return invalid("label", "label must be at most %d bytes of UTF-8", maxLabel)
+		return Invalid("label", "label must be at most %d bytes of UTF-8", maxLabel)
 	}
 	for _, r := range s {
 		if unicode.IsControl(r) {
-			return invalid("label", "label contains a control character")
+			return Invalid("label", "label contains a control character")
 		}
 	}
 	return nil
 }
 
-// checkToken accepts a short printable value without spaces or control bytes:
+// CheckToken accepts a short printable value without spaces or control bytes:
 // attempt names, tmux ids, incarnations and signal names are all of that kind.
-func checkToken(field, s string, required bool) error {
+func CheckToken(field, s string, required bool) error {
 	if s == "" {
 		if required {
-			return invalid(field, "%s is empty", field)
+			return Invalid(field, "%s is empty", field)
 		}
 		return nil
 	}
 	if len(s) > maxTokenLen {
-		return invalid(field, "%s is %d bytes, over the limit of %d", field, len(s), maxTokenLen)
+		return Invalid(field, "%s is %d bytes, over the limit of %d", field, len(s), maxTokenLen)
 	}
 	for i := 0; i < len(s); i++ {
 		if s[i] <= ' ' || s[i] == 0x7f {
-			return invalid(field, "%s contains a space or control byte", field)
+			return Invalid(field, "%s contains a space or control byte", field)
 		}
 	}
 	return nil
 }
 
-func checkReservationID(id string) error {
+// CheckReservationID accepts the 32 lowercase hex characters of a reservation id.
+func CheckReservationID(id string) error {
 	if len(id) != reservationID {
-		return invalid("reservation_id", "reservation id must be %d hex characters", reservationID)
+		return Invalid("reservation_id", "reservation id must be %d hex characters", reservationID)
 	}
 	for i := 0; i < len(id); i++ {
 		c := id[i]
 		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return invalid("reservation_id", "reservation id must be lowercase hex")
+			return Invalid("reservation_id", "reservation id must be lowercase hex")
 		}
 	}
 	return nil
 }
 
-// checkPatch validates the evidence of an Advance to phase to for reservation resID.
-func checkPatch(resID string, to Phase, p Patch) error {
-	if err := checkToken("attempt_name", p.AttemptName, to == PhaseHelperInvoked); err != nil {
+// CheckPatch validates the evidence of an Advance to phase to for reservation resID.
+func CheckPatch(resID string, to Phase, p Patch) error {
+	if err := CheckToken("attempt_name", p.AttemptName, to == PhaseHelperInvoked); err != nil {
 		return err
 	}
 	if p.AttemptName != "" && !p.Kept && !strings.Contains(p.AttemptName, resID) {
 		// The name must be unique per reservation so no later attempt can wear
 		// an orphan's name (DESIGN §6).
-		return invalid("attempt_name", "attempt name %q does not contain the reservation id", p.AttemptName)
+		return Invalid("attempt_name", "attempt name %q does not contain the reservation id", p.AttemptName)
 	}
-	if err := checkToken("tmux_id", p.TmuxID, to == PhaseSpawned); err != nil {
+	if err := CheckToken("tmux_id", p.TmuxID, to == PhaseSpawned); err != nil {
 		return err
 	}
 	if p.TmuxID != "" && (p.TmuxID[0] != '$' || len(p.TmuxID) < 2 || strings.Trim(p.TmuxID[1:], "0123456789") != "") {
-		return invalid("tmux_id", "tmux session id %q is not $N", p.TmuxID)
+		return Invalid("tmux_id", "tmux session id %q is not $N", p.TmuxID)
 	}
 	if p.PanePID < 0 || p.ServerPID < 0 || p.ServerStart < 0 {
-		return invalid("patch", "negative pid or start time")
+		return Invalid("patch", "negative pid or start time")
 	}
 	return nil
 }
@@ -266,15 +269,46 @@ func checkRestart(spec Spec) error {
 	switch spec.Restart {
 	case "", RestartNever, RestartOnFailure, RestartAlways:
 	default:
-		return invalid("restart", "restart must be never, on-failure or always, got %q", spec.Restart)
+		return Invalid("restart", "restart must be never, on-failure or always, got %q", spec.Restart)
 	}
 	if spec.ResumeArgv != nil {
 		if err := checkArgv(spec.ResumeArgv); err != nil {
-			return invalid("resume_argv", "%v", err)
+			return Invalid("resume_argv", "%v", err)
 		}
 	}
 	if spec.RestartDelayMS < 0 || spec.RestartBurst < 0 || spec.RestartIntervalS < 0 {
-		return invalid("restart", "restart_delay_ms, restart_burst and restart_interval_s must not be negative")
+		return Invalid("restart", "restart_delay_ms, restart_burst and restart_interval_s must not be negative")
 	}
 	return nil
+}
+
+// CanonicalRequest validates and canonicalises a create's identity and spec.
+func CanonicalRequest(id Identity, spec Spec) (Identity, Spec, error) {
+	id, err := CanonicalIdentity(id)
+	if err != nil {
+		return Identity{}, Spec{}, err
+	}
+	spec, err = CanonicalSpec(spec)
+	return id, spec, err
+}
+
+// CheckPostmortem validates pm and canonicalises its identity when set.
+func CheckPostmortem(pm *Postmortem) error {
+	if err := CheckReservationID(pm.ReservationID); err != nil {
+		return err
+	}
+	if pm.Identity != (Identity{}) {
+		id, err := CanonicalIdentity(pm.Identity)
+		if err != nil {
+			return err
+		}
+		pm.Identity = id
+	}
+	if pm.HelperPID < 0 || pm.AgentPID < 0 || pm.MaxRSS < 0 || pm.UserTime < 0 || pm.SystemTime < 0 {
+		return Invalid("postmortem", "negative pid, time or rss")
+	}
+	if err := CheckToken("helper_incarnation", pm.HelperIncarnation, false); err != nil {
+		return err
+	}
+	return CheckToken("signal", pm.Signal, false)
 }

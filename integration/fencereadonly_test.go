@@ -23,7 +23,7 @@ func TestFenceReadOnly(t *testing.T) {
 	// The warm session's pane helper uses the fence until it starts its agent
 	// (it closes the fence first): freeze the files under the daemon alone. A
 	// -race process caught in the middle of a SQLite access by the freeze
-	// cannot survive the fault (fence/writable.go); the daemon is quiescent
+	// cannot survive the fault (fence/sqlite/writable.go); the daemon is quiescent
 	// here, and each of its fence operations checks the files first.
 	waitAgent(t, warm.PanePID, "sleep")
 

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/fence/sqlite"
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 )
 
@@ -44,7 +45,7 @@ func BenchmarkCreate(b *testing.B) {
 func BenchmarkEndLookup(b *testing.B) {
 	const n = 1000
 	home := newHome(b)
-	store, err := fence.Open(filepath.Join(home, "fence.sqlite"), fence.Options{})
+	store, err := sqlite.Open(filepath.Join(home, "fence.sqlite"), fence.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -90,7 +91,7 @@ func BenchmarkEndLookup(b *testing.B) {
 
 // publishFake walks one identity through the fence's saga to published and
 // released, as if tmux session tmuxID of life held it.
-func publishFake(b testing.TB, s *fence.Store, id fence.Identity, tmuxID string, life tmuxctl.ServerLife) {
+func publishFake(b testing.TB, s fence.Fence, id fence.Identity, tmuxID string, life tmuxctl.ServerLife) {
 	ctx := context.Background()
 	rr, err := s.Reserve(ctx, id, fence.Spec{StateFile: filepath.Join(id.StateDir, id.SessionID+".jsonl"), Argv: []string{"x"}})
 	if err != nil || rr.Outcome != fence.Reserved {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"time"
@@ -43,12 +42,19 @@ type helperArgs struct {
 	wake       <-chan os.Signal // the daemon's wake-ups (nil: poll only)
 }
 
+// OpenFence opens the fence of the home directory home, as the daemon that
+// started the pane holds it: the pane helper opens it on its own (it is
+// another process, and outlives a daemon). Only the daemon's wiring knows the
+// engine, so it hands RunHelper this.
+type OpenFence func(home string) (fence.Fence, error)
+
 // RunHelper is `skc-supervisor helper --home H --reservation R --generation G`, the
-// pane's process. It records its pid and incarnation, waits until the fence shows
-// its generation published, then runs the agent (argv, env and cwd read from the
-// fence) as its child, forwards signals, and records a postmortem before it exits
-// with the agent's status (128+n for signal n; 127 when the agent cannot be found).
-func RunHelper(args []string) int {
+// pane's process. It records its pid and incarnation, waits until the fence
+// (opened with open) shows its generation published, then runs the agent (argv,
+// env and cwd read from the fence) as its child, forwards signals, and records a
+// postmortem before it exits with the agent's status (128+n for signal n; 127
+// when the agent cannot be found).
+func RunHelper(args []string, open OpenFence) int {
 	if len(args) == 1 && args[0] == clearArg {
 		return 0 // recovery's stand-in in a kept session's pane (restart_start.go): nothing runs
 	}
@@ -70,17 +76,16 @@ func RunHelper(args []string) int {
 	signal.Notify(wake, wakeSignal)
 	defer signal.Stop(wake)
 	a.wake = wake
-	path := filepath.Join(a.home, "fence.sqlite")
-	var st *fence.Store
+	var st fence.Fence
 	err = retryFence(context.Background(), func() (err error) {
-		st, err = fence.Open(path, fence.Options{})
+		st, err = open(a.home)
 		return err
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "skc-supervisor helper:", err)
 		return helperNoFence
 	}
-	return runHelper(context.Background(), st, a, func() (*fence.Store, error) { return fence.Open(path, fence.Options{}) })
+	return runHelper(context.Background(), st, a, func() (fence.Fence, error) { return open(a.home) })
 }
 
 func parseHelperArgs(args []string) (helperArgs, error) {
@@ -109,7 +114,7 @@ func parseHelperArgs(args []string) (helperArgs, error) {
 // session, every lock call of every fence user walks a kernel list of
 // thousands (≈150 µs per call at 1,000 sessions; each read and write makes
 // several), which made the daemon's own reads and writes O(sessions).
-func runHelper(ctx context.Context, st *fence.Store, a helperArgs, reopen func() (*fence.Store, error)) int {
+func runHelper(ctx context.Context, st fence.Fence, a helperArgs, reopen func() (fence.Fence, error)) int {
 	code, row, pid, inc, ok := startHelper(ctx, st, a)
 	st.Close()
 	if !ok {
@@ -127,7 +132,7 @@ func runHelper(ctx context.Context, st *fence.Store, a helperArgs, reopen func()
 // startHelper reads the helper's spec, records its start and waits for its
 // generation's publication; ok says to run the agent, otherwise code is the
 // helper's exit code.
-func startHelper(ctx context.Context, st *fence.Store, a helperArgs) (code int, row fence.Reservation, pid int, inc string, ok bool) {
+func startHelper(ctx context.Context, st fence.Fence, a helperArgs) (code int, row fence.Reservation, pid int, inc string, ok bool) {
 	// The spec outlives the row's release (fence.HelperSpec), so this works
 	// whether the helper starts before or after its generation is published.
 	var h fence.HelperSpec
@@ -180,7 +185,7 @@ func enterCgroup(dir string) string {
 
 // recordStart records the helper's start, retrying while the fence is contended
 // (racing creates keep it busy): giving up would fail a create that is fine.
-func recordStart(ctx context.Context, st *fence.Store, resID string, pid int, inc, cgroup string) error {
+func recordStart(ctx context.Context, st fence.Fence, resID string, pid int, inc, cgroup string) error {
 	return retryFence(ctx, func() error { return st.RecordHelperStart(ctx, resID, pid, inc, cgroup) })
 }
 
@@ -205,7 +210,7 @@ func retryFence(ctx context.Context, f func() error) error {
 // identity's published one (true), or the reservation is gone without publishing —
 // released or reclaimed by someone else (false). A wake-up proves nothing, so the
 // fence is the only evidence read.
-func waitPublished(ctx context.Context, st *fence.Store, row fence.Reservation, wake <-chan os.Signal) bool {
+func waitPublished(ctx context.Context, st fence.Fence, row fence.Reservation, wake <-chan os.Signal) bool {
 	t := time.NewTimer(helperPoll)
 	defer t.Stop()
 	for {
@@ -230,7 +235,7 @@ func waitPublished(ctx context.Context, st *fence.Store, row fence.Reservation, 
 // recordPostmortem writes the agent's end to the fence, opened again for it,
 // retrying briefly: it is the only record of an exit that happens while the
 // daemon is down.
-func recordPostmortem(reopen func() (*fence.Store, error), row fence.Reservation, pid int, inc string, ex agentExit) {
+func recordPostmortem(reopen func() (fence.Fence, error), row fence.Reservation, pid int, inc string, ex agentExit) {
 	pm := fence.Postmortem{
 		ReservationID: row.ID, Identity: row.Identity, Generation: row.Generation,
 		HelperPID: pid, HelperIncarnation: inc, AgentPID: ex.PID,
@@ -244,7 +249,7 @@ func recordPostmortem(reopen func() (*fence.Store, error), row fence.Reservation
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var st *fence.Store
+	var st fence.Fence
 	defer func() {
 		if st != nil {
 			st.Close()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/skc-supervisor/skc-supervisor/census"
 	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/fence/sqlite"
 	"github.com/skc-supervisor/skc-supervisor/metrics"
 	"github.com/skc-supervisor/skc-supervisor/proctree"
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
@@ -26,6 +27,12 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 )
 
+// openTestFence opens a home's fence as the daemon's wiring does (cmd's
+// openFence): the test binary plays the pane helper too.
+func openTestFence(home string) (fence.Fence, error) {
+	return sqlite.Open(filepath.Join(home, "fence.sqlite"), fence.Options{})
+}
+
 // TestMain lets the test binary play every other program the lifecycle runs:
 // the pane helper (`helper …`, exactly as the daemon's pane command), fake agents
 // (`agent …`), and a whole daemon that crashes at a fault point (`faultchild`).
@@ -33,7 +40,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
 		case "helper":
-			os.Exit(RunHelper(os.Args[2:]))
+			os.Exit(RunHelper(os.Args[2:], openTestFence))
 		case "agent":
 			os.Exit(fakeAgent(os.Args[2:]))
 		case "createchild":
@@ -107,7 +114,7 @@ type env struct {
 	t      testing.TB
 	home   string
 	socket string
-	store  *fence.Store
+	store  fence.Fence
 	w      *verdict.Writer
 	client *tmuxctl.Client
 	census *census.Census
@@ -173,7 +180,7 @@ func startEnvWith(t testing.TB, e *env, fault string, noRun bool) *env {
 
 func (e *env) open(ctx context.Context, fault string) error {
 	var err error
-	if e.store, err = fence.Open(filepath.Join(e.home, "fence.sqlite"), fence.Options{}); err != nil {
+	if e.store, err = sqlite.Open(filepath.Join(e.home, "fence.sqlite"), fence.Options{}); err != nil {
 		return err
 	}
 	if e.w, err = verdict.NewWriter(e.store, filepath.Join(e.home, "verdicts.jsonl"), zerolog.Nop()); err != nil {

@@ -55,7 +55,7 @@ type Config struct {
 	Home       string          // SKC_HOME (fence.sqlite lives there; passed to the pane helper)
 	Tmux       *tmuxctl.Client // the supervised server's control connection
 	Census     *census.Census
-	Fence      *fence.Store
+	Fence      fence.Fence
 	Verdicts   *verdict.Writer
 	HelperPath string // absolute path of this binary (os.Executable)
 	Log        *zerolog.Logger
@@ -106,7 +106,7 @@ type Manager struct {
 	cfg      Config
 	tmux     tmuxAPI
 	census   *census.Census
-	fence    *fence.Store
+	fence    fence.Fence
 	verdicts *verdict.Writer
 	log      zerolog.Logger
 	fault    fault

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/fence/sqlite"
 	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
@@ -86,7 +87,7 @@ func TestReclaimInPlaceIsRecorded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dead, err := fence.Open(filepath.Join(e.home, "fence.sqlite"), fence.Options{
+	dead, err := sqlite.Open(filepath.Join(e.home, "fence.sqlite"), fence.Options{
 		Self: func() (int, string, error) { return gone.Process.Pid, inc, nil }})
 	if err != nil {
 		t.Fatal(err)

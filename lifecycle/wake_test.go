@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/fence/sqlite"
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
@@ -22,7 +23,7 @@ func TestHelperWokenAfterPublish(t *testing.T) {
 	helperPoll = time.Hour
 	t.Cleanup(func() { helperPoll = old })
 	home := newHome(t)
-	st, err := fence.Open(filepath.Join(home, "fence.sqlite"), fence.Options{})
+	st, err := sqlite.Open(filepath.Join(home, "fence.sqlite"), fence.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,7 @@ func TestHelperWokenAfterPublish(t *testing.T) {
 
 // advancePublish takes r through the saga's phases, as a session tmuxID of
 // life, and publishes it.
-func advancePublish(t testing.TB, s *fence.Store, r *fence.Reservation, tmuxID string, life tmuxctl.ServerLife) {
+func advancePublish(t testing.TB, s fence.Fence, r *fence.Reservation, tmuxID string, life tmuxctl.ServerLife) {
 	t.Helper()
 	ctx := context.Background()
 	for _, st := range []struct {

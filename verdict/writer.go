@@ -10,7 +10,7 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Journal is the durable, sequenced home of verdicts. fence.Store implements it:
+// Journal is the durable, sequenced home of verdicts. Every fence engine implements it:
 // the sequence is assigned in the database, increases by one per verdict and
 // survives restarts. The file verdicts.jsonl is a copy the Writer keeps in step
 // with the journal.

@@ -1,5 +1,5 @@
 // Package backend adapts the daemon's real components — lifecycle.Manager,
-// fence.Store and verdict.Writer — to api.Service. It is a translation layer
+// the fence (fence.Fence) and verdict.Writer — to api.Service. It is a translation layer
 // only: api validated the input, lifecycle decides.
 package backend
 
@@ -17,7 +17,7 @@ import (
 // Service implements api.Service over the real components.
 type Service struct {
 	Manager  *lifecycle.Manager
-	Store    *fence.Store
+	Store    fence.Fence
 	Verdicts *verdict.Writer
 }
 

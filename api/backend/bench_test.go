@@ -22,6 +22,7 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/api/backend"
 	"github.com/skc-supervisor/skc-supervisor/census"
 	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/fence/sqlite"
 	"github.com/skc-supervisor/skc-supervisor/lifecycle"
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
@@ -32,7 +33,9 @@ import (
 // TestMain lets the test binary be the pane helper the daemon starts in every pane.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "helper" {
-		os.Exit(lifecycle.RunHelper(os.Args[2:]))
+		os.Exit(lifecycle.RunHelper(os.Args[2:], func(home string) (fence.Fence, error) {
+			return sqlite.Open(filepath.Join(home, "fence.sqlite"), fence.Options{})
+		}))
 	}
 	os.Exit(m.Run())
 }
@@ -66,7 +69,7 @@ func startDaemon(b *testing.B, n int) *daemon {
 	d := &daemon{home: home, tmuxSock: filepath.Join(home, "tmux.sock"), reqLog: &syncBuffer{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	store, err := fence.Open(filepath.Join(home, "fence.sqlite"), fence.Options{})
+	store, err := sqlite.Open(filepath.Join(home, "fence.sqlite"), fence.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

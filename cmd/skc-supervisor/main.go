@@ -93,7 +93,7 @@ func main() {
 	// The pane helper owns its signals (it forwards them to the agent): it
 	// must run before this process starts catching SIGINT and SIGTERM.
 	if len(os.Args) > 1 && os.Args[1] == "helper" {
-		os.Exit(lifecycle.RunHelper(os.Args[2:]))
+		os.Exit(lifecycle.RunHelper(os.Args[2:], openFence))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	cli := &CLI{ctx: ctx, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}

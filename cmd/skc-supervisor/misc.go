@@ -74,7 +74,7 @@ func runTmuxctl(cli *CLI, args []string) int {
 
 // runHelper is the pane side of a supervised session (hidden verb).
 func runHelper(cli *CLI, args []string) int {
-	return lifecycle.RunHelper(args)
+	return lifecycle.RunHelper(args, openFence)
 }
 
 // runDoctor checks the installation; it only reads.

@@ -42,7 +42,7 @@ type daemon struct {
 	log    zerolog.Logger
 	notify *sdnotify.Notifier
 
-	store   *fence.Store
+	store   fence.Fence
 	writer  *verdict.Writer
 	wireLog io.WriteCloser
 	tmux    *tmuxctl.Client
@@ -115,7 +115,7 @@ func (d *daemon) start(ctx context.Context, wireLog string) error {
 	d.runCtx, d.cancelRun = context.WithCancel(context.Background())
 	d.log.Info().Str("home", d.paths.Home).Str("runtime_dir", d.paths.RuntimeDir).Msg("starting")
 	var err error
-	if d.store, err = fence.Open(d.paths.Fence(), fence.Options{}); err != nil {
+	if d.store, err = openFence(d.paths.Home); err != nil {
 		return err
 	}
 	if d.writer, err = verdict.NewWriter(d.store, d.paths.Verdicts(), d.log); err != nil {

@@ -1,6 +1,0 @@
-//go:build race
-
-package fence
-
-// raceBuild says the test binary runs under the race detector.
-const raceBuild = true

@@ -1,0 +1,57 @@
+package sqlite
+
+import (
+	"database/sql"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/fence/fencetest"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// TestMigrateFromVersion4 opens a database written by the schema-4 binary
+// (a published identity) and checks schema 5: the old generation has no
+// spec and no restart bookkeeping (it never restarts), and a restart
+// decision can be recorded on it.
+func TestMigrateFromVersion4(t *testing.T) {
+	w := newWorld(t)
+	if err := os.MkdirAll(filepath.Dir(w.path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	a := w.ID("old")
+	db, err := sql.Open("sqlite", "file:"+w.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range append(append([]string{}, migrations[:4]...), "PRAGMA user_version = 4") {
+		if _, err := db.Exec(st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.Exec(`INSERT INTO identities (state_dir, session_id, generation, reservation_id, session_name,
+		tmux_id, server_pid, server_start, state_file, label, published_at, pane_pid) VALUES (?, ?, 3, ?, 'skc-old', '$4', 55, 1000, ?, '', 1, 77)`,
+		a.StateDir, a.SessionID, strings.Repeat("ab", 16), filepath.Join(a.StateDir, "old.jsonl")); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	s := w.owner(100)
+	var v int
+	if err := s.r.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil || v != SchemaVersion || v < 5 {
+		t.Fatalf("user_version %d (%v)", v, err)
+	}
+	p, ok, err := s.PublishedFor(ctx, a)
+	if err != nil || !ok || p.Spec.Restarts() || p.Restart.State != "" || p.Restart.Restarts != 0 || p.PanePID != 77 {
+		t.Fatalf("old identity after migration: %+v %v %v", p, ok, err)
+	}
+	next := fence.RestartNext{State: fence.RestartStopped}
+	if ok, _, err := s.MarkEndedNext(ctx, a, 3, fencetest.IdentRecord(verdict.VerdictEnded, &a), next, nil); err != nil || !ok {
+		t.Fatalf("mark ended: %v %v", ok, err)
+	}
+	if p, _, _ := s.PublishedFor(ctx, a); p.Restart.State != fence.RestartStopped || !p.Ended {
+		t.Fatalf("after the end: %+v", p.Restart)
+	}
+}
