@@ -83,15 +83,24 @@ func (s *Store) verdictsQuery(ctx context.Context, op, sql string, args ...any) 
 func (s *Store) AppendVerdict(ctx context.Context, rec verdict.Record) (verdict.Record, error) {
 	var out verdict.Record
 	err := s.write(ctx, "append_verdict", func(t *tx) error {
-		t.queueVerdict(rec, s.opt.Host, &out)
+		t.queueVerdict(rec, s.host.Name, &out)
 		return nil
 	})
 	return out, err
 }
 
-// VerdictsSince returns up to limit verdicts of the whole fleet with a
-// sequence above after, oldest first; limit <= 0 means all of them.
+// VerdictsSince returns up to limit of this host's verdicts with a sequence
+// above after, oldest first; limit <= 0 means all of them. It is what each
+// daemon's verdicts.jsonl and its verdict stream follow: sequences are
+// fleet-wide, so a host's own have gaps where other hosts wrote (the
+// verdict writer asks the journal at a gap), and they commit in order.
 func (s *Store) VerdictsSince(ctx context.Context, after int64, limit int) ([]verdict.Record, error) {
+	return s.verdictsQuery(ctx, "verdicts", `SELECT sequence, record FROM verdicts WHERE host = $1 AND sequence > $2
+		ORDER BY sequence LIMIT $3`, s.host.Name, after, limitOrAll(limit))
+}
+
+// FleetVerdictsSince is VerdictsSince over every host (`verdicts --fleet`).
+func (s *Store) FleetVerdictsSince(ctx context.Context, after int64, limit int) ([]verdict.Record, error) {
 	return s.verdictsQuery(ctx, "verdicts", `SELECT sequence, record FROM verdicts WHERE sequence > $1
 		ORDER BY sequence LIMIT $2`, after, limitOrAll(limit))
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -28,7 +27,9 @@ import (
 //     row lock (Store.write), so sequence values commit in increasing order
 //     and a reader tailing "sequence > last" never skips one that commits late.
 //   - fence_version is the caches' change signal (SQLite's data_version): one
-//     row, bumped by every write transaction, read with one indexed SELECT.
+//     row, bumped by every write transaction, read with one indexed SELECT;
+//     identity_versions is the same per host, bumped by the writes that
+//     change that host's identities (the identities cache's signal).
 //     A version row rather than LISTEN/NOTIFY: a notification is delivered
 //     after the commit, asynchronously, and lost while the listener is
 //     disconnected (a failover, a restart of the database), so a cache that
@@ -163,6 +164,13 @@ CREATE TABLE fence_version (
 	version   bigint  NOT NULL
 );
 INSERT INTO fence_version (only_row, version) VALUES (true, 0);
+-- Per host: moved by every write that changes that host's identities rows,
+-- the signal of the daemon's identities cache (which holds its host's rows
+-- only), so another host's creates do not invalidate it.
+CREATE TABLE identity_versions (
+	host     text   PRIMARY KEY,
+	version  bigint NOT NULL
+);
 `,
 }
 
@@ -188,10 +196,6 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 			return err
 		}
 	}
-}
-
-type querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // readVersion reads the schema version; ok is false while the database has

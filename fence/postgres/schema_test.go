@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -11,11 +10,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/internal/pgtest"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
-
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -25,7 +23,7 @@ func ctxT(t *testing.T) context.Context {
 
 func open(t *testing.T, url string) *Store {
 	t.Helper()
-	s, err := Open(ctxT(t), url, Options{Host: "h1"})
+	s, err := Open(url, fence.Options{}, Config{Host: "h1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +79,7 @@ func TestMigrateConcurrentOpens(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s, err := Open(ctxT(t), url, Options{Host: fmt.Sprint("h", i)})
+			s, err := Open(url, fence.Options{}, Config{Host: fmt.Sprint("h", i)})
 			if err == nil {
 				s.Close()
 			}
@@ -114,7 +112,7 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	_, err := Open(ctxT(t), url, Options{})
+	_, err := Open(url, fence.Options{}, Config{})
 	if verdict.CodeOf(err) != verdict.CodeFenceUnavailable {
 		t.Fatalf("open of a newer schema: %v, want fence_unavailable", err)
 	}
@@ -123,7 +121,7 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 // TestOpenRefusesPassword: a password belongs in PGPASSWORD or PGPASSFILE,
 // never in a URL that lands in argv.
 func TestOpenRefusesPassword(t *testing.T) {
-	_, err := Open(ctxT(t), "postgres://u:secret@127.0.0.1:1/db", Options{})
+	_, err := Open("postgres://u:secret@127.0.0.1:1/db", fence.Options{}, Config{})
 	if verdict.CodeOf(err) != verdict.CodeInvalidRequest {
 		t.Fatalf("password in URL: %v, want invalid_request", err)
 	}

@@ -25,7 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,33 +35,36 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
-// Options tune a Store; the zero value is the production configuration.
-type Options struct {
-	// BusyTimeout bounds how long a transition waits for a lock another
-	// writer holds (default 250 ms, as SQLite's busy timeout). Beyond it the
-	// answer is identity_fence_contended.
-	BusyTimeout time.Duration
+// Config is what the PostgreSQL engine needs beyond fence.Options.
+type Config struct {
 	// Host is this daemon's name in the fleet (contract SKC_HOST /
-	// --host-name; default: the hostname). It is written with every row and
-	// verdict of this daemon.
+	// --host-name; default: the hostname). Every row and verdict this
+	// handle writes carries it with the machine id and boot id.
 	Host string
 	// MaxConns bounds the pool (default 8).
 	MaxConns int32
-	// Now replaces the clock (tests).
-	Now func() time.Time
 }
 
 // Store is an open PostgreSQL fence. It is safe for concurrent use.
 type Store struct {
 	url  string // for messages only: never carries a password (see Open)
 	pool *pgxpool.Pool
-	opt  Options
+	opt  fence.Options
+	cfg  Config
+	host Host
+	own  *fence.Owner // this handle as a row owner: self, in-flight rows, liveness
+
+	cache *pubCache        // the identities of this host in memory (cache.go)
+	rc    *fence.ReadCache // show's reads (readcache.go)
 
 	closeOnce sync.Once
 }
+
+var _ fence.Fence = (*Store)(nil)
 
 // Open connects to the fence database named by url (a postgres:// URL or a
 // libpq key=value string; passwords come from PGPASSWORD or PGPASSFILE, as
@@ -69,8 +72,16 @@ type Store struct {
 // schema is refused. Open fails with fence_unavailable when the database
 // cannot be reached within ctx (or 30 s): a daemon must not start on a fence
 // it cannot read.
-func Open(ctx context.Context, url string, opt Options) (*Store, error) {
-	opt = withDefaults(opt)
+func Open(url string, opt fence.Options, c Config) (*Store, error) {
+	opt = opt.WithDefaults()
+	if c.MaxConns <= 0 {
+		c.MaxConns = 8
+	}
+	host, err := ThisHost(c.Host)
+	if err != nil {
+		return nil, verdict.Errorf(verdict.CodeFenceUnavailable, map[string]any{"host": c.Host},
+			"fence: this host's identity: %v", err)
+	}
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "fence"},
@@ -80,9 +91,11 @@ func Open(ctx context.Context, url string, opt Options) (*Store, error) {
 		return nil, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "fence"},
 			"fence: the connection string carries a password; pass it by PGPASSWORD or PGPASSFILE, never in argv")
 	}
-	configure(cfg, opt)
-	s := &Store{url: redact(cfg), opt: opt}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	configure(cfg, opt, c)
+	s := &Store{url: redact(cfg), opt: opt, cfg: c, host: host, own: fence.NewOwner(opt)}
+	s.cache = newPubCache(s)
+	s.rc = fence.NewReadCache(readSource{s})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if s.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return nil, s.unavailable("open", err)
@@ -94,27 +107,11 @@ func Open(ctx context.Context, url string, opt Options) (*Store, error) {
 	return s, nil
 }
 
-func withDefaults(opt Options) Options {
-	if opt.BusyTimeout <= 0 {
-		opt.BusyTimeout = 250 * time.Millisecond
-	}
-	if opt.MaxConns <= 0 {
-		opt.MaxConns = 8
-	}
-	if opt.Now == nil {
-		opt.Now = time.Now
-	}
-	if opt.Host == "" {
-		opt.Host, _ = os.Hostname()
-	}
-	return opt
-}
-
 // configure sets what every connection of the pool runs with. The pool
 // replaces a connection that broke (the database restarted, failed over) by
 // a new one on the next use: that is how the fence recovers by itself.
-func configure(cfg *pgxpool.Config, opt Options) {
-	cfg.MaxConns = opt.MaxConns
+func configure(cfg *pgxpool.Config, opt fence.Options, c Config) {
+	cfg.MaxConns = c.MaxConns
 	cfg.MinConns = 0
 	cfg.HealthCheckPeriod = 5 * time.Second
 	cfg.MaxConnIdleTime = time.Minute
@@ -142,11 +139,18 @@ func redact(cfg *pgxpool.Config) string {
 // URL is the database's address for messages (no password is ever kept).
 func (s *Store) URL() string { return s.url }
 
-// Close closes the pool. It is idempotent.
+// Close closes the pool. Reservations still in flight through this Store
+// are forgotten (they become this process's abandoned attempts). It is
+// idempotent.
 func (s *Store) Close() error {
+	s.own.Forget()
+	s.rc.Drop()
 	s.closeOnce.Do(func() { s.pool.Close() })
 	return nil
 }
+
+// Host is this handle's host identity.
+func (s *Store) Host() Host { return s.host }
 
 func (s *Store) now() time.Time { return s.opt.Now().UTC() }
 
@@ -168,6 +172,18 @@ type tx struct {
 	pgx.Tx
 	ctx     context.Context
 	pending []*pendingVerdict
+	touched map[string]bool // hosts whose identities rows this transaction changed
+
+	version  int64 // fence_version after this transaction (set by finish)
+	hostVers map[string]int64
+}
+
+// touch records that the transaction changed identities rows of host.
+func (t *tx) touch(host string) {
+	if t.touched == nil {
+		t.touched = map[string]bool{}
+	}
+	t.touched[host] = true
 }
 
 // lockIdentity takes the transaction's advisory lock on one identity, named
@@ -212,6 +228,9 @@ func (s *Store) write(ctx context.Context, op string, fn func(t *tx) error) erro
 		_ = ptx.Rollback(rctx) // a broken connection is dropped by the pool
 		return s.dbErr(op, err)
 	}
+	if v, ok := t.hostVers[s.host.Name]; ok {
+		s.cache.own(v)
+	}
 	return nil
 }
 
@@ -219,8 +238,22 @@ func (s *Store) write(ctx context.Context, op string, fn func(t *tx) error) erro
 // then appends the queued verdicts, so their sequence values are drawn in
 // commit order.
 func (t *tx) finish(now time.Time) error {
-	if _, err := t.Exec(t.ctx, `UPDATE fence_version SET version = version + 1`); err != nil {
+	if err := t.QueryRow(t.ctx, `UPDATE fence_version SET version = version + 1 RETURNING version`).Scan(&t.version); err != nil {
 		return err
+	}
+	hosts := make([]string, 0, len(t.touched))
+	for h := range t.touched {
+		hosts = append(hosts, h)
+	}
+	sort.Strings(hosts) // one lock order for every writer
+	t.hostVers = map[string]int64{}
+	for _, h := range hosts {
+		var v int64
+		if err := t.QueryRow(t.ctx, `INSERT INTO identity_versions AS iv (host, version) VALUES ($1, 1)
+			ON CONFLICT (host) DO UPDATE SET version = iv.version + 1 RETURNING version`, h).Scan(&v); err != nil {
+			return err
+		}
+		t.hostVers[h] = v
 	}
 	for _, p := range t.pending {
 		if err := p.insert(t, now); err != nil {

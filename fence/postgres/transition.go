@@ -1,0 +1,260 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// lockReservation takes the identity lock of reservation resID's identity,
+// found from its row or its published generation; nothing to lock when
+// neither exists (the writes that follow then find nothing either). The
+// lookup takes no lock: the caller re-reads under the identity's lock.
+func (t *tx) lockReservation(resID string) error {
+	var id fence.Identity
+	err := t.QueryRow(t.ctx, `SELECT state_dir, session_id FROM reservations WHERE reservation_id = $1
+		UNION ALL SELECT state_dir, session_id FROM identities WHERE reservation_id = $1 LIMIT 1`,
+		resID).Scan(&id.StateDir, &id.SessionID)
+	if _, ok, err := noRows(id, err); err != nil || !ok {
+		return err
+	}
+	return t.lockIdentity(id.Digest())
+}
+
+// Advance records that the saga reached phase to, with its evidence, on the
+// row r names, and updates r (fence.Fence.Advance).
+func (s *Store) Advance(ctx context.Context, r *fence.Reservation, to fence.Phase, p fence.Patch) error {
+	if err := fence.CheckAdvance(r, to, p); err != nil {
+		return err
+	}
+	pid, inc, err := s.own.Self()
+	if err != nil {
+		return err
+	}
+	var cur fence.Reservation
+	err = s.write(ctx, "advance", func(t *tx) error {
+		var err error
+		if cur, err = s.ownRow(t, r.ID, pid, inc); err != nil {
+			return err
+		}
+		if to < cur.Phase {
+			return fence.Invalid("phase", "phase %s is before the recorded %s", to, cur.Phase)
+		}
+		fence.ApplyPatch(&cur, to, p, storedTime(s.now()), s.opt.Lease)
+		_, err = t.Exec(t.ctx, `UPDATE reservations SET phase = $1, attempt_name = $2, tmux_id = $3,
+			pane_pid = $4, server_pid = $5, server_start = $6, updated_at = $7, lease_until = $8,
+			pane_start = $9, cgroup = $10 WHERE reservation_id = $11`,
+			int(cur.Phase), cur.AttemptName, cur.TmuxID, cur.PanePID, cur.ServerPID, cur.ServerStart,
+			nanos(cur.UpdatedAt), nanos(cur.LeaseUntil), int64(cur.PaneStart), cur.Cgroup, cur.ID)
+		return err
+	})
+	if err == nil {
+		cur.StartReason = r.StartReason // in memory only
+		*r = cur
+	}
+	return err
+}
+
+// ownRow locks and reads the row pinned to resID (under its identity's
+// lock) and checks it is still ours: same owner on this host, not
+// abandoned, in flight in this process. Anything else is fence_lost.
+func (s *Store) ownRow(t *tx, resID string, pid int, inc string) (fence.Reservation, error) {
+	if err := t.lockReservation(resID); err != nil {
+		return fence.Reservation{}, err
+	}
+	r, ok, err := rowByID(t.ctx, t, resID, forUpdate)
+	if err != nil {
+		return fence.Reservation{}, err
+	}
+	if ok && s.remote(r.host, r.machineID) {
+		return fence.Reservation{}, fence.Lost(resID, "is owned on host "+r.host)
+	}
+	if err := fence.CheckOwn(r.Reservation, ok, resID, pid, inc); err != nil {
+		return fence.Reservation{}, err
+	}
+	return r.Reservation, nil
+}
+
+// Abandon keeps the row as evidence for recovery and stops treating it as in
+// flight. Abandoning a row that is gone is not an error.
+func (s *Store) Abandon(ctx context.Context, resID string) error {
+	if err := fence.CheckReservationID(resID); err != nil {
+		return err
+	}
+	defer fence.Untrack(resID) // even if the write fails: in memory the attempt is abandoned
+	return s.write(ctx, "abandon", func(t *tx) error {
+		if err := t.lockReservation(resID); err != nil {
+			return err
+		}
+		_, err := t.Exec(t.ctx, `UPDATE reservations SET abandoned = true, updated_at = $1 WHERE reservation_id = $2`,
+			nanos(s.now()), resID)
+		return err
+	})
+}
+
+// Release deletes the row pinned to resID. It is idempotent and never deletes
+// a successor's row (reservation ids are never reused).
+func (s *Store) Release(ctx context.Context, resID string) error {
+	if err := fence.CheckReservationID(resID); err != nil {
+		return err
+	}
+	defer fence.Untrack(resID)
+	return s.write(ctx, "release", func(t *tx) error {
+		if err := t.lockReservation(resID); err != nil {
+			return err
+		}
+		_, err := deleteRow(t, resID)
+		return err
+	})
+}
+
+// Publish publishes r's generation for its identity (fence.Fence.Publish), in
+// one transaction with the row's move to phase published and rec's append.
+func (s *Store) Publish(ctx context.Context, r *fence.Reservation, rec verdict.Record) (fence.Published, verdict.Record, error) {
+	if r == nil {
+		return fence.Published{}, verdict.Record{}, fence.Invalid("reservation", "nil reservation")
+	}
+	if err := fence.CheckReservationID(r.ID); err != nil {
+		return fence.Published{}, verdict.Record{}, err
+	}
+	pid, inc, err := s.own.Self()
+	if err != nil {
+		return fence.Published{}, verdict.Record{}, err
+	}
+	var p fence.Published
+	var out verdict.Record
+	err = s.write(ctx, "publish", func(t *tx) error {
+		cur, err := s.ownRow(t, r.ID, pid, inc)
+		if err != nil {
+			return err
+		}
+		if cur.Phase != fence.PhaseTagged {
+			return fence.Invalid("phase", "publish needs phase tagged; reservation %s is at %s", cur.ID, cur.Phase)
+		}
+		cur.StartReason = r.StartReason
+		if p, err = s.publishRow(t, cur); err != nil {
+			return err
+		}
+		t.touch(s.host.Name)
+		t.queueVerdict(rec, s.host.Name, &out)
+		return nil
+	})
+	if err != nil {
+		return fence.Published{}, verdict.Record{}, err
+	}
+	r.Phase, r.UpdatedAt = fence.PhasePublished, p.PublishedAt
+	s.cache.put(p)
+	return p, out, nil
+}
+
+func (s *Store) publishRow(t *tx, cur fence.Reservation) (fence.Published, error) {
+	old, ok, err := pubFor(t.ctx, t, cur.Identity, forUpdate)
+	if err != nil {
+		return fence.Published{}, err
+	}
+	now := storedTime(s.now())
+	p, err := fence.NewPublished(cur, old.Published, ok, now)
+	if err != nil {
+		return fence.Published{}, err
+	}
+	specJSON, err := json.Marshal(cur.Spec)
+	if err != nil {
+		return fence.Published{}, err
+	}
+	_, err = t.Exec(t.ctx, `INSERT INTO identities (state_dir, session_id, generation, reservation_id,
+		host, machine_id, session_name, tmux_id, server_pid, server_start, state_file, label, published_at,
+		pane_pid, pane_start, boot_id, cgroup, stop_timeout_ms, spec_json, restarts, failures, starts_json)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)
+		ON CONFLICT (state_dir, session_id) DO UPDATE SET generation = excluded.generation,
+		reservation_id = excluded.reservation_id, host = excluded.host, machine_id = excluded.machine_id,
+		session_name = excluded.session_name, tmux_id = excluded.tmux_id, server_pid = excluded.server_pid,
+		server_start = excluded.server_start, state_file = excluded.state_file, label = excluded.label,
+		published_at = excluded.published_at, ended = false, ended_at = 0, pane_pid = excluded.pane_pid,
+		pane_start = excluded.pane_start, boot_id = excluded.boot_id, cgroup = excluded.cgroup,
+		stop_timeout_ms = excluded.stop_timeout_ms, stop_since = 0, stop_deadline = 0, stop_reason = '',
+		stop_killed = false, spec_json = excluded.spec_json, restart_state = '', restart_due = 0,
+		restart_reason = '', restarts = excluded.restarts, failures = excluded.failures,
+		starts_json = excluded.starts_json`,
+		p.Identity.StateDir, p.Identity.SessionID, int64(p.Generation), p.ReservationID, s.host.Name,
+		s.host.MachineID, p.SessionName, p.TmuxID, p.ServerPID, p.ServerStart, p.StateFile, p.Label, nanos(now),
+		p.PanePID, int64(p.PaneStart), p.BootID, p.Cgroup, p.StopTimeoutMS,
+		string(specJSON), p.Restart.Restarts, p.Restart.Failures, encodeStarts(p.Restart.Starts))
+	if err != nil {
+		return fence.Published{}, err
+	}
+	_, err = t.Exec(t.ctx, `UPDATE reservations SET phase = $1, updated_at = $2 WHERE reservation_id = $3`,
+		int(fence.PhasePublished), nanos(now), cur.ID)
+	return p, err
+}
+
+// MarkEnded marks the identity's published generation gen ended, as a
+// compare-and-set on the generation (fence.Fence.MarkEnded).
+func (s *Store) MarkEnded(ctx context.Context, id fence.Identity, gen uint64, rec verdict.Record) (bool, verdict.Record, error) {
+	return s.MarkEndedNext(ctx, id, gen, rec, fence.RestartNext{}, nil)
+}
+
+// MarkEndedNext is MarkEnded that also records what follows the end and
+// appends also after rec, in one commit. Only this host's generations are
+// ended here: the compare-and-set names the host, so a generation of another
+// host (whose session only it can see) is never ended by this one's view.
+func (s *Store) MarkEndedNext(ctx context.Context, id fence.Identity, gen uint64, rec verdict.Record, next fence.RestartNext, also *verdict.Record) (bool, verdict.Record, error) {
+	id, err := fence.CanonicalIdentity(id)
+	if err != nil {
+		return false, verdict.Record{}, err
+	}
+	if gen == 0 {
+		return false, verdict.Record{}, fence.Invalid("generation", "generation 0 is never published")
+	}
+	var done bool
+	var endedAt time.Time
+	var out verdict.Record
+	err = s.write(ctx, "mark_ended", func(t *tx) error {
+		done = false
+		if err := t.lockIdentity(id.Digest()); err != nil {
+			return err
+		}
+		endedAt = storedTime(s.now())
+		tag, err := t.Exec(t.ctx, `UPDATE identities SET ended = true, ended_at = $1
+			WHERE state_dir = $2 AND session_id = $3 AND generation = $4 AND NOT ended AND host = $5 AND machine_id = $6`,
+			nanos(endedAt), id.StateDir, id.SessionID, int64(gen), s.host.Name, s.host.MachineID)
+		if err != nil || tag.RowsAffected() != 1 {
+			return err
+		}
+		done = true
+		t.touch(s.host.Name)
+		if err := endSpecs(t, id); err != nil {
+			return err
+		}
+		if next.State != "" {
+			if _, err := t.Exec(t.ctx, `UPDATE identities SET restart_state = $1, restart_due = $2,
+				restart_reason = $3, failures = $4 WHERE state_dir = $5 AND session_id = $6`,
+				next.State, nanos(fence.RestartDue(next, endedAt)), next.Reason, next.Failures,
+				id.StateDir, id.SessionID); err != nil {
+				return err
+			}
+		}
+		t.queueVerdict(rec, s.host.Name, &out)
+		if also != nil {
+			t.queueVerdict(*also, s.host.Name, also)
+		}
+		return nil
+	})
+	if err != nil || !done {
+		return false, verdict.Record{}, err
+	}
+	s.cache.ended(id, gen, endedAt, next)
+	return true, out, nil
+}
+
+// endSpecs deletes the spec of the identity's ended generation once no
+// reservation row needs it.
+func endSpecs(t *tx, id fence.Identity) error {
+	_, err := t.Exec(t.ctx, `DELETE FROM specs WHERE reservation_id =
+		(SELECT reservation_id FROM identities WHERE state_dir = $1 AND session_id = $2)
+		AND NOT EXISTS (SELECT 1 FROM reservations WHERE reservation_id = specs.reservation_id)`,
+		id.StateDir, id.SessionID)
+	return err
+}
