@@ -115,7 +115,7 @@ func (d *daemon) start(ctx context.Context, wireLog string) error {
 	d.runCtx, d.cancelRun = context.WithCancel(context.Background())
 	d.log.Info().Str("home", d.paths.Home).Str("runtime_dir", d.paths.RuntimeDir).Msg("starting")
 	var err error
-	if d.store, err = openFence(d.paths.Home); err != nil {
+	if d.store, err = openDaemonFence(d.runCtx, d.paths); err != nil {
 		return err
 	}
 	if d.writer, err = verdict.NewWriter(d.store, d.paths.Verdicts(), d.log); err != nil {

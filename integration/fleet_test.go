@@ -1,0 +1,102 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/skc-supervisor/skc-supervisor/internal/pgtest"
+)
+
+// fleetDB starts a private PostgreSQL server for the test (skipping it, with
+// the reason, when none can be started) and returns a fence URL on it.
+func fleetDB(t *testing.T) string {
+	t.Helper()
+	srv := pgtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	url, err := srv.CreateDB(ctx, "fleet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return url
+}
+
+// TestFleetTwoHosts: two daemons (two homes, two tmux servers, two host
+// names) share one PostgreSQL fence (SKC_FENCE, SKC_HOST): an identity
+// created on host A is refused on host B with the host that runs it; each
+// host lists its own sessions; after A kills it, B creates it; the pane
+// helpers find the fleet's fence through the home's fence.conf.
+func TestFleetTwoHosts(t *testing.T) {
+	url := fleetDB(t)
+	a := NewHome(t).Start(t, DaemonOpts{Env: []string{"SKC_FENCE=" + url, "SKC_HOST=host-a"}})
+	b := NewHome(t).Start(t, DaemonOpts{Args: []string{"--fence", url, "--host-name", "host-b"}})
+	spec := NewSpec(t, "fleet-1")
+	sess := a.MustCreate(t, spec, "published")
+	r := b.CLI(t, spec.Args()...)
+	ans := expectError(t, r, 3, "refused", "identity_existing_owner", "")
+	if ans.Error == nil || ans.Error.Details["host"] != "host-a" || ans.Error.Details["session_name"] != sess.Name {
+		t.Fatalf("create on host-b: want details host host-a, session %s\n%s", sess.Name, r)
+	}
+	if l := a.List(t); len(l.Sessions) != 1 || l.Sessions[0].Name != sess.Name {
+		t.Fatalf("host-a lists %+v", l.Sessions)
+	}
+	if l := b.List(t); len(l.Sessions) != 0 {
+		t.Fatalf("host-b lists %+v, want none of host-a's", l.Sessions)
+	}
+	var conf struct{ Fence, Host string }
+	raw, err := os.ReadFile(a.Dir + "/fence.conf")
+	if err != nil || json.Unmarshal(raw, &conf) != nil || conf.Fence != url || conf.Host != "host-a" {
+		t.Fatalf("fence.conf of host-a: %s %v", raw, err)
+	}
+	if r := a.CLI(t, "kill", "--json", sess.Name); r.Code != 0 {
+		t.Fatalf("kill on host-a\n%s", r)
+	}
+	sb := b.MustCreate(t, spec, "published")
+	if sb.Name == sess.Name {
+		t.Fatalf("host-b's session reuses host-a's name %s", sb.Name)
+	}
+	// Host-b's pane helper found the fleet's fence (fence.conf) and recorded
+	// its start there, as host-b.
+	waitFor(t, "host-b's helper start in the fleet's fence", func() bool {
+		return helperStarts(t, url, "host-b") == 1
+	})
+	if l := b.List(t); len(l.Sessions) != 1 || l.Sessions[0].Name != sb.Name {
+		t.Fatalf("host-b lists %+v", l.Sessions)
+	}
+	a.Stop(t)
+	b.Stop(t)
+}
+
+// helperStarts counts the pane helpers of host that recorded their start.
+func helperStarts(t *testing.T, url, host string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM postmortems WHERE host = $1`, host).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// waitFor polls cond with a generous deadline (no timed assertions).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitDeadline)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
