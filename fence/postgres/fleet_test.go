@@ -333,3 +333,23 @@ func TestForgetHost(t *testing.T) {
 	err = a2.Advance(bg, &r, fence.PhaseTagged, fence.Patch{})
 	fencetest.WantCode(t, err, verdict.CodeFenceLost)
 }
+
+// TestLockKeySQL: the identity lock taken by reservation id (computed in
+// SQL) is the one taken by identity (computed in Go), for any spelling.
+func TestLockKeySQL(t *testing.T) {
+	s := open(t, pgtest.DB(t))
+	for _, id := range []fence.Identity{
+		{StateDir: "/a", SessionID: "b"},
+		{StateDir: "/srv/état/agents", SessionID: "sess-ü-1"},
+		{StateDir: "/tmp/x y", SessionID: "日本"},
+	} {
+		var k int64
+		if err := s.pool.QueryRow(bg, `SELECT `+keySQL+` FROM (VALUES ($1::text, $2::text)) v(state_dir, session_id)`,
+			id.StateDir, id.SessionID).Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		if want := lockKey(id.Digest()); k != want {
+			t.Errorf("%+v: SQL key %d, Go key %d", id, k, want)
+		}
+	}
+}

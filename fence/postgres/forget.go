@@ -43,7 +43,7 @@ func (s *Store) ForgetHost(ctx context.Context, host string, describe func(Forgo
 	var out Forgotten
 	var rec verdict.Record
 	var endedAt time.Time
-	err := s.write(ctx, "forget_host", func(t *tx) error {
+	err := s.write(ctx, "forget_host", lockOn{}, func(t *tx) error {
 		out = Forgotten{Host: host}
 		var err error
 		if out.Reservations, err = s.forgetRows(t, host); err != nil {
@@ -60,9 +60,7 @@ func (s *Store) ForgetHost(ctx context.Context, host string, describe func(Forgo
 		if len(out.Published) > 0 {
 			t.touch(host)
 		}
-		if _, err := t.Exec(t.ctx, `UPDATE hosts SET forgotten_at = $1 WHERE name = $2`, nanos(endedAt), host); err != nil {
-			return err
-		}
+		t.exec(`UPDATE hosts SET forgotten_at = $1 WHERE name = $2`, nanos(endedAt), host)
 		t.queueVerdict(describe(out), s.host.Name, &rec)
 		return nil
 	})
@@ -128,9 +126,7 @@ func (s *Store) forgetGenerations(t *tx, host string, at time.Time) ([]fence.Pub
 			return nil, err
 		}
 		if tag.RowsAffected() == 1 {
-			if err := endSpecs(t, p.Identity); err != nil {
-				return nil, err
-			}
+			endSpecs(t, p.Identity)
 			out = append(out, p.Published)
 		}
 	}

@@ -3,52 +3,9 @@ package postgres
 import (
 	"context"
 	"encoding/json"
-	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
-
-// pendingVerdict is a verdict a transition appends; out receives it with its
-// sequence (and timestamp, when zero) once the transaction has drawn them.
-type pendingVerdict struct {
-	rec  verdict.Record
-	host string
-	out  *verdict.Record
-}
-
-// queueVerdict appends rec at the end of the transaction (tx.finish).
-func (t *tx) queueVerdict(rec verdict.Record, host string, out *verdict.Record) {
-	t.pending = append(t.pending, &pendingVerdict{rec: rec, host: host, out: out})
-}
-
-// insert draws the next fleet-wide sequence, stamps the record with it and
-// stores it with its identity columns (the index VerdictsFor reads).
-func (p *pendingVerdict) insert(t *tx, now time.Time) error {
-	rec := p.rec
-	if err := t.QueryRow(t.ctx, `SELECT nextval(pg_get_serial_sequence('verdicts', 'sequence'))`).Scan(&rec.Sequence); err != nil {
-		return err
-	}
-	if rec.Timestamp.IsZero() {
-		rec.Timestamp = now
-	}
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "verdict"},
-			"verdict record cannot be encoded: %w", err)
-	}
-	var dir, sid string
-	if rec.Identity != nil {
-		dir, sid = rec.Identity.StateDir, rec.Identity.SessionID
-	}
-	if _, err := t.Exec(t.ctx, `INSERT INTO verdicts (sequence, host, state_dir, session_id, record)
-		VALUES ($1, $2, $3, $4, $5)`, rec.Sequence, p.host, dir, sid, string(b)); err != nil {
-		return err
-	}
-	if p.out != nil {
-		*p.out = rec
-	}
-	return nil
-}
 
 // verdictsQuery runs a (sequence, record) query and decodes the rows.
 func (s *Store) verdictsQuery(ctx context.Context, op, sql string, args ...any) ([]verdict.Record, error) {
@@ -82,7 +39,7 @@ func (s *Store) verdictsQuery(ctx context.Context, op, sql string, args ...any) 
 // verdict.Journal.
 func (s *Store) AppendVerdict(ctx context.Context, rec verdict.Record) (verdict.Record, error) {
 	var out verdict.Record
-	err := s.write(ctx, "append_verdict", func(t *tx) error {
+	err := s.write(ctx, "append_verdict", lockOn{}, func(t *tx) error {
 		t.queueVerdict(rec, s.host.Name, &out)
 		return nil
 	})

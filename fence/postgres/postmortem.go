@@ -23,23 +23,18 @@ func (s *Store) RecordHelperStart(ctx context.Context, resID string, pid int, in
 	if err := fence.CheckToken("helper_incarnation", incarnation, true); err != nil {
 		return err
 	}
-	return s.write(ctx, "helper_start", func(t *tx) error {
-		if err := t.lockReservation(resID); err != nil {
-			return err
-		}
+	return s.write(ctx, "helper_start", lockOn{resID: resID}, func(t *tx) error {
 		id, gen, err := generationOf(t, resID)
 		if err != nil {
 			return err
 		}
-		if _, err := t.Exec(t.ctx, `INSERT INTO postmortems (reservation_id, host, state_dir, session_id,
+		t.exec(`INSERT INTO postmortems (reservation_id, host, state_dir, session_id,
 			generation, helper_pid, helper_incarnation, started_at, cgroup) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 			ON CONFLICT (reservation_id) DO UPDATE SET helper_pid = excluded.helper_pid,
 			helper_incarnation = excluded.helper_incarnation, cgroup = excluded.cgroup`,
-			resID, s.host.Name, id.StateDir, id.SessionID, int64(gen), pid, incarnation, nanos(s.now()), cgroup); err != nil {
-			return err
-		}
-		_, err = t.Exec(t.ctx, `UPDATE reservations SET helper_pid = $1 WHERE reservation_id = $2`, pid, resID)
-		return err
+			resID, s.host.Name, id.StateDir, id.SessionID, int64(gen), pid, incarnation, nanos(s.now()), cgroup)
+		t.exec(`UPDATE reservations SET helper_pid = $1 WHERE reservation_id = $2`, pid, resID)
+		return nil
 	})
 }
 
@@ -86,7 +81,7 @@ func (s *Store) RecordPostmortem(ctx context.Context, pm fence.Postmortem) error
 	if err := fence.CheckPostmortem(&pm); err != nil {
 		return err
 	}
-	return s.write(ctx, "postmortem", func(t *tx) error {
+	return s.write(ctx, "postmortem", lockOn{}, func(t *tx) error {
 		if pm.Identity == (fence.Identity{}) || pm.Generation == 0 {
 			id, gen, err := postmortemKey(t, pm.ReservationID)
 			if err != nil {
@@ -98,7 +93,7 @@ func (s *Store) RecordPostmortem(ctx context.Context, pm fence.Postmortem) error
 		if pm.ExitStatus != nil {
 			status = *pm.ExitStatus
 		}
-		_, err := t.Exec(t.ctx, `INSERT INTO postmortems AS p (reservation_id, host, state_dir, session_id,
+		t.exec(`INSERT INTO postmortems AS p (reservation_id, host, state_dir, session_id,
 			generation, helper_pid, helper_incarnation, agent_pid, exit_status, signal, utime_ns, stime_ns,
 			maxrss_kb, started_at, ended_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
 			ON CONFLICT (reservation_id) DO UPDATE SET
@@ -112,7 +107,7 @@ func (s *Store) RecordPostmortem(ctx context.Context, pm fence.Postmortem) error
 			pm.ReservationID, s.host.Name, pm.Identity.StateDir, pm.Identity.SessionID, int64(pm.Generation),
 			pm.HelperPID, pm.HelperIncarnation, pm.AgentPID, status, pm.Signal, int64(pm.UserTime),
 			int64(pm.SystemTime), pm.MaxRSS, nanos(pm.StartedAt), nanos(pm.EndedAt))
-		return err
+		return nil
 	})
 }
 

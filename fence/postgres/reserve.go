@@ -26,11 +26,8 @@ func (s *Store) Reserve(ctx context.Context, id fence.Identity, spec fence.Spec)
 		return fence.ReserveResult{}, err
 	}
 	var res fence.ReserveResult
-	err = s.write(ctx, "reserve", func(t *tx) error {
+	err = s.write(ctx, "reserve", lockOn{digest: id.Digest()}, func(t *tx) error {
 		res = fence.ReserveResult{}
-		if err := t.lockIdentity(id.Digest()); err != nil {
-			return err
-		}
 		r, ok, err := rowFor(t.ctx, t, id, forUpdate)
 		if err != nil {
 			return err
@@ -143,10 +140,7 @@ func (s *Store) Reclaim(ctx context.Context, id fence.Identity, expectedResID st
 		return fence.Reservation{}, err
 	}
 	var r fence.Reservation
-	err = s.write(ctx, "reclaim", func(t *tx) error {
-		if err := t.lockIdentity(id.Digest()); err != nil {
-			return err
-		}
+	err = s.write(ctx, "reclaim", lockOn{digest: id.Digest()}, func(t *tx) error {
 		cur, ok, err := rowFor(t.ctx, t, id, forUpdate)
 		if err != nil {
 			return err

@@ -177,10 +177,10 @@ func nextGeneration(t *tx, id fence.Identity) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	_, err = t.Exec(t.ctx, `INSERT INTO generations (state_dir, session_id, last) VALUES ($1, $2, $3)
+	t.exec(`INSERT INTO generations (state_dir, session_id, last) VALUES ($1, $2, $3)
 		ON CONFLICT (state_dir, session_id) DO UPDATE SET last = excluded.last`,
 		id.StateDir, id.SessionID, last+1)
-	return uint64(last + 1), err
+	return uint64(last + 1), nil
 }
 
 // newReservationID returns 32 lowercase hex characters from crypto/rand.
@@ -210,18 +210,15 @@ func (s *Store) insertRow(t *tx, id fence.Identity, spec fence.Spec, pid int, in
 	now := storedTime(s.now())
 	r := fence.Reservation{ID: resID, Identity: id, Spec: spec, OwnerPID: pid, OwnerIncarnation: inc,
 		Phase: fence.PhaseReserved, Generation: gen, ClaimedAt: now, UpdatedAt: now, LeaseUntil: now.Add(s.opt.Lease)}
-	_, err = t.Exec(t.ctx, `INSERT INTO reservations (state_dir, session_id, reservation_id, state_file,
+	t.exec(`INSERT INTO reservations (state_dir, session_id, reservation_id, state_file,
 		spec_json, owner_host, owner_machine_id, owner_boot_id, owner_pid, owner_incarnation, phase,
 		generation, claimed_at, updated_at, lease_until)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
 		id.StateDir, id.SessionID, resID, spec.StateFile, string(specJSON), s.host.Name, s.host.MachineID,
 		s.host.BootID, pid, inc, int(fence.PhaseReserved), int64(gen), nanos(now), nanos(now), nanos(r.LeaseUntil))
-	if err != nil {
-		return r, err
-	}
-	_, err = t.Exec(t.ctx, `INSERT INTO specs (reservation_id, state_dir, session_id, generation, spec_json)
+	t.exec(`INSERT INTO specs (reservation_id, state_dir, session_id, generation, spec_json)
 		VALUES ($1, $2, $3, $4, $5)`, resID, id.StateDir, id.SessionID, int64(gen), string(specJSON))
-	return r, err
+	return r, nil
 }
 
 // deleteRow removes the row pinned to resID and reports whether it existed.
@@ -230,11 +227,20 @@ func deleteRow(t *tx, resID string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	// The spec stays while its generation is published and not ended (the
-	// pane helper may still be about to read it); otherwise it goes too.
-	if _, err := t.Exec(t.ctx, `DELETE FROM specs WHERE reservation_id = $1 AND NOT EXISTS
-		(SELECT 1 FROM identities WHERE reservation_id = $1 AND NOT ended)`, resID); err != nil {
-		return false, err
-	}
+	deleteSpecLater(t, resID)
 	return tag.RowsAffected() == 1, nil
+}
+
+// deleteRowLater is deleteRow sent with COMMIT, for a caller that does not
+// need to know whether the row existed (Release: idempotent).
+func deleteRowLater(t *tx, resID string) {
+	t.exec(`DELETE FROM reservations WHERE reservation_id = $1`, resID)
+	deleteSpecLater(t, resID)
+}
+
+// deleteSpecLater deletes the spec of a released row unless its generation is
+// published and not ended (the pane helper may still be about to read it).
+func deleteSpecLater(t *tx, resID string) {
+	t.exec(`DELETE FROM specs WHERE reservation_id = $1 AND NOT EXISTS
+		(SELECT 1 FROM identities WHERE reservation_id = $1 AND NOT ended)`, resID)
 }

@@ -25,10 +25,7 @@ func (s *Store) BeginStop(ctx context.Context, id fence.Identity, gen uint64, re
 	}
 	var p pub
 	var ok bool
-	err = s.write(ctx, "begin_stop", func(t *tx) error {
-		if err := t.lockIdentity(id.Digest()); err != nil {
-			return err
-		}
+	err = s.write(ctx, "begin_stop", lockOn{digest: id.Digest()}, func(t *tx) error {
 		t.touch(s.host.Name)
 		args := append(s.genArgs(id, gen), nanos(s.now()), nanos(deadline), reason)
 		if _, err := t.Exec(t.ctx, `UPDATE identities SET stop_since = $6, stop_deadline = $7, stop_reason = $8
@@ -57,10 +54,7 @@ func (s *Store) StopKilled(ctx context.Context, id fence.Identity, gen uint64) e
 	}
 	var p pub
 	var ok bool
-	err = s.write(ctx, "stop_killed", func(t *tx) error {
-		if err := t.lockIdentity(id.Digest()); err != nil {
-			return err
-		}
+	err = s.write(ctx, "stop_killed", lockOn{digest: id.Digest()}, func(t *tx) error {
 		t.touch(s.host.Name)
 		if _, err := t.Exec(t.ctx, `UPDATE identities SET stop_killed = true
 			WHERE `+localGen+` AND NOT ended AND stop_since <> 0`, s.genArgs(id, gen)...); err != nil {
@@ -88,11 +82,8 @@ func (s *Store) ReleaseStuck(ctx context.Context, resID string, allowed func(fen
 	var out fence.Released
 	var rec verdict.Record
 	var endedAt time.Time
-	err := s.write(ctx, "release_stuck", func(t *tx) error {
+	err := s.write(ctx, "release_stuck", lockOn{resID: resID}, func(t *tx) error {
 		out = fence.Released{}
-		if err := t.lockReservation(resID); err != nil {
-			return err
-		}
 		host, err := findStuck(t, resID, &out)
 		if err != nil {
 			return err
@@ -108,14 +99,10 @@ func (s *Store) ReleaseStuck(ctx context.Context, resID string, allowed func(fen
 		if p := out.Published; p != nil {
 			endedAt = storedTime(s.now())
 			t.touch(host)
-			if _, err := t.Exec(t.ctx, `UPDATE identities SET ended = true, ended_at = $1
+			t.exec(`UPDATE identities SET ended = true, ended_at = $1
 				WHERE state_dir = $2 AND session_id = $3 AND generation = $4 AND NOT ended`,
-				nanos(endedAt), p.Identity.StateDir, p.Identity.SessionID, int64(p.Generation)); err != nil {
-				return err
-			}
-			if _, err := t.Exec(t.ctx, `DELETE FROM specs WHERE reservation_id = $1`, resID); err != nil {
-				return err
-			}
+				nanos(endedAt), p.Identity.StateDir, p.Identity.SessionID, int64(p.Generation))
+			t.exec(`DELETE FROM specs WHERE reservation_id = $1`, resID)
 		}
 		t.queueVerdict(describe(out), s.host.Name, &rec)
 		return nil
@@ -166,11 +153,8 @@ func (s *Store) SetRestart(ctx context.Context, id fence.Identity, gen uint64, f
 	}
 	var ok bool
 	var due time.Time
-	err = s.write(ctx, "set_restart", func(t *tx) error {
+	err = s.write(ctx, "set_restart", lockOn{digest: id.Digest()}, func(t *tx) error {
 		ok = false
-		if err := t.lockIdentity(id.Digest()); err != nil {
-			return err
-		}
 		due = storedTime(fence.RestartDue(next, s.now()))
 		args := append(s.genArgs(id, gen), next.State, nanos(due), next.Reason, next.Failures, from)
 		tag, err := t.Exec(t.ctx, `UPDATE identities SET restart_state = $6, restart_due = $7, restart_reason = $8,

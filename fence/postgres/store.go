@@ -25,13 +25,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -165,104 +163,6 @@ func (s *Store) Version(ctx context.Context) (int64, error) {
 	return v, nil
 }
 
-// tx is one write transaction: its statements, then (finish) the version
-// bump and the verdicts it appends, in that order (schema.go: the sequence
-// commits in order).
-type tx struct {
-	pgx.Tx
-	ctx     context.Context
-	pending []*pendingVerdict
-	touched map[string]bool // hosts whose identities rows this transaction changed
-
-	version  int64 // fence_version after this transaction (set by finish)
-	hostVers map[string]int64
-}
-
-// touch records that the transaction changed identities rows of host.
-func (t *tx) touch(host string) {
-	if t.touched == nil {
-		t.touched = map[string]bool{}
-	}
-	t.touched[host] = true
-}
-
-// lockIdentity takes the transaction's advisory lock on one identity, named
-// by its digest (the lowercase hex sha256 of state_dir NUL session_id): two
-// identities that share the lock key merely wait for each other.
-func (t *tx) lockIdentity(digest string) error {
-	_, err := t.Exec(t.ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey(digest))
-	return err
-}
-
-// lockKey is the first 64 bits of a hex digest, as a signed key.
-func lockKey(digest string) int64 {
-	if len(digest) > 16 {
-		digest = digest[:16]
-	}
-	u, _ := strconv.ParseUint(digest, 16, 64)
-	return int64(u)
-}
-
-// write runs fn as one transaction, then bumps the version, appends the
-// verdicts fn queued, and commits. A COMMIT that fails leaves the outcome
-// unknown to us; the caller gets fence_unavailable and the rules already
-// cover it (a row of ours not in flight is our own abandoned attempt).
-func (s *Store) write(ctx context.Context, op string, fn func(t *tx) error) error {
-	ptx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	if err != nil {
-		return s.dbErr(op, err)
-	}
-	t := &tx{Tx: ptx, ctx: ctx}
-	err = fn(t)
-	if err == nil {
-		err = t.finish(s.now())
-	}
-	if err == nil {
-		// COMMIT is not cancelled with the caller: once the statements ran,
-		// a half-way cancellation would only make the outcome ambiguous.
-		err = ptx.Commit(context.WithoutCancel(ctx))
-	}
-	if err != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = ptx.Rollback(rctx) // a broken connection is dropped by the pool
-		return s.dbErr(op, err)
-	}
-	if v, ok := t.hostVers[s.host.Name]; ok {
-		s.cache.own(v)
-	}
-	return nil
-}
-
-// finish bumps fence_version (taking its row lock, held until COMMIT) and
-// then appends the queued verdicts, so their sequence values are drawn in
-// commit order.
-func (t *tx) finish(now time.Time) error {
-	if err := t.QueryRow(t.ctx, `UPDATE fence_version SET version = version + 1 RETURNING version`).Scan(&t.version); err != nil {
-		return err
-	}
-	hosts := make([]string, 0, len(t.touched))
-	for h := range t.touched {
-		hosts = append(hosts, h)
-	}
-	sort.Strings(hosts) // one lock order for every writer
-	t.hostVers = map[string]int64{}
-	for _, h := range hosts {
-		var v int64
-		if err := t.QueryRow(t.ctx, `INSERT INTO identity_versions AS iv (host, version) VALUES ($1, 1)
-			ON CONFLICT (host) DO UPDATE SET version = iv.version + 1 RETURNING version`, h).Scan(&v); err != nil {
-			return err
-		}
-		t.hostVers[h] = v
-	}
-	for _, p := range t.pending {
-		if err := p.insert(t, now); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // dbErr maps a database error to a coded one. Refusals raised by fn pass through.
 func (s *Store) dbErr(op string, err error) error {
 	var ve *verdict.Error
@@ -323,3 +223,7 @@ func Unavailable(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ce) || errors.As(err, &ne) || pgconn.SafeToRetry(err)
 }
+
+// errRolledBack: the server answered COMMIT with ROLLBACK (the transaction had
+// failed): nothing was written.
+var errRolledBack = errors.New("the transaction was rolled back")

@@ -9,21 +9,6 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
-// lockReservation takes the identity lock of reservation resID's identity,
-// found from its row or its published generation; nothing to lock when
-// neither exists (the writes that follow then find nothing either). The
-// lookup takes no lock: the caller re-reads under the identity's lock.
-func (t *tx) lockReservation(resID string) error {
-	var id fence.Identity
-	err := t.QueryRow(t.ctx, `SELECT state_dir, session_id FROM reservations WHERE reservation_id = $1
-		UNION ALL SELECT state_dir, session_id FROM identities WHERE reservation_id = $1 LIMIT 1`,
-		resID).Scan(&id.StateDir, &id.SessionID)
-	if _, ok, err := noRows(id, err); err != nil || !ok {
-		return err
-	}
-	return t.lockIdentity(id.Digest())
-}
-
 // Advance records that the saga reached phase to, with its evidence, on the
 // row r names, and updates r (fence.Fence.Advance).
 func (s *Store) Advance(ctx context.Context, r *fence.Reservation, to fence.Phase, p fence.Patch) error {
@@ -35,7 +20,7 @@ func (s *Store) Advance(ctx context.Context, r *fence.Reservation, to fence.Phas
 		return err
 	}
 	var cur fence.Reservation
-	err = s.write(ctx, "advance", func(t *tx) error {
+	err = s.write(ctx, "advance", lockOn{resID: r.ID}, func(t *tx) error {
 		var err error
 		if cur, err = s.ownRow(t, r.ID, pid, inc); err != nil {
 			return err
@@ -44,12 +29,12 @@ func (s *Store) Advance(ctx context.Context, r *fence.Reservation, to fence.Phas
 			return fence.Invalid("phase", "phase %s is before the recorded %s", to, cur.Phase)
 		}
 		fence.ApplyPatch(&cur, to, p, storedTime(s.now()), s.opt.Lease)
-		_, err = t.Exec(t.ctx, `UPDATE reservations SET phase = $1, attempt_name = $2, tmux_id = $3,
+		t.exec(`UPDATE reservations SET phase = $1, attempt_name = $2, tmux_id = $3,
 			pane_pid = $4, server_pid = $5, server_start = $6, updated_at = $7, lease_until = $8,
 			pane_start = $9, cgroup = $10 WHERE reservation_id = $11`,
 			int(cur.Phase), cur.AttemptName, cur.TmuxID, cur.PanePID, cur.ServerPID, cur.ServerStart,
 			nanos(cur.UpdatedAt), nanos(cur.LeaseUntil), int64(cur.PaneStart), cur.Cgroup, cur.ID)
-		return err
+		return nil
 	})
 	if err == nil {
 		cur.StartReason = r.StartReason // in memory only
@@ -58,13 +43,10 @@ func (s *Store) Advance(ctx context.Context, r *fence.Reservation, to fence.Phas
 	return err
 }
 
-// ownRow locks and reads the row pinned to resID (under its identity's
-// lock) and checks it is still ours: same owner on this host, not
+// ownRow locks and reads the row pinned to resID (the transaction holds its
+// identity's lock) and checks it is still ours: same owner on this host, not
 // abandoned, in flight in this process. Anything else is fence_lost.
 func (s *Store) ownRow(t *tx, resID string, pid int, inc string) (fence.Reservation, error) {
-	if err := t.lockReservation(resID); err != nil {
-		return fence.Reservation{}, err
-	}
 	r, ok, err := rowByID(t.ctx, t, resID, forUpdate)
 	if err != nil {
 		return fence.Reservation{}, err
@@ -85,13 +67,10 @@ func (s *Store) Abandon(ctx context.Context, resID string) error {
 		return err
 	}
 	defer fence.Untrack(resID) // even if the write fails: in memory the attempt is abandoned
-	return s.write(ctx, "abandon", func(t *tx) error {
-		if err := t.lockReservation(resID); err != nil {
-			return err
-		}
-		_, err := t.Exec(t.ctx, `UPDATE reservations SET abandoned = true, updated_at = $1 WHERE reservation_id = $2`,
+	return s.write(ctx, "abandon", lockOn{resID: resID}, func(t *tx) error {
+		t.exec(`UPDATE reservations SET abandoned = true, updated_at = $1 WHERE reservation_id = $2`,
 			nanos(s.now()), resID)
-		return err
+		return nil
 	})
 }
 
@@ -102,12 +81,9 @@ func (s *Store) Release(ctx context.Context, resID string) error {
 		return err
 	}
 	defer fence.Untrack(resID)
-	return s.write(ctx, "release", func(t *tx) error {
-		if err := t.lockReservation(resID); err != nil {
-			return err
-		}
-		_, err := deleteRow(t, resID)
-		return err
+	return s.write(ctx, "release", lockOn{resID: resID}, func(t *tx) error {
+		deleteRowLater(t, resID)
+		return nil
 	})
 }
 
@@ -126,7 +102,7 @@ func (s *Store) Publish(ctx context.Context, r *fence.Reservation, rec verdict.R
 	}
 	var p fence.Published
 	var out verdict.Record
-	err = s.write(ctx, "publish", func(t *tx) error {
+	err = s.write(ctx, "publish", lockOn{resID: r.ID}, func(t *tx) error {
 		cur, err := s.ownRow(t, r.ID, pid, inc)
 		if err != nil {
 			return err
@@ -164,7 +140,7 @@ func (s *Store) publishRow(t *tx, cur fence.Reservation) (fence.Published, error
 	if err != nil {
 		return fence.Published{}, err
 	}
-	_, err = t.Exec(t.ctx, `INSERT INTO identities (state_dir, session_id, generation, reservation_id,
+	t.exec(`INSERT INTO identities (state_dir, session_id, generation, reservation_id,
 		host, machine_id, session_name, tmux_id, server_pid, server_start, state_file, label, published_at,
 		pane_pid, pane_start, boot_id, cgroup, stop_timeout_ms, spec_json, restarts, failures, starts_json)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)
@@ -182,12 +158,9 @@ func (s *Store) publishRow(t *tx, cur fence.Reservation) (fence.Published, error
 		s.host.MachineID, p.SessionName, p.TmuxID, p.ServerPID, p.ServerStart, p.StateFile, p.Label, nanos(now),
 		p.PanePID, int64(p.PaneStart), p.BootID, p.Cgroup, p.StopTimeoutMS,
 		string(specJSON), p.Restart.Restarts, p.Restart.Failures, encodeStarts(p.Restart.Starts))
-	if err != nil {
-		return fence.Published{}, err
-	}
-	_, err = t.Exec(t.ctx, `UPDATE reservations SET phase = $1, updated_at = $2 WHERE reservation_id = $3`,
+	t.exec(`UPDATE reservations SET phase = $1, updated_at = $2 WHERE reservation_id = $3`,
 		int(fence.PhasePublished), nanos(now), cur.ID)
-	return p, err
+	return p, nil
 }
 
 // MarkEnded marks the identity's published generation gen ended, as a
@@ -211,11 +184,8 @@ func (s *Store) MarkEndedNext(ctx context.Context, id fence.Identity, gen uint64
 	var done bool
 	var endedAt time.Time
 	var out verdict.Record
-	err = s.write(ctx, "mark_ended", func(t *tx) error {
+	err = s.write(ctx, "mark_ended", lockOn{digest: id.Digest()}, func(t *tx) error {
 		done = false
-		if err := t.lockIdentity(id.Digest()); err != nil {
-			return err
-		}
 		endedAt = storedTime(s.now())
 		tag, err := t.Exec(t.ctx, `UPDATE identities SET ended = true, ended_at = $1
 			WHERE state_dir = $2 AND session_id = $3 AND generation = $4 AND NOT ended AND host = $5 AND machine_id = $6`,
@@ -225,16 +195,12 @@ func (s *Store) MarkEndedNext(ctx context.Context, id fence.Identity, gen uint64
 		}
 		done = true
 		t.touch(s.host.Name)
-		if err := endSpecs(t, id); err != nil {
-			return err
-		}
+		endSpecs(t, id)
 		if next.State != "" {
-			if _, err := t.Exec(t.ctx, `UPDATE identities SET restart_state = $1, restart_due = $2,
+			t.exec(`UPDATE identities SET restart_state = $1, restart_due = $2,
 				restart_reason = $3, failures = $4 WHERE state_dir = $5 AND session_id = $6`,
 				next.State, nanos(fence.RestartDue(next, endedAt)), next.Reason, next.Failures,
-				id.StateDir, id.SessionID); err != nil {
-				return err
-			}
+				id.StateDir, id.SessionID)
 		}
 		t.queueVerdict(rec, s.host.Name, &out)
 		if also != nil {
@@ -250,11 +216,10 @@ func (s *Store) MarkEndedNext(ctx context.Context, id fence.Identity, gen uint64
 }
 
 // endSpecs deletes the spec of the identity's ended generation once no
-// reservation row needs it.
-func endSpecs(t *tx, id fence.Identity) error {
-	_, err := t.Exec(t.ctx, `DELETE FROM specs WHERE reservation_id =
+// reservation row needs it (with COMMIT).
+func endSpecs(t *tx, id fence.Identity) {
+	t.exec(`DELETE FROM specs WHERE reservation_id =
 		(SELECT reservation_id FROM identities WHERE state_dir = $1 AND session_id = $2)
 		AND NOT EXISTS (SELECT 1 FROM reservations WHERE reservation_id = specs.reservation_id)`,
 		id.StateDir, id.SessionID)
-	return err
 }
