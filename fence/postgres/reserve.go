@@ -26,21 +26,22 @@ func (s *Store) Reserve(ctx context.Context, id fence.Identity, spec fence.Spec)
 		return fence.ReserveResult{}, err
 	}
 	var res fence.ReserveResult
-	err = s.write(ctx, "reserve", lockOn{digest: id.Digest()}, func(t *tx) error {
-		res = fence.ReserveResult{}
-		r, ok, err := rowFor(t.ctx, t, id, forUpdate)
-		if err != nil {
+	var r row
+	var p pub
+	var hasRow, hasPub bool
+	var last int64
+	lk := lockOn{digest: id.Digest(), reads: []prefetch{
+		rowRead(&r, &hasRow, byIdentity, id.StateDir, id.SessionID),
+		pubRead(&p, &hasPub, byIdentity, id.StateDir, id.SessionID),
+		genRead(&last, id),
+	}}
+	err = s.write(ctx, "reserve", lk, func(t *tx) error {
+		var err error
+		if hasRow {
+			res, err = s.reserveOver(t, r, spec, pid, inc, last)
 			return err
 		}
-		if ok {
-			res, err = s.reserveOver(t, r, spec, pid, inc)
-			return err
-		}
-		p, ok, err := pubFor(t.ctx, t, id, forUpdate)
-		if err != nil {
-			return err
-		}
-		if ok && !p.Ended {
+		if hasPub && !p.Ended {
 			if p.StateFile != spec.StateFile {
 				return fence.Mismatch(id, p.StateFile, spec.StateFile)
 			}
@@ -50,7 +51,7 @@ func (s *Store) Reserve(ctx context.Context, id fence.Identity, spec fence.Spec)
 			res = fence.ReserveResult{Outcome: fence.MaybeExisting, Published: p.Published}
 			return nil
 		}
-		nr, err := s.insertRow(t, id, spec, pid, inc)
+		nr, err := s.insertRow(t, id, spec, pid, inc, last)
 		if err == nil {
 			s.own.Track(nr.ID) // before COMMIT: no instant where our own row looks abandoned
 			res = fence.ReserveResult{Outcome: fence.Reserved, Reservation: nr}
@@ -67,7 +68,7 @@ func (s *Store) Reserve(ctx context.Context, id fence.Identity, spec fence.Spec)
 }
 
 // reserveOver decides what an existing row means for a new reservation.
-func (s *Store) reserveOver(t *tx, r row, spec fence.Spec, pid int, inc string) (fence.ReserveResult, error) {
+func (s *Store) reserveOver(t *tx, r row, spec fence.Spec, pid int, inc string, last int64) (fence.ReserveResult, error) {
 	if r.Spec.StateFile != spec.StateFile {
 		return fence.ReserveResult{}, fence.Mismatch(r.Identity, r.Spec.StateFile, spec.StateFile)
 	}
@@ -77,7 +78,7 @@ func (s *Store) reserveOver(t *tx, r row, spec fence.Spec, pid int, inc string) 
 	if r.Phase >= fence.PhaseHelperInvoked {
 		return fence.ReserveResult{Outcome: fence.NeedsRecovery, Abandoned: r.Reservation}, nil
 	}
-	nr, err := s.replaceRow(t, r.Reservation, spec, pid, inc)
+	nr, err := s.replaceRow(t, r.Reservation, spec, pid, inc, last)
 	if err != nil {
 		return fence.ReserveResult{}, err
 	}
@@ -109,7 +110,7 @@ func remoteExisting(p pub) error {
 }
 
 // replaceRow swaps the row pinned to old.ID for a fresh one owned by us.
-func (s *Store) replaceRow(t *tx, old fence.Reservation, spec fence.Spec, pid int, inc string) (fence.Reservation, error) {
+func (s *Store) replaceRow(t *tx, old fence.Reservation, spec fence.Spec, pid int, inc string, last int64) (fence.Reservation, error) {
 	ok, err := deleteRow(t, old.ID)
 	if err != nil {
 		return fence.Reservation{}, err
@@ -117,7 +118,7 @@ func (s *Store) replaceRow(t *tx, old fence.Reservation, spec fence.Spec, pid in
 	if !ok {
 		return fence.Reservation{}, fence.Lost(old.ID, "was recovered by someone else")
 	}
-	r, err := s.insertRow(t, old.Identity, spec, pid, inc)
+	r, err := s.insertRow(t, old.Identity, spec, pid, inc, last)
 	if err == nil {
 		s.own.Track(r.ID)
 	}
@@ -140,11 +141,12 @@ func (s *Store) Reclaim(ctx context.Context, id fence.Identity, expectedResID st
 		return fence.Reservation{}, err
 	}
 	var r fence.Reservation
-	err = s.write(ctx, "reclaim", lockOn{digest: id.Digest()}, func(t *tx) error {
-		cur, ok, err := rowFor(t.ctx, t, id, forUpdate)
-		if err != nil {
-			return err
-		}
+	var cur row
+	var ok bool
+	var last int64
+	lk := lockOn{digest: id.Digest(), reads: []prefetch{
+		rowRead(&cur, &ok, byIdentity, id.StateDir, id.SessionID), genRead(&last, id)}}
+	err = s.write(ctx, "reclaim", lk, func(t *tx) error {
 		if !ok || cur.ID != expectedResID {
 			return fence.Lost(expectedResID, "is no longer the identity's row")
 		}
@@ -154,7 +156,8 @@ func (s *Store) Reclaim(ctx context.Context, id fence.Identity, expectedResID st
 		if err := s.displaceable(cur, pid, inc); err != nil {
 			return err
 		}
-		r, err = s.replaceRow(t, cur.Reservation, spec, pid, inc)
+		var err error
+		r, err = s.replaceRow(t, cur.Reservation, spec, pid, inc, last)
 		return err
 	})
 	if err != nil {

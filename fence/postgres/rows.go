@@ -166,21 +166,39 @@ func pubFor(ctx context.Context, q querier, id fence.Identity, lock string) (pub
 	return noRows(p, err)
 }
 
-// nextGeneration hands out the identity's next generation: one more than the
-// highest ever reserved or published, recorded at once so it is never reused.
-func nextGeneration(t *tx, id fence.Identity) (uint64, error) {
-	var last int64
-	err := t.QueryRow(t.ctx, `SELECT GREATEST(
+// rowRead prefetches the reservation row where (with $1… args), locked.
+func rowRead(dst *row, found *bool, where string, args ...any) prefetch {
+	return prefetch{`SELECT ` + resCols + ` FROM reservations WHERE ` + where + forUpdate, args,
+		func(r pgx.Row) (err error) {
+			*dst, *found, err = noRows(scanRow(r))
+			return err
+		}}
+}
+
+// pubRead prefetches the identities row where (with $1… args), locked.
+func pubRead(dst *pub, found *bool, where string, args ...any) prefetch {
+	return prefetch{`SELECT ` + pubCols + ` FROM identities WHERE ` + where + forUpdate, args,
+		func(r pgx.Row) (err error) {
+			*dst, *found, err = noRows(scanPub(r))
+			return err
+		}}
+}
+
+// byIdentity and byReservation are the where clauses of the reads.
+const (
+	byIdentity    = `state_dir = $1 AND session_id = $2`
+	byReservation = `reservation_id = $1`
+	// pubOfReservation: the identities row of reservation $1's identity.
+	pubOfReservation = `(state_dir, session_id) = (SELECT state_dir, session_id FROM reservations WHERE reservation_id = $1)`
+)
+
+// genRead prefetches the highest generation ever reserved or published for
+// id (0 when none): insertRow hands out the next one.
+func genRead(last *int64, id fence.Identity) prefetch {
+	return prefetch{`SELECT GREATEST(
 			COALESCE((SELECT last FROM generations WHERE state_dir = $1 AND session_id = $2), 0),
 			COALESCE((SELECT generation FROM identities WHERE state_dir = $1 AND session_id = $2), 0))`,
-		id.StateDir, id.SessionID).Scan(&last)
-	if err != nil {
-		return 0, err
-	}
-	t.exec(`INSERT INTO generations (state_dir, session_id, last) VALUES ($1, $2, $3)
-		ON CONFLICT (state_dir, session_id) DO UPDATE SET last = excluded.last`,
-		id.StateDir, id.SessionID, last+1)
-	return uint64(last + 1), nil
+		[]any{id.StateDir, id.SessionID}, func(r pgx.Row) error { return r.Scan(last) }}
 }
 
 // newReservationID returns 32 lowercase hex characters from crypto/rand.
@@ -194,11 +212,13 @@ func newReservationID() (string, error) {
 
 // insertRow writes a fresh reservation row owned by (pid, inc) of this host
 // at phase reserved, with its spec.
-func (s *Store) insertRow(t *tx, id fence.Identity, spec fence.Spec, pid int, inc string) (fence.Reservation, error) {
-	gen, err := nextGeneration(t, id)
-	if err != nil {
-		return fence.Reservation{}, err
-	}
+// with the next generation after last (genRead), recorded at once so that it
+// is never handed out again.
+func (s *Store) insertRow(t *tx, id fence.Identity, spec fence.Spec, pid int, inc string, last int64) (fence.Reservation, error) {
+	gen := uint64(last + 1)
+	t.exec(`INSERT INTO generations (state_dir, session_id, last) VALUES ($1, $2, $3)
+		ON CONFLICT (state_dir, session_id) DO UPDATE SET last = excluded.last`,
+		id.StateDir, id.SessionID, last+1)
 	resID, err := newReservationID()
 	if err != nil {
 		return fence.Reservation{}, err

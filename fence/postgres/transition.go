@@ -20,9 +20,12 @@ func (s *Store) Advance(ctx context.Context, r *fence.Reservation, to fence.Phas
 		return err
 	}
 	var cur fence.Reservation
-	err = s.write(ctx, "advance", lockOn{resID: r.ID}, func(t *tx) error {
+	var got row
+	var found bool
+	lk := lockOn{resID: r.ID, reads: []prefetch{rowRead(&got, &found, byReservation, r.ID)}}
+	err = s.write(ctx, "advance", lk, func(t *tx) error {
 		var err error
-		if cur, err = s.ownRow(t, r.ID, pid, inc); err != nil {
+		if cur, err = s.ownRow(got, found, r.ID, pid, inc); err != nil {
 			return err
 		}
 		if to < cur.Phase {
@@ -43,14 +46,10 @@ func (s *Store) Advance(ctx context.Context, r *fence.Reservation, to fence.Phas
 	return err
 }
 
-// ownRow locks and reads the row pinned to resID (the transaction holds its
-// identity's lock) and checks it is still ours: same owner on this host, not
-// abandoned, in flight in this process. Anything else is fence_lost.
-func (s *Store) ownRow(t *tx, resID string, pid int, inc string) (fence.Reservation, error) {
-	r, ok, err := rowByID(t.ctx, t, resID, forUpdate)
-	if err != nil {
-		return fence.Reservation{}, err
-	}
+// ownRow checks that the row read (locked, under its identity's lock) for
+// resID is still ours: same owner on this host, not abandoned, in flight in
+// this process. Anything else is fence_lost.
+func (s *Store) ownRow(r row, ok bool, resID string, pid int, inc string) (fence.Reservation, error) {
 	if ok && s.remote(r.host, r.machineID) {
 		return fence.Reservation{}, fence.Lost(resID, "is owned on host "+r.host)
 	}
@@ -102,8 +101,13 @@ func (s *Store) Publish(ctx context.Context, r *fence.Reservation, rec verdict.R
 	}
 	var p fence.Published
 	var out verdict.Record
-	err = s.write(ctx, "publish", lockOn{resID: r.ID}, func(t *tx) error {
-		cur, err := s.ownRow(t, r.ID, pid, inc)
+	var got row
+	var old pub
+	var found, hadOld bool
+	lk := lockOn{resID: r.ID, reads: []prefetch{
+		rowRead(&got, &found, byReservation, r.ID), pubRead(&old, &hadOld, pubOfReservation, r.ID)}}
+	err = s.write(ctx, "publish", lk, func(t *tx) error {
+		cur, err := s.ownRow(got, found, r.ID, pid, inc)
 		if err != nil {
 			return err
 		}
@@ -111,7 +115,7 @@ func (s *Store) Publish(ctx context.Context, r *fence.Reservation, rec verdict.R
 			return fence.Invalid("phase", "publish needs phase tagged; reservation %s is at %s", cur.ID, cur.Phase)
 		}
 		cur.StartReason = r.StartReason
-		if p, err = s.publishRow(t, cur); err != nil {
+		if p, err = s.publishRow(t, cur, old.Published, hadOld); err != nil {
 			return err
 		}
 		t.touch(s.host.Name)
@@ -126,13 +130,12 @@ func (s *Store) Publish(ctx context.Context, r *fence.Reservation, rec verdict.R
 	return p, out, nil
 }
 
-func (s *Store) publishRow(t *tx, cur fence.Reservation) (fence.Published, error) {
-	old, ok, err := pubFor(t.ctx, t, cur.Identity, forUpdate)
-	if err != nil {
-		return fence.Published{}, err
+func (s *Store) publishRow(t *tx, cur fence.Reservation, old fence.Published, ok bool) (fence.Published, error) {
+	if ok && old.Identity != cur.Identity {
+		return fence.Published{}, fence.Lost(cur.ID, "changed identity") // the read and the row disagree: write nothing
 	}
 	now := storedTime(s.now())
-	p, err := fence.NewPublished(cur, old.Published, ok, now)
+	p, err := fence.NewPublished(cur, old, ok, now)
 	if err != nil {
 		return fence.Published{}, err
 	}

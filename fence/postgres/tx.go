@@ -24,9 +24,20 @@ import (
 // lockOn names the identity whose lock a transaction takes at BEGIN: by its
 // digest, or by a reservation id (the identity of that row, or of the
 // generation it published). Neither: no identity lock.
+// reads are queries sent in the same batch, after the lock (so their
+// snapshots see everything committed before it was granted), whose rows the
+// transaction decides on.
 type lockOn struct {
 	digest string
 	resID  string
+	reads  []prefetch
+}
+
+// prefetch is one read of a BEGIN batch; scan gets its row.
+type prefetch struct {
+	sql  string
+	args []any
+	scan func(pgx.Row) error
 }
 
 // tx is one write transaction on one pooled connection.
@@ -140,7 +151,32 @@ func (t *tx) begin(lk lockOn) error {
 	case lk.resID != "":
 		b.Queue(lockByReservation, lk.resID)
 	}
-	return t.SendBatch(t.ctx, b).Close()
+	for _, r := range lk.reads {
+		b.Queue(r.sql, r.args...)
+	}
+	br := t.SendBatch(t.ctx, b)
+	err := t.scanBegin(br, lk)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func (t *tx) scanBegin(br pgx.BatchResults, lk lockOn) error {
+	if _, err := br.Exec(); err != nil {
+		return err
+	}
+	if lk.digest != "" || lk.resID != "" {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
+	for _, r := range lk.reads {
+		if err := r.scan(br.QueryRow()); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // rollback ends a failed transaction; a connection whose state is unknown
