@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
@@ -17,6 +19,13 @@ func (s *Store) Advance(ctx context.Context, r *fence.Reservation, to fence.Phas
 	}
 	pid, inc, err := s.own.Self()
 	if err != nil {
+		return err
+	}
+	if cur, done, err := s.advanceFast(ctx, r, to, p, pid, inc); done {
+		if err == nil {
+			cur.StartReason = r.StartReason // in memory only
+			*r = cur
+		}
 		return err
 	}
 	var cur fence.Reservation
@@ -44,6 +53,43 @@ func (s *Store) Advance(ctx context.Context, r *fence.Reservation, to fence.Phas
 		*r = cur
 	}
 	return err
+}
+
+// advanceFast is Advance in one round trip for the common case: the row is
+// still exactly as the caller's r says (a compare-and-set on r's owner and
+// every column Advance writes) and r is in flight here. The new values are
+// fence.ApplyPatch's on r. done is false when the row differs from r in any
+// way: then the full Advance reads the row and says why (or advances a row
+// the caller held a stale copy of, as it always did).
+func (s *Store) advanceFast(ctx context.Context, r *fence.Reservation, to fence.Phase, p fence.Patch, pid int, inc string) (fence.Reservation, bool, error) {
+	if !fence.InFlight(r.ID) || r.OwnerPID != pid || r.OwnerIncarnation != inc {
+		return fence.Reservation{}, false, nil
+	}
+	w := *r
+	fence.ApplyPatch(&w, to, p, storedTime(s.now()), s.opt.Lease)
+	var got row
+	var ok bool
+	err := s.write(ctx, "advance", lockOn{resID: r.ID}, func(t *tx) error {
+		t.execScan(func(pr pgx.Row) (err error) {
+			got, ok, err = noRows(scanRow(pr))
+			return err
+		}, `UPDATE reservations SET phase = $2, attempt_name = $3, tmux_id = $4, pane_pid = $5,
+			server_pid = $6, server_start = $7, pane_start = $8, cgroup = $9, updated_at = $10, lease_until = $11
+			WHERE reservation_id = $1 AND owner_pid = $12 AND owner_incarnation = $13 AND owner_host = $14
+			AND owner_machine_id = $15 AND NOT abandoned AND phase = $16 AND attempt_name = $17
+			AND tmux_id = $18 AND pane_pid = $19 AND server_pid = $20 AND server_start = $21
+			AND pane_start = $22 AND cgroup = $23
+			RETURNING `+resCols,
+			r.ID, int(w.Phase), w.AttemptName, w.TmuxID, w.PanePID, w.ServerPID, w.ServerStart,
+			int64(w.PaneStart), w.Cgroup, nanos(w.UpdatedAt), nanos(w.LeaseUntil),
+			pid, inc, s.host.Name, s.host.MachineID, int(r.Phase), r.AttemptName, r.TmuxID, r.PanePID,
+			r.ServerPID, r.ServerStart, int64(r.PaneStart), r.Cgroup)
+		return nil
+	})
+	if err != nil {
+		return fence.Reservation{}, true, err
+	}
+	return got.Reservation, ok, nil
 }
 
 // ownRow checks that the row read (locked, under its identity's lock) for

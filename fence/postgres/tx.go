@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skc-supervisor/skc-supervisor/verdict"
@@ -42,8 +43,9 @@ type prefetch struct {
 
 // tx is one write transaction on one pooled connection.
 type tx struct {
-	*pgxpool.Conn
+	conn    *pgxpool.Conn
 	ctx     context.Context
+	head    *lockOn // BEGIN and the lock, not sent yet (sent with the first statement, or with COMMIT)
 	later   []queued
 	pending []*pendingVerdict
 	touched map[string]bool // hosts whose identities rows this transaction changed
@@ -55,11 +57,58 @@ type tx struct {
 type queued struct {
 	sql  string
 	args []any
+	scan func(pgx.Row) error // nil: an Exec
 }
 
 // exec queues a write whose result the transaction does not need: it is
 // sent with COMMIT.
-func (t *tx) exec(sql string, args ...any) { t.later = append(t.later, queued{sql, args}) }
+func (t *tx) exec(sql string, args ...any) { t.later = append(t.later, queued{sql, args, nil}) }
+
+// execScan queues a write sent with COMMIT whose returned row scan reads
+// (RETURNING): a compare-and-set whose outcome the caller learns after.
+func (t *tx) execScan(scan func(pgx.Row) error, sql string, args ...any) {
+	t.later = append(t.later, queued{sql, args, scan})
+}
+
+// Exec, Query and QueryRow run a statement now, after sending BEGIN if it
+// is still held back.
+func (t *tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := t.flush(); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return t.conn.Exec(ctx, sql, args...)
+}
+
+// Query runs a query now (see Exec).
+func (t *tx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := t.flush(); err != nil {
+		return nil, err
+	}
+	return t.conn.Query(ctx, sql, args...)
+}
+
+// QueryRow runs a query now (see Exec).
+func (t *tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if err := t.flush(); err != nil {
+		return errRow{err}
+	}
+	return t.conn.QueryRow(ctx, sql, args...)
+}
+
+// errRow is a pgx.Row that failed before it was asked.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
+// flush sends BEGIN (and the lock) if it was held back.
+func (t *tx) flush() error {
+	if t.head == nil {
+		return nil
+	}
+	lk := *t.head
+	t.head = nil
+	return t.begin(lk)
+}
 
 // touch records that the transaction changed identities rows of host.
 func (t *tx) touch(host string) {
@@ -121,8 +170,12 @@ func (s *Store) write(ctx context.Context, op string, lk lockOn, fn func(t *tx) 
 		return s.dbErr(op, err)
 	}
 	defer conn.Release()
-	t := &tx{Conn: conn, ctx: ctx}
-	err = t.begin(lk)
+	t := &tx{conn: conn, ctx: ctx}
+	if len(lk.reads) > 0 {
+		err = t.begin(lk)
+	} else {
+		t.head = &lk // a transaction that reads nothing first is one round trip
+	}
 	if err == nil {
 		err = fn(t)
 	}
@@ -144,6 +197,17 @@ func (s *Store) write(ctx context.Context, op string, lk lockOn, fn func(t *tx) 
 // begin opens the transaction and takes its identity lock in one round trip.
 func (t *tx) begin(lk lockOn) error {
 	b := &pgx.Batch{}
+	queueBegin(b, lk)
+	br := t.conn.SendBatch(t.ctx, b)
+	err := t.scanBegin(br, lk)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// queueBegin queues BEGIN, the identity lock and the reads.
+func queueBegin(b *pgx.Batch, lk lockOn) {
 	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
 	switch {
 	case lk.digest != "":
@@ -154,12 +218,6 @@ func (t *tx) begin(lk lockOn) error {
 	for _, r := range lk.reads {
 		b.Queue(r.sql, r.args...)
 	}
-	br := t.SendBatch(t.ctx, b)
-	err := t.scanBegin(br, lk)
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 func (t *tx) scanBegin(br pgx.BatchResults, lk lockOn) error {
@@ -184,8 +242,11 @@ func (t *tx) scanBegin(br pgx.BatchResults, lk lockOn) error {
 func (t *tx) rollback(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := t.Exec(rctx, `ROLLBACK`); err != nil {
-		_ = t.Conn.Conn().Close(rctx)
+	if t.head != nil {
+		return // nothing was sent: there is no transaction
+	}
+	if _, err := t.conn.Exec(rctx, `ROLLBACK`); err != nil {
+		_ = t.conn.Conn().Close(rctx)
 	}
 }
 
@@ -196,6 +257,10 @@ func (t *tx) rollback(ctx context.Context) {
 // all in one batch.
 func (t *tx) commit(ctx context.Context, now time.Time) error {
 	b := &pgx.Batch{}
+	head := t.head
+	if head != nil {
+		queueBegin(b, *head)
+	}
 	for _, q := range t.later {
 		b.Queue(q.sql, q.args...)
 	}
@@ -217,8 +282,15 @@ func (t *tx) commit(ctx context.Context, now time.Time) error {
 		}
 	}
 	b.Queue(`COMMIT`)
-	br := t.SendBatch(ctx, b)
-	err := t.results(br, hosts, recs)
+	br := t.conn.SendBatch(ctx, b)
+	t.head = nil // sent: a failure from here on leaves a transaction to roll back
+	var err error
+	if head != nil {
+		err = t.scanBegin(br, *head)
+	}
+	if err == nil {
+		err = t.results(br, hosts, recs)
+	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
@@ -227,8 +299,14 @@ func (t *tx) commit(ctx context.Context, now time.Time) error {
 
 // results reads the commit batch's answers in order.
 func (t *tx) results(br pgx.BatchResults, hosts []string, recs []verdict.Record) error {
-	for range t.later {
-		if _, err := br.Exec(); err != nil {
+	for _, q := range t.later {
+		var err error
+		if q.scan != nil {
+			err = q.scan(br.QueryRow())
+		} else {
+			_, err = br.Exec()
+		}
+		if err != nil {
 			return err
 		}
 	}
