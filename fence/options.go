@@ -20,6 +20,11 @@ type Options struct {
 	Self func() (pid int, incarnation string, err error)
 	// Now replaces the clock (tests).
 	Now func() time.Time
+	// Host is this process's host as an owner: its empty fields are this
+	// machine's (LocalHost: the hostname, /etc/machine-id, the boot id).
+	// The daemon sets Name from SKC_HOST / --host-name; tests play other
+	// hosts and boots.
+	Host Host
 }
 
 // WithDefaults fills in the zero fields: what an engine's Open does first.

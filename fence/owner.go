@@ -18,6 +18,10 @@ type Owner struct {
 	mu  sync.Mutex
 	pid int
 	inc string
+
+	hostOnce sync.Once
+	host     Host
+	hostErr  error
 }
 
 // NewOwner returns the owner of a handle opened with opt (defaults applied).
@@ -99,16 +103,41 @@ func incarnationErr(err error) error {
 		"cannot establish this process's incarnation: %w", err)
 }
 
-// Liveness is the handle's owner liveness check (Options.Liveness).
-func (o *Owner) Liveness(pid int, incarnation string) Live { return o.opt.Liveness(pid, incarnation) }
+// Host returns the host this handle's rows are written from: Options.Host
+// completed by LocalHost, once. It is asked when a row is written, not at
+// open: the pane helper opens the fence and writes no owner rows. (The daemon
+// checks SKC_HOST at start.)
+func (o *Owner) Host() (Host, error) {
+	o.hostOnce.Do(func() { o.host, o.hostErr = LocalHost(o.opt.Host) })
+	return o.host, o.hostErr
+}
 
-// Displaceable returns nil when row's owner is proven dead or the row is our
-// own attempt (pid, inc) that is no longer in flight; otherwise the refusal:
+// Live decides the liveness of row's owner from this handle's host
+// (OwnerLive, with Options.Liveness as the probe); LiveUnknown when this
+// host's identity cannot be established.
+func (o *Owner) Live(row Reservation) Live {
+	here, err := o.Host()
+	if err != nil {
+		return LiveUnknown
+	}
+	return OwnerLive(row, here, o.opt.Liveness)
+}
+
+// Displaceable returns nil when row's owner is proven dead (OwnerLive: on this
+// host, by a probe or an earlier boot) or the row is our own attempt (pid,
+// inc) that is no longer in flight; otherwise the refusal:
 // identity_reserved_live for a live owner or our own attempt in flight,
-// identity_reserved_unknown when the owner's liveness cannot be established
-// (fail closed: only the proven dead are displaced).
+// identity_reserved_unknown when the owner's liveness cannot be established —
+// an owner on another host always (details.host) — fail closed: only the
+// proven dead are displaced.
 func (o *Owner) Displaceable(row Reservation, pid int, inc string) error {
 	details := map[string]any{"owner_pid": row.OwnerPID, "reservation_id": row.ID, "phase": row.Phase.String()}
+	if here, err := o.Host(); err == nil && !SameHost(row.OwnerHost(), here) {
+		details["host"] = row.Host
+		return verdict.Errorf(verdict.CodeIdentityReservedUnknown, details,
+			"the identity is reserved by process %d on host %s, whose liveness cannot be proven from here (reservation %s)",
+			row.OwnerPID, row.Host, row.ID)
+	}
 	if row.OwnerPID == pid && row.OwnerIncarnation == inc {
 		if InFlight(row.ID) {
 			return verdict.Errorf(verdict.CodeIdentityReservedLive, details,
@@ -116,7 +145,7 @@ func (o *Owner) Displaceable(row Reservation, pid int, inc string) error {
 		}
 		return nil
 	}
-	switch l := o.opt.Liveness(row.OwnerPID, row.OwnerIncarnation); l {
+	switch l := o.Live(row); l {
 	case Dead:
 		return nil
 	case Alive:

@@ -99,7 +99,8 @@ func NewPublished(cur Reservation, old Published, hadOld bool, now time.Time) (P
 		SessionName: cur.AttemptName, TmuxID: cur.TmuxID, ServerPID: cur.ServerPID, ServerStart: cur.ServerStart,
 		StateFile: cur.Spec.StateFile, Label: cur.Spec.Label, PublishedAt: now,
 		PanePID: cur.PanePID, PaneStart: cur.PaneStart, Cgroup: cur.Cgroup,
-		StopTimeoutMS: cur.Spec.StopTimeout().Milliseconds(), Spec: cur.Spec}
+		StopTimeoutMS: cur.Spec.StopTimeout().Milliseconds(), Spec: cur.Spec,
+		Host: cur.Host, HostMachineID: cur.HostMachineID}
 	pub.Restart = nextStarts(old, hadOld, cur.StartReason, now)
 	if hadOld {
 		pub.Superseded = &old

@@ -174,10 +174,20 @@ type Reservation struct {
 	ClaimedAt        time.Time `json:"claimed_at"`
 	UpdatedAt        time.Time `json:"updated_at"`
 	LeaseUntil       time.Time `json:"lease_until"` // diagnostic only: never authorizes takeover
+	// Host, HostMachineID and HostBootID are the owner's host (schema 6;
+	// empty on rows written before, which are this host's): see OwnerLive.
+	Host          string `json:"host"`
+	HostMachineID string `json:"host_machine_id"`
+	HostBootID    string `json:"host_boot_id"`
 	// StartReason is set (in memory, by the restarter) on a reservation that
 	// starts a generation after the first: Publish then counts a restart
 	// rather than resetting the identity's count.
 	StartReason string `json:"-"`
+}
+
+// OwnerHost is the host the row's owner runs on, as the row records it.
+func (r Reservation) OwnerHost() Host {
+	return Host{Name: r.Host, MachineID: r.HostMachineID, BootID: r.HostBootID}
 }
 
 // reservationJSON flattens the identity and the state file into the row object
@@ -235,6 +245,10 @@ type Published struct {
 	BootID        string `json:"boot_id"`
 	Cgroup        string `json:"cgroup"`
 	StopTimeoutMS int64  `json:"stop_timeout_ms"`
+	// Host and HostMachineID are the host the generation runs on, its
+	// publisher's (schema 6; empty for generations published before).
+	Host          string `json:"host"`
+	HostMachineID string `json:"host_machine_id"`
 	// Stopping is set once the generation's end was seen (or a kill began)
 	// and until its processes are proven gone and it is marked ended.
 	Stopping *Stop `json:"stopping,omitempty"`

@@ -29,7 +29,6 @@ const (
 	EnvTmux       = "SKC_TMUX"
 	EnvTmuxConfig = "SKC_TMUX_CONFIG"
 	EnvFence      = "SKC_FENCE"
-	EnvHost       = "SKC_HOST"
 )
 
 // FenceSQLite is the SKC_FENCE value of the embedded fence, $SKC_HOME/fence.sqlite
@@ -54,14 +53,13 @@ const (
 const MaxSocketPath = 107
 
 // Overrides are the command-line flags --home, --runtime-dir, --tmux,
-// --tmux-config, --fence and --host-name; an empty field means "not given".
+// --tmux-config and serve's --fence; an empty field means "not given".
 type Overrides struct {
 	Home       string
 	RuntimeDir string
 	Tmux       string
 	TmuxConfig string
 	Fence      string
-	HostName   string
 }
 
 // Paths is a fully resolved instance layout. Every path is absolute and clean.
@@ -71,7 +69,6 @@ type Paths struct {
 	Tmux       string // tmux binary ("tmux" means: look it up on PATH)
 	TmuxConfig string // -f for the supervised server; "" is tmux's default
 	FenceURL   string // FenceSQLite, or a PostgreSQL URL (the fleet's fence)
-	HostName   string // this host's name in the fleet; "" is the hostname
 }
 
 // Env looks up one environment variable; os.Getenv in production, a map in
@@ -110,7 +107,6 @@ func Resolve(o Overrides, env Env) (Paths, error) {
 	if err := checkFenceURL(p.FenceURL); err != nil {
 		return Paths{}, fieldError("fence", err)
 	}
-	p.HostName = firstNonEmpty(o.HostName, env(EnvHost))
 	return p, nil
 }
 

@@ -281,18 +281,18 @@ func wantReason(t *testing.T, err error, reason string) {
 
 // TestResolveFence: --fence wins over SKC_FENCE, which wins over the
 // embedded default; anything but "sqlite" or a postgres:// URL is refused
-// with field fence. --host-name and SKC_HOST likewise ("" is the hostname).
+// with field fence.
 func TestResolveFence(t *testing.T) {
 	p, err := Resolve(Overrides{Home: "/h"}, envOf(nil))
-	if err != nil || p.FenceURL != FenceSQLite || p.HostName != "" {
+	if err != nil || p.FenceURL != FenceSQLite {
 		t.Fatalf("default: %+v %v", p, err)
 	}
-	env := envOf(map[string]string{"SKC_FENCE": "postgres:///env", "SKC_HOST": "env-host"})
-	if p, err = Resolve(Overrides{Home: "/h"}, env); err != nil || p.FenceURL != "postgres:///env" || p.HostName != "env-host" {
+	env := envOf(map[string]string{"SKC_FENCE": "postgres:///env"})
+	if p, err = Resolve(Overrides{Home: "/h"}, env); err != nil || p.FenceURL != "postgres:///env" {
 		t.Fatalf("env: %+v %v", p, err)
 	}
-	p, err = Resolve(Overrides{Home: "/h", Fence: "postgresql://db/fence", HostName: "flag-host"}, env)
-	if err != nil || p.FenceURL != "postgresql://db/fence" || p.HostName != "flag-host" {
+	p, err = Resolve(Overrides{Home: "/h", Fence: "postgresql://db/fence"}, env)
+	if err != nil || p.FenceURL != "postgresql://db/fence" {
 		t.Fatalf("flags: %+v %v", p, err)
 	}
 	for _, bad := range []string{"mysql://x", "fence.sqlite", "SQLITE"} {

@@ -30,7 +30,11 @@ import (
 // openTestFence opens a home's fence as the daemon's wiring does (cmd's
 // openFence): the test binary plays the pane helper too.
 func openTestFence(home string) (fence.Fence, error) {
-	return sqlite.Open(filepath.Join(home, "fence.sqlite"), fence.Options{})
+	s, err := sqlite.Open(filepath.Join(home, "fence.sqlite"), fence.Options{})
+	if err != nil {
+		return nil, err // a nil Fence, not a Fence holding a nil *Store
+	}
+	return s, nil
 }
 
 // TestMain lets the test binary play every other program the lifecycle runs:

@@ -34,7 +34,11 @@ import (
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "helper" {
 		os.Exit(lifecycle.RunHelper(os.Args[2:], func(home string) (fence.Fence, error) {
-			return sqlite.Open(filepath.Join(home, "fence.sqlite"), fence.Options{})
+			s, err := sqlite.Open(filepath.Join(home, "fence.sqlite"), fence.Options{})
+			if err != nil {
+				return nil, err // a nil Fence, not a Fence holding a nil *Store
+			}
+			return s, nil
 		}))
 	}
 	os.Exit(m.Run())

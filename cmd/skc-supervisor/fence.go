@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
+	"net/url"
 	"os"
 	"path/filepath"
 
@@ -14,6 +15,10 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/home"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
+
+// envHost names this host in the fleet (contract "Beyond one host"); the
+// flag is `serve --host-name`. The default is the hostname.
+const envHost = "SKC_HOST"
 
 // fenceConf is home.FenceConfFile: which fence the daemon of a home uses, and
 // as which host, for the processes it starts. The pane helper is given only
@@ -27,20 +32,34 @@ type fenceConf struct {
 	Host  string `json:"host"`
 }
 
+// fenceName names the fence for the start's log line: "sqlite", or the
+// database's host and name (never a password: Open refuses one anyway).
+func fenceName(p home.Paths) string {
+	if p.FenceURL == home.FenceSQLite {
+		return home.FenceSQLite
+	}
+	if u, err := url.Parse(p.FenceURL); err == nil {
+		u.User = nil
+		return u.Redacted()
+	}
+	return "postgres"
+}
+
 // openDaemonFence opens the fence serve was told to use (--fence, SKC_FENCE;
-// the home's SQLite file by default) and records the choice for the pane
-// helpers. With PostgreSQL the host registers itself in the fleet.
-func openDaemonFence(ctx context.Context, p home.Paths) (fence.Fence, error) {
+// the home's SQLite file by default) for owners on host, and records the
+// choice for the pane helpers. With PostgreSQL the host registers itself in
+// the fleet.
+func openDaemonFence(ctx context.Context, p home.Paths, host fence.Host) (fence.Fence, error) {
 	if p.FenceURL == home.FenceSQLite {
 		if err := os.Remove(p.FenceConf()); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, verdict.Errorf(verdict.CodeFenceUnavailable, map[string]any{"path": p.FenceConf()},
 				"cannot remove the fleet fence record %s: %v", p.FenceConf(), err)
 		}
-		return sqlite.Open(p.Fence(), fence.Options{})
+		return openFenceAs(p.Home, host)
 	}
-	st, err := postgres.Open(p.FenceURL, fence.Options{}, postgres.Config{Host: p.HostName})
+	st, err := postgres.Open(p.FenceURL, fence.Options{Host: host}, postgres.Config{})
 	if err != nil {
-		return nil, err
+		return nil, err // a nil Fence, not a Fence holding a nil *Store
 	}
 	err = st.RegisterHost(ctx)
 	if err == nil {
@@ -81,12 +100,13 @@ func writeFenceConf(path string, c fenceConf) error {
 }
 
 // openFence opens the fence of the home directory homeDir as its daemon
-// recorded it (fenceConf): the pane helper's, which opens it on its own.
+// recorded it (fenceConf), as the pane helper does: the helper opens it on its
+// own and writes no owner rows; its postmortems carry the daemon's host name.
 func openFence(homeDir string) (fence.Fence, error) {
 	p := home.Paths{Home: homeDir}
 	b, err := os.ReadFile(p.FenceConf())
 	if errors.Is(err, fs.ErrNotExist) {
-		return sqlite.Open(p.Fence(), fence.Options{})
+		return openFenceAs(homeDir, fence.Host{})
 	}
 	var c fenceConf
 	if err == nil {
@@ -99,5 +119,20 @@ func openFence(homeDir string) (fence.Fence, error) {
 		return nil, verdict.Errorf(verdict.CodeFenceUnavailable, map[string]any{"path": p.FenceConf()},
 			"the fleet fence record %s is unreadable: %v", p.FenceConf(), err)
 	}
-	return postgres.Open(c.Fence, fence.Options{}, postgres.Config{Host: c.Host, MaxConns: 2})
+	st, err := postgres.Open(c.Fence, fence.Options{Host: fence.Host{Name: c.Host}}, postgres.Config{MaxConns: 2})
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// openFenceAs opens the fence of homeDir for an owner on host: the embedded
+// SQLite engine's file there (home.FenceFile). The daemon and the pane helpers
+// it starts open the same one, each on its own.
+func openFenceAs(homeDir string, host fence.Host) (fence.Fence, error) {
+	s, err := sqlite.Open(home.Paths{Home: homeDir}.Fence(), fence.Options{Host: host})
+	if err != nil {
+		return nil, err // a nil Fence, not a Fence holding a nil *Store
+	}
+	return s, nil
 }

@@ -63,7 +63,7 @@ var verbs = map[string]verb{
 
 // usages is each verb's synopsis (CONTRACT.md "Verbs").
 var usages = map[string]string{
-	"serve":    "serve [--wire-log FILE]",
+	"serve":    "serve [--wire-log FILE] [--host-name NAME] [--fence URL]",
 	"create":   "create --state-dir DIR --session-id ID [--state-file FILE] [--cwd DIR] [--env KEY=VALUE]... [--label TEXT] [--wait DURATION] [--stop-timeout DURATION] [--restart never|on-failure|always] [--resume-arg ARG]... [--restart-delay DURATION] [--restart-burst N] [--restart-interval DURATION] [--json] -- COMMAND [ARG]...",
 	"ls":       "ls [--json]",
 	"show":     "show (NAME | --state-dir DIR --session-id ID) [--json]",
@@ -132,7 +132,7 @@ func (cli *CLI) usage() {
 	for _, n := range names {
 		fmt.Fprintf(cli.stderr, "  skc-supervisor %s\n", usages[n])
 	}
-	fmt.Fprintln(cli.stderr, "every verb accepts --home DIR, --runtime-dir DIR, --tmux PATH, --tmux-config FILE, --fence URL and --host-name NAME")
+	fmt.Fprintln(cli.stderr, "every verb accepts --home DIR, --runtime-dir DIR, --tmux PATH and --tmux-config FILE")
 }
 
 // opts are the flags every verb accepts.
@@ -150,8 +150,6 @@ func newFlags(name string, o *opts, withJSON bool) *flag.FlagSet {
 	fs.StringVar(&o.o.RuntimeDir, "runtime-dir", "", "SKC_RUNTIME_DIR")
 	fs.StringVar(&o.o.Tmux, "tmux", "", "SKC_TMUX")
 	fs.StringVar(&o.o.TmuxConfig, "tmux-config", "", "SKC_TMUX_CONFIG")
-	fs.StringVar(&o.o.Fence, "fence", "", "SKC_FENCE")
-	fs.StringVar(&o.o.HostName, "host-name", "", "SKC_HOST")
 	if withJSON {
 		fs.BoolVar(&o.json, "json", false, "one JSON document on stdout")
 	}

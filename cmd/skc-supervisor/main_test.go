@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -201,5 +202,27 @@ func TestServeRefusesBadRuntimeDir(t *testing.T) {
 	code := cli.Main([]string{"serve"})
 	if code != 2 || !strings.Contains(errb.String(), long+"/api.sock") {
 		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+}
+
+// TestServeRefusesBadHostName: a host name outside [A-Za-z0-9._-] (flag or
+// SKC_HOST) refuses the start with invalid_request before anything is made.
+func TestServeRefusesBadHostName(t *testing.T) {
+	dir, _ := os.MkdirTemp("", "skcm")
+	defer os.RemoveAll(dir)
+	for _, tc := range []struct {
+		args []string
+		env  string
+	}{{[]string{"serve", "--host-name", "a b"}, ""}, {[]string{"serve"}, "-host"}} {
+		var out, errb bytes.Buffer
+		env := map[string]string{"SKC_HOME": dir, "SKC_HOST": tc.env}
+		cli := &CLI{ctx: context.Background(), stdout: &out, stderr: &errb, getenv: func(k string) string { return env[k] }}
+		code := cli.Main(tc.args)
+		if code != 2 || !strings.Contains(errb.String(), "invalid_request") || !strings.Contains(errb.String(), "host name") {
+			t.Fatalf("%v SKC_HOST=%q: exit %d, stderr %q", tc.args, tc.env, code, errb.String())
+		}
+		if _, err := os.Stat(filepath.Join(dir, "fence.sqlite")); err == nil {
+			t.Fatal("a fence was made")
+		}
 	}
 }

@@ -39,6 +39,7 @@ const (
 // reverse.
 type daemon struct {
 	paths  home.Paths
+	host   fence.Host // this host in the fleet (SKC_HOST / --host-name), its rows' owner host
 	log    zerolog.Logger
 	notify *sdnotify.Notifier
 
@@ -73,8 +74,23 @@ func runServe(cli *CLI, args []string) int {
 	var o opts
 	fs := newFlags("serve", &o, false)
 	wireLog := fs.String("wire-log", "", "append every control-mode line to FILE")
+	hostName := fs.String("host-name", "", "SKC_HOST")
+	fs.StringVar(&o.o.Fence, "fence", "", "SKC_FENCE")
 	if err := parseNoArgs(fs, args); err != nil {
 		return cli.fail(o, err)
+	}
+	// The host is established before anything starts: a bad name refuses the
+	// start (invalid_request), never reaches a row. A machine whose boot id
+	// cannot be read still starts, as before: its creates are refused then
+	// (identity_incarnation_unavailable), its reads work.
+	if *hostName == "" {
+		*hostName = cli.getenv(envHost)
+	}
+	host, err := fence.LocalHost(fence.Host{Name: *hostName})
+	if verdict.CodeOf(err) == verdict.CodeInvalidRequest {
+		return cli.fail(o, err)
+	} else if err != nil {
+		host = fence.Host{Name: *hostName}
 	}
 	logger, forPeople := serveLogger(cli.stderr)
 	p, err := cli.paths(o)
@@ -92,7 +108,7 @@ func runServe(cli *CLI, args []string) int {
 		return cli.fail(o, err)
 	}
 	defer lock.Release()
-	d := &daemon{paths: p, fatal: make(chan error, 4), reg: metrics.NewRegistry(), log: logger}
+	d := &daemon{paths: p, host: host, fatal: make(chan error, 4), reg: metrics.NewRegistry(), log: logger}
 	d.notify = sdnotify.FromEnv()
 	sdnotify.UnsetEnv() // the tmux server and the agents must not inherit it
 	if err := d.start(cli.ctx, *wireLog); err != nil {
@@ -115,7 +131,9 @@ func (d *daemon) start(ctx context.Context, wireLog string) error {
 	d.runCtx, d.cancelRun = context.WithCancel(context.Background())
 	d.log.Info().Str("home", d.paths.Home).Str("runtime_dir", d.paths.RuntimeDir).Msg("starting")
 	var err error
-	if d.store, err = openDaemonFence(d.runCtx, d.paths); err != nil {
+	d.log.Info().Str("host", d.host.Name).Str("machine_id", d.host.MachineID).Str("boot_id", d.host.BootID).
+		Str("fence", fenceName(d.paths)).Msg("host")
+	if d.store, err = openDaemonFence(d.runCtx, d.paths, d.host); err != nil {
 		return err
 	}
 	if d.writer, err = verdict.NewWriter(d.store, d.paths.Verdicts(), d.log); err != nil {

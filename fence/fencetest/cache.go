@@ -7,9 +7,9 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
-// TestCachedPublished: the in-memory identities agree with the table — rows
+// testCachedPublished: the in-memory identities agree with the table — rows
 // written before the first read (load) and after it (Publish, MarkEnded of this
-// Store), a later generation replacing the ended one, and the name index holding
+// handle), a later generation replacing the ended one, and the name index holding
 // not-ended generations only.
 func testCachedPublished(t *testing.T, h Harness) {
 	w := NewWorld(t, h)
@@ -47,7 +47,7 @@ func testCachedPublished(t *testing.T, h Harness) {
 		}
 	}
 	check("after load")
-	b := PublishAt(t, s, w, "b", "$2", 55, 1000) // after the load
+	PublishAt(t, s, w, "b", "$2", 55, 1000) // after the load
 	check("after publish")
 	if ok, _, err := s.MarkEnded(ctx, a.Identity, a.Generation, Record(verdict.VerdictEnded)); err != nil || !ok {
 		t.Fatalf("mark ended: %v %v", ok, err)
@@ -61,10 +61,10 @@ func testCachedPublished(t *testing.T, h Harness) {
 		t.Fatalf("generation %d after %d", a2.Generation, a.Generation)
 	}
 	check("after republish")
-	_ = b // updates applied out of commit order: fence's TestPubCacheLateUpdates
+	// Updates applied out of commit order: fence's TestPubCacheLateUpdates.
 }
 
-// TestCachedGenerationMoves: a publish and an end of this Store move
+// testCachedGenerationMoves: a publish and an end of this Store move
 // CachedGeneration, once the write path reports its cache changes (cache.go
 // calls cacheChanged); before that it must say it cannot be trusted.
 func testCachedGenerationMoves(t *testing.T, h Harness) {

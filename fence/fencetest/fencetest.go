@@ -73,6 +73,9 @@ var suite = []struct {
 	{"CachedIdentityReads", testCachedIdentityReads},
 	{"CachedIdentityReadsConcurrent", testCachedIdentityReadsConcurrent},
 	{"CachedIdentityReadsBeyondBulk", testCachedIdentityReadsBeyondBulk},
+	{"RemoteOwnerIsUnknown", testRemoteOwnerIsUnknown},
+	{"EarlierBootIsDead", testEarlierBootIsDead},
+	{"PublishedCarriesHost", testPublishedCarriesHost},
 }
 
 // Run runs the suite against the engine h makes, one subtest per behaviour.
@@ -254,4 +257,21 @@ func PublishAt(t testing.TB, f fence.Fence, w *World, sid, tmuxID string, pid in
 		t.Fatal(err)
 	}
 	return pub
+}
+
+// OwnerOn is Owner(pid) on host: its empty fields are this machine's
+// (fence.LocalHost), so a test names another host, or another boot of this
+// one, by the fields it sets.
+func (w *World) OwnerOn(pid int, host fence.Host) fence.Fence {
+	w.t.Helper()
+	w.Set(pid, fence.Alive)
+	f, err := w.Open(fence.Options{
+		Liveness: w.Liveness,
+		Self:     func() (int, string, error) { return pid, "inc-" + strconv.Itoa(pid), nil },
+		Host:     host,
+	})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return f
 }

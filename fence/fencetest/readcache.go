@@ -58,6 +58,7 @@ func CheckReads(t *testing.T, s fence.Fence, id fence.Identity, limit int, when 
 	return got
 }
 
+// IdentityRecord is Record(v) about id with evidence.
 func IdentityRecord(id fence.Identity, v string, evidence map[string]any) verdict.Record {
 	r := Record(v)
 	r.Identity = &verdict.IdentityRef{StateDir: id.StateDir, SessionID: id.SessionID}
@@ -65,7 +66,7 @@ func IdentityRecord(id fence.Identity, v string, evidence map[string]any) verdic
 	return r
 }
 
-// TestCachedIdentityReads: the cached reads follow every kind of write — a
+// testCachedIdentityReads: the cached reads follow every kind of write — a
 // reservation's phases, publish and release by the reading handle, verdicts
 // and a reservation from another handle (another owner, its own connections)
 // — and keep only the latest verdicts up to the limit. (fence/sqlite's
@@ -116,7 +117,7 @@ func testCachedIdentityReads(t *testing.T, h Harness) {
 	}
 }
 
-// TestCachedIdentityReadsConcurrent: a read that starts after a write returned
+// testCachedIdentityReadsConcurrent: a read that starts after a write returned
 // sees it, while other writers and readers run (go test -race).
 func testCachedIdentityReadsConcurrent(t *testing.T, h Harness) {
 	w := NewWorld(t, h)
@@ -155,7 +156,7 @@ func testCachedIdentityReadsConcurrent(t *testing.T, h Harness) {
 	CheckReads(t, a, w.ID("c1"), 100, "after")
 }
 
-// TestCachedIdentityReadsBeyondBulk: identities whose verdicts are older than
+// testCachedIdentityReadsBeyondBulk: identities whose verdicts are older than
 // the newest fence.ReadCacheBulk ones are read on their own, and followed after that.
 func testCachedIdentityReadsBeyondBulk(t *testing.T, h Harness) {
 	defer func(n int) { fence.ReadCacheBulk = n }(fence.ReadCacheBulk)

@@ -133,7 +133,7 @@ func testRecoverBranches(t *testing.T, h Harness) {
 	}
 }
 
-// TestRecoverAbsentWhileProcessesRun: "absent" is the session gone and its
+// testRecoverAbsentWhileProcessesRun: "absent" is the session gone and its
 // row's generation's processes too; while they are not proven gone the row is
 // kept and the inspector's stopping refusal is the answer.
 func testRecoverAbsentWhileProcessesRun(t *testing.T, h Harness) {

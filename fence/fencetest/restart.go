@@ -8,7 +8,7 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
-// TestRestartBookkeeping: a create publishes with its spec and one start; the
+// testRestartBookkeeping: a create publishes with its spec and one start; the
 // end's decision (next start due) is recorded with the ended verdict; a
 // restart's publish counts one more restart and start and keeps the
 // failures; SetRestart is a compare-and-set; a create starts the count over.

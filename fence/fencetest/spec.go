@@ -8,7 +8,7 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
-// TestHelperSpecOutlivesRelease: the pane helper's spec is readable from Reserve
+// testHelperSpecOutlivesRelease: the pane helper's spec is readable from Reserve
 // on, stays readable after the published generation's row is released (the
 // helper may start after publication), and goes when the generation ends or when
 // a row is released unpublished (compensation) — an orphan's helper finds nothing.

@@ -80,7 +80,7 @@ func testPostmortem(t *testing.T, h Harness) {
 
 func errorsIsLost(err error) bool { return err != nil && verdict.CodeOf(err) == verdict.CodeFenceLost }
 
-// TestCancelledCallerNeverWedgesWriter: callers whose context is cancelled at
+// testCancelledCallerNeverWedgesWriter: callers whose context is cancelled at
 // varying moments of a write (BEGIN included) must not leave the writer
 // connection inside a transaction; the next write with a live context succeeds.
 // (Before the fix this failed within a few rounds with "cannot start a

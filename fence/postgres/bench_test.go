@@ -30,7 +30,9 @@ func BenchmarkCreateFence(b *testing.B) {
 	})
 	b.Run("postgres", func(b *testing.B) {
 		url := pgtest.DB(b)
-		benchCreates(b, func() (fence.Fence, error) { return Open(url, fence.Options{}, Config{Host: "bench"}) })
+		benchCreates(b, func() (fence.Fence, error) {
+			return Open(url, fence.Options{Host: fence.Host{Name: "bench"}}, Config{})
+		})
 	})
 }
 

@@ -26,7 +26,8 @@ type fleet struct {
 func newFleet(t *testing.T) *fleet {
 	f := &fleet{t: t, url: pgtest.DB(t)}
 	f.w = fencetest.NewWorldWith(t, func(opt fence.Options) (fence.Fence, error) {
-		return Open(f.url, opt, Config{Host: "host-a"})
+		opt.Host.Name = "host-a"
+		return Open(f.url, opt, Config{})
 	})
 	return f
 }
@@ -38,7 +39,8 @@ func (f *fleet) owner(host string, pid int) *Store {
 	s, err := Open(f.url, fence.Options{
 		Liveness: f.w.Liveness,
 		Self:     func() (int, string, error) { return pid, "inc-" + strconv.Itoa(pid), nil },
-	}, Config{Host: host})
+		Host:     fence.Host{Name: host},
+	}, Config{})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -269,7 +271,8 @@ func TestDatabaseGoneMidCreate(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := fencetest.NewWorldWith(t, func(opt fence.Options) (fence.Fence, error) {
-		return Open(url, opt, Config{Host: "host-a"})
+		opt.Host.Name = "host-a"
+		return Open(url, opt, Config{})
 	})
 	s := w.Owner(1)
 	r := fencetest.MustReserve(t, s, w.ID("x"), w.Spec("x"))

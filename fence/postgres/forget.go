@@ -33,8 +33,8 @@ func (s *Store) RegisterHost(ctx context.Context) error {
 // refused (invalid_request: their owners can be probed here, and `fence
 // release` resolves one), and a host with no rows is not_found.
 func (s *Store) ForgetHost(ctx context.Context, host string, describe func(Forgotten) verdict.Record) (Forgotten, verdict.Record, error) {
-	if err := checkHostName(host); err != nil || host == "" {
-		return Forgotten{}, verdict.Record{}, fence.Invalid("host", "host name %q is not valid", host)
+	if err := fence.CheckHostName(host); err != nil {
+		return Forgotten{}, verdict.Record{}, err
 	}
 	if host == s.host.Name {
 		return Forgotten{}, verdict.Record{}, fence.Invalid("host",

@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 // racer is a child process's whole life: url, host, state dir, session id.
 func racer(arg string) int {
 	p := strings.Split(arg, "\x1f")
-	s, err := Open(p[0], fence.Options{}, Config{Host: p[1]})
+	s, err := Open(p[0], fence.Options{Host: fence.Host{Name: p[1]}}, Config{})
 	if err != nil {
 		fmt.Println("open", verdict.CodeOf(err), err)
 		return 1

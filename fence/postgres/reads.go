@@ -41,7 +41,7 @@ func (s *Store) PublishedHost(ctx context.Context, id fence.Identity) (fence.Pub
 	if err != nil {
 		return fence.Published{}, "", false, s.dbErr("published", err)
 	}
-	return p.Published, p.host, ok, nil
+	return p.Published, p.Host, ok, nil
 }
 
 // PublishedByReservation returns the published record whose generation
@@ -102,9 +102,11 @@ func (s *Store) ReservationFor(ctx context.Context, id fence.Identity) (fence.Re
 	return r.Reservation, ok, nil
 }
 
-// Reservations lists this host's reservation rows, oldest claim first.
+// Reservations lists every host's reservation rows, oldest claim first
+// (each carries its owner's host; recovery here refuses another host's by
+// the owner's rule).
 func (s *Store) Reservations(ctx context.Context) ([]fence.Reservation, error) {
-	rows, err := s.fleetRows(ctx, `WHERE owner_host = $1 AND owner_machine_id = $2`, s.host.Name, s.host.MachineID)
+	rows, err := s.fleetRows(ctx, "")
 	out := make([]fence.Reservation, len(rows))
 	for i, r := range rows {
 		out[i] = r.Reservation
@@ -123,7 +125,7 @@ func (s *Store) FleetReservations(ctx context.Context) ([]FleetReservation, erro
 	rows, err := s.fleetRows(ctx, "")
 	out := make([]FleetReservation, len(rows))
 	for i, r := range rows {
-		out[i] = FleetReservation{Reservation: r.Reservation, Host: r.host}
+		out[i] = FleetReservation{Reservation: r.Reservation, Host: r.Host}
 	}
 	return out, err
 }
@@ -172,7 +174,7 @@ func (s *Store) FleetIdentities(ctx context.Context) ([]FleetPublished, error) {
 		if err != nil {
 			return nil, s.dbErr("identities", err)
 		}
-		out = append(out, FleetPublished{Published: p.Published, Host: p.host})
+		out = append(out, FleetPublished{Published: p.Published, Host: p.Host})
 	}
 	return out, s.dbErrOrNil("identities", rs.Err())
 }

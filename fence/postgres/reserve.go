@@ -45,7 +45,7 @@ func (s *Store) Reserve(ctx context.Context, id fence.Identity, spec fence.Spec)
 			if p.StateFile != spec.StateFile {
 				return fence.Mismatch(id, p.StateFile, spec.StateFile)
 			}
-			if s.remote(p.host, p.machineID) {
+			if s.remote(p.Host, p.HostMachineID) {
 				return remoteExisting(p)
 			}
 			res = fence.ReserveResult{Outcome: fence.MaybeExisting, Published: p.Published}
@@ -86,17 +86,10 @@ func (s *Store) reserveOver(t *tx, r row, spec fence.Spec, pid int, inc string, 
 	return fence.ReserveResult{Outcome: fence.Reserved, Reservation: nr, Displaced: &old}, nil
 }
 
-// displaceable is fence.Owner.Displaceable for a row of this host; a row of
-// another host is never displaced here (identity_reserved_unknown): the
-// owner's pid and incarnation mean nothing on this machine (its boot id
-// differs, which the local rule would take for "dead").
+// displaceable is fence.Owner.Displaceable: a row of another host is never
+// displaced (identity_reserved_unknown, fence.OwnerLive), one of this host's
+// earlier boots is dead.
 func (s *Store) displaceable(r row, pid int, inc string) error {
-	if s.remote(r.host, r.machineID) {
-		return verdict.Errorf(verdict.CodeIdentityReservedUnknown,
-			map[string]any{"owner_pid": r.OwnerPID, "reservation_id": r.ID, "phase": r.Phase.String(), "host": r.host},
-			"the identity is reserved on host %s (process %d, reservation %s), whose liveness cannot be established from here",
-			r.host, r.OwnerPID, r.ID)
-	}
 	return s.own.Displaceable(r.Reservation, pid, inc)
 }
 
@@ -104,9 +97,9 @@ func (s *Store) displaceable(r row, pid int, inc string) error {
 // another host published and has not marked ended.
 func remoteExisting(p pub) error {
 	return verdict.Errorf(verdict.CodeIdentityExistingOwner,
-		map[string]any{"host": p.host, "session_name": p.SessionName, "generation": p.Generation,
+		map[string]any{"host": p.Host, "session_name": p.SessionName, "generation": p.Generation,
 			"reservation_id": p.ReservationID},
-		"the identity runs on host %s (session %s, generation %d)", p.host, p.SessionName, p.Generation)
+		"the identity runs on host %s (session %s, generation %d)", p.Host, p.SessionName, p.Generation)
 }
 
 // replaceRow swaps the row pinned to old.ID for a fresh one owned by us.
@@ -170,23 +163,8 @@ func (s *Store) Reclaim(ctx context.Context, id fence.Identity, expectedResID st
 }
 
 // RecoverAbandoned resolves a dead owner's row (or our own abandoned one) by
-// fence.Recover's rules. A row of another host is refused first
-// (identity_reserved_unknown): no inspection here can say anything about
-// its session, and Reclaim would refuse it anyway.
+// fence.Recover's rules (a row of another host is refused there, by the
+// owner's rule, before any inspection).
 func (s *Store) RecoverAbandoned(ctx context.Context, ab fence.Reservation, insp fence.Inspector) (fence.RecoverResult, error) {
-	if err := fence.CheckReservationID(ab.ID); err != nil {
-		return fence.RecoverResult{}, err
-	}
-	id, err := fence.CanonicalIdentity(ab.Identity)
-	if err != nil {
-		return fence.RecoverResult{}, err
-	}
-	r, ok, err := rowFor(ctx, s.pool, id, "")
-	if err != nil {
-		return fence.RecoverResult{}, s.dbErr("recover", err)
-	}
-	if ok && r.ID == ab.ID && s.remote(r.host, r.machineID) {
-		return fence.RecoverResult{}, s.displaceable(r, 0, "")
-	}
 	return fence.Recover(ctx, s, s.own, ab, insp)
 }

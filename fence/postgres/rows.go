@@ -20,7 +20,6 @@ import (
 // row is a reservation as stored, with its owner's host.
 type row struct {
 	fence.Reservation
-	host, machineID, bootID string
 }
 
 const resCols = `state_dir, session_id, reservation_id, spec_json, owner_pid, owner_incarnation,
@@ -35,7 +34,7 @@ func scanRow(sc pgx.Row) (row, error) {
 	err := sc.Scan(&r.Identity.StateDir, &r.Identity.SessionID, &r.ID, &spec, &r.OwnerPID,
 		&r.OwnerIncarnation, &r.Phase, &r.Generation, &r.AttemptName, &r.TmuxID, &r.PanePID,
 		&r.ServerPID, &r.ServerStart, &r.HelperPID, &r.Abandoned, &claimed, &updated, &lease,
-		&paneStart, &r.Cgroup, &r.host, &r.machineID, &r.bootID)
+		&paneStart, &r.Cgroup, &r.Host, &r.HostMachineID, &r.HostBootID)
 	if err != nil {
 		return row{}, err
 	}
@@ -98,7 +97,6 @@ func noRows[T any](v T, err error) (T, bool, error) {
 // pub is a published identity as stored, with its host.
 type pub struct {
 	fence.Published
-	host, machineID string
 }
 
 const pubCols = `state_dir, session_id, generation, reservation_id, session_name, tmux_id,
@@ -116,7 +114,7 @@ func scanPub(sc pgx.Row) (pub, error) {
 		&p.Ended, &endedAt, &p.PanePID, &paneStart, &p.BootID, &p.Cgroup, &p.StopTimeoutMS,
 		&since, &deadline, &reason, &killed,
 		&specJSON, &p.Restart.State, &due, &p.Restart.Reason, &p.Restart.Restarts, &p.Restart.Failures, &startsJSON,
-		&p.host, &p.machineID)
+		&p.Host, &p.HostMachineID)
 	if err != nil {
 		return p, err
 	}
@@ -229,7 +227,8 @@ func (s *Store) insertRow(t *tx, id fence.Identity, spec fence.Spec, pid int, in
 	}
 	now := storedTime(s.now())
 	r := fence.Reservation{ID: resID, Identity: id, Spec: spec, OwnerPID: pid, OwnerIncarnation: inc,
-		Phase: fence.PhaseReserved, Generation: gen, ClaimedAt: now, UpdatedAt: now, LeaseUntil: now.Add(s.opt.Lease)}
+		Phase: fence.PhaseReserved, Generation: gen, ClaimedAt: now, UpdatedAt: now, LeaseUntil: now.Add(s.opt.Lease),
+		Host: s.host.Name, HostMachineID: s.host.MachineID, HostBootID: s.host.BootID}
 	t.exec(`INSERT INTO reservations (state_dir, session_id, reservation_id, state_file,
 		spec_json, owner_host, owner_machine_id, owner_boot_id, owner_pid, owner_incarnation, phase,
 		generation, claimed_at, updated_at, lease_until)

@@ -23,7 +23,7 @@ func ctxT(t *testing.T) context.Context {
 
 func open(t *testing.T, url string) *Store {
 	t.Helper()
-	s, err := Open(url, fence.Options{}, Config{Host: "h1"})
+	s, err := Open(url, fence.Options{Host: fence.Host{Name: "h1"}}, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestMigrateConcurrentOpens(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s, err := Open(url, fence.Options{}, Config{Host: fmt.Sprint("h", i)})
+			s, err := Open(url, fence.Options{Host: fence.Host{Name: fmt.Sprint("h", i)}}, Config{})
 			if err == nil {
 				s.Close()
 			}

@@ -34,7 +34,7 @@ func (s *Store) BeginStop(ctx context.Context, id fence.Identity, gen uint64, re
 		}
 		var err error
 		p, ok, err = pubFor(t.ctx, t, id, "")
-		ok = ok && p.Generation == gen && !p.Ended && !s.remote(p.host, p.machineID)
+		ok = ok && p.Generation == gen && !p.Ended && !s.remote(p.Host, p.HostMachineID)
 		return err
 	})
 	if err != nil {
@@ -64,7 +64,7 @@ func (s *Store) StopKilled(ctx context.Context, id fence.Identity, gen uint64) e
 		p, ok, err = pubFor(t.ctx, t, id, "")
 		return err
 	})
-	if err == nil && ok && !s.remote(p.host, p.machineID) {
+	if err == nil && ok && !s.remote(p.Host, p.HostMachineID) {
 		s.cache.put(p.Published)
 	}
 	return err
@@ -141,7 +141,7 @@ func findStuck(t *tx, resID string, out *fence.Released) (host string, err error
 		return "", verdict.Errorf(verdict.CodeNotFound, map[string]any{"reservation_id": resID},
 			"no reservation row and no running generation has reservation %s", resID)
 	}
-	return p.host, nil
+	return p.Host, nil
 }
 
 // SetRestart changes the restart decision of this host's ended generation

@@ -37,12 +37,10 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
-// Config is what the PostgreSQL engine needs beyond fence.Options.
+// Config is what the PostgreSQL engine needs beyond fence.Options (whose
+// Host names this daemon in the fleet: every row and verdict this handle
+// writes carries it).
 type Config struct {
-	// Host is this daemon's name in the fleet (contract SKC_HOST /
-	// --host-name; default: the hostname). Every row and verdict this
-	// handle writes carries it with the machine id and boot id.
-	Host string
 	// MaxConns bounds the pool (default 8).
 	MaxConns int32
 }
@@ -53,7 +51,7 @@ type Store struct {
 	pool *pgxpool.Pool
 	opt  fence.Options
 	cfg  Config
-	host Host
+	host fence.Host
 	own  *fence.Owner // this handle as a row owner: self, in-flight rows, liveness
 
 	cache *pubCache        // the identities of this host in memory (cache.go)
@@ -75,10 +73,10 @@ func Open(url string, opt fence.Options, c Config) (*Store, error) {
 	if c.MaxConns <= 0 {
 		c.MaxConns = 8
 	}
-	host, err := ThisHost(c.Host)
+	own := fence.NewOwner(opt)
+	host, err := localHost(own, opt)
 	if err != nil {
-		return nil, verdict.Errorf(verdict.CodeFenceUnavailable, map[string]any{"host": c.Host},
-			"fence: this host's identity: %v", err)
+		return nil, err
 	}
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -90,7 +88,7 @@ func Open(url string, opt fence.Options, c Config) (*Store, error) {
 			"fence: the connection string carries a password; pass it by PGPASSWORD or PGPASSFILE, never in argv")
 	}
 	configure(cfg, opt, c)
-	s := &Store{url: redact(cfg), opt: opt, cfg: c, host: host, own: fence.NewOwner(opt)}
+	s := &Store{url: redact(cfg), opt: opt, cfg: c, host: host, own: own}
 	s.cache = newPubCache(s)
 	s.rc = fence.NewReadCache(readSource{s})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -148,7 +146,7 @@ func (s *Store) Close() error {
 }
 
 // Host is this handle's host identity.
-func (s *Store) Host() Host { return s.host }
+func (s *Store) Host() fence.Host { return s.host }
 
 func (s *Store) now() time.Time { return s.opt.Now().UTC() }
 

@@ -14,7 +14,7 @@ var harness = fencetest.Harness{
 	New: func(t *testing.T) fencetest.Opener {
 		url := pgtest.DB(t)
 		return func(opt fence.Options) (fence.Fence, error) {
-			return Open(url, opt, Config{Host: "host-a"})
+			return Open(url, opt, Config{})
 		}
 	},
 }

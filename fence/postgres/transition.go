@@ -96,8 +96,8 @@ func (s *Store) advanceFast(ctx context.Context, r *fence.Reservation, to fence.
 // resID is still ours: same owner on this host, not abandoned, in flight in
 // this process. Anything else is fence_lost.
 func (s *Store) ownRow(r row, ok bool, resID string, pid int, inc string) (fence.Reservation, error) {
-	if ok && s.remote(r.host, r.machineID) {
-		return fence.Reservation{}, fence.Lost(resID, "is owned on host "+r.host)
+	if ok && s.remote(r.Host, r.HostMachineID) {
+		return fence.Reservation{}, fence.Lost(resID, "is owned on host "+r.Host)
 	}
 	if err := fence.CheckOwn(r.Reservation, ok, resID, pid, inc); err != nil {
 		return fence.Reservation{}, err
@@ -203,8 +203,8 @@ func (s *Store) publishRow(t *tx, cur fence.Reservation, old fence.Published, ok
 		stop_killed = false, spec_json = excluded.spec_json, restart_state = '', restart_due = 0,
 		restart_reason = '', restarts = excluded.restarts, failures = excluded.failures,
 		starts_json = excluded.starts_json`,
-		p.Identity.StateDir, p.Identity.SessionID, int64(p.Generation), p.ReservationID, s.host.Name,
-		s.host.MachineID, p.SessionName, p.TmuxID, p.ServerPID, p.ServerStart, p.StateFile, p.Label, nanos(now),
+		p.Identity.StateDir, p.Identity.SessionID, int64(p.Generation), p.ReservationID, p.Host,
+		p.HostMachineID, p.SessionName, p.TmuxID, p.ServerPID, p.ServerStart, p.StateFile, p.Label, nanos(now),
 		p.PanePID, int64(p.PaneStart), p.BootID, p.Cgroup, p.StopTimeoutMS,
 		string(specJSON), p.Restart.Restarts, p.Restart.Failures, encodeStarts(p.Restart.Starts))
 	t.exec(`UPDATE reservations SET phase = $1, updated_at = $2 WHERE reservation_id = $3`,

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"database/sql"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -53,5 +54,69 @@ func TestMigrateFromVersion4(t *testing.T) {
 	}
 	if p, _, _ := s.PublishedFor(ctx, a); p.Restart.State != fence.RestartStopped || !p.Ended {
 		t.Fatalf("after the end: %+v", p.Restart)
+	}
+}
+
+// TestMigrateFromVersion5 opens a database written by the schema-5 binary (a
+// reservation row and a published identity, written before hosts were
+// recorded) and checks schema 6: the old row has no host and is this host's,
+// so a probe decides its owner as before (alive blocks, dead is displaced);
+// new rows and generations carry the host.
+func TestMigrateFromVersion5(t *testing.T) {
+	w := newWorld(t)
+	if err := os.MkdirAll(filepath.Dir(w.path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	a, old := w.ID("row"), w.ID("old")
+	resA := strings.Repeat("ab", 16)
+	db, err := sql.Open("sqlite", "file:"+w.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range append(append([]string{}, migrations[:5]...), "PRAGMA user_version = 5") {
+		if _, err := db.Exec(st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec := w.Spec("row")
+	specJSON, _ := json.Marshal(spec)
+	if _, err := db.Exec(`INSERT INTO reservations (state_dir, session_id, reservation_id, state_file, spec_json,
+		owner_pid, owner_incarnation, phase, generation, claimed_at, updated_at, lease_until)
+		VALUES (?, ?, ?, ?, ?, 7, 'inc-7', 1, 1, 1, 1, 1)`, a.StateDir, a.SessionID, resA, spec.StateFile, string(specJSON)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO identities (state_dir, session_id, generation, reservation_id, session_name,
+		tmux_id, server_pid, server_start, state_file, label, published_at) VALUES (?, ?, 1, ?, 'skc-old', '$4', 55, 1000, ?, '', 1)`,
+		old.StateDir, old.SessionID, strings.Repeat("cd", 16), filepath.Join(old.StateDir, "old.jsonl")); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	s := w.owner(100)
+	var v int
+	if err := s.r.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil || v != SchemaVersion || v < 6 {
+		t.Fatalf("user_version %d (%v)", v, err)
+	}
+	row, ok, err := s.Reservation(ctx, resA)
+	if err != nil || !ok || row.Host != "" || row.HostBootID != "" {
+		t.Fatalf("old row after migration: %+v %v %v", row, ok, err)
+	}
+	if p, ok, err := s.PublishedFor(ctx, old); err != nil || !ok || p.Host != "" {
+		t.Fatalf("old identity after migration: %+v %v %v", p, ok, err)
+	}
+	w.Set(7, fence.Alive)
+	_, err = s.Reserve(ctx, a, spec)
+	fencetest.WantCode(t, err, verdict.CodeIdentityReservedLive)
+	w.Set(7, fence.Dead)
+	res, err := s.Reserve(ctx, a, spec)
+	if err != nil || res.Outcome != fence.Reserved || res.Displaced == nil || res.Displaced.ID != resA {
+		t.Fatalf("reserve over the old row of a dead owner: %+v %v", res, err)
+	}
+	host, _ := fence.LocalHost(fence.Host{})
+	if r := res.Reservation; r.Host != host.Name || r.HostBootID != host.BootID || r.HostMachineID != host.MachineID {
+		t.Fatalf("the new row's host %+v, want %+v", r, host)
+	}
+	if msg, err := s.Check(ctx); err != nil || msg != "ok" {
+		t.Fatalf("integrity: %s %v", msg, err)
 	}
 }

@@ -18,7 +18,7 @@ import (
 
 const resCols = `state_dir, session_id, reservation_id, spec_json, owner_pid, owner_incarnation,
 	phase, generation, attempt_name, tmux_id, pane_pid, server_pid, server_start, helper_pid,
-	abandoned, claimed_at, updated_at, lease_until, pane_start, cgroup`
+	abandoned, claimed_at, updated_at, lease_until, pane_start, cgroup, host, host_machine_id, host_boot_id`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -29,7 +29,7 @@ func scanReservation(sc scanner) (fence.Reservation, error) {
 	err := sc.Scan(&r.Identity.StateDir, &r.Identity.SessionID, &r.ID, &spec, &r.OwnerPID,
 		&r.OwnerIncarnation, &r.Phase, &r.Generation, &r.AttemptName, &r.TmuxID, &r.PanePID,
 		&r.ServerPID, &r.ServerStart, &r.HelperPID, &r.Abandoned, &claimed, &updated, &lease,
-		&r.PaneStart, &r.Cgroup)
+		&r.PaneStart, &r.Cgroup, &r.Host, &r.HostMachineID, &r.HostBootID)
 	if err != nil {
 		return fence.Reservation{}, err
 	}
@@ -79,7 +79,7 @@ func noRows[T any](v T, err error) (T, bool, error) {
 const pubCols = `state_dir, session_id, generation, reservation_id, session_name, tmux_id,
 	server_pid, server_start, state_file, label, published_at, ended, ended_at,
 	pane_pid, pane_start, boot_id, cgroup, stop_timeout_ms, stop_since, stop_deadline, stop_reason, stop_killed,
-	spec_json, restart_state, restart_due, restart_reason, restarts, failures, starts_json`
+	spec_json, restart_state, restart_due, restart_reason, restarts, failures, starts_json, host, host_machine_id`
 
 func scanPublished(sc scanner) (fence.Published, error) {
 	var p fence.Published
@@ -90,7 +90,8 @@ func scanPublished(sc scanner) (fence.Published, error) {
 		&p.SessionName, &p.TmuxID, &p.ServerPID, &p.ServerStart, &p.StateFile, &p.Label, &at,
 		&p.Ended, &endedAt, &p.PanePID, &p.PaneStart, &p.BootID, &p.Cgroup, &p.StopTimeoutMS,
 		&since, &deadline, &reason, &killed,
-		&specJSON, &p.Restart.State, &due, &p.Restart.Reason, &p.Restart.Restarts, &p.Restart.Failures, &startsJSON)
+		&specJSON, &p.Restart.State, &due, &p.Restart.Reason, &p.Restart.Restarts, &p.Restart.Failures, &startsJSON,
+		&p.Host, &p.HostMachineID)
 	if err != nil {
 		return p, err
 	}
@@ -179,14 +180,19 @@ func (s *Store) insertRow(ctx context.Context, q queryer, id fence.Identity, spe
 	if err != nil {
 		return fence.Reservation{}, err
 	}
+	host, err := s.own.Host()
+	if err != nil {
+		return fence.Reservation{}, err
+	}
 	now := s.now()
 	r := fence.Reservation{ID: resID, Identity: id, Spec: spec, OwnerPID: pid, OwnerIncarnation: inc,
-		Phase: fence.PhaseReserved, Generation: gen, ClaimedAt: now, UpdatedAt: now, LeaseUntil: now.Add(s.opt.Lease)}
+		Phase: fence.PhaseReserved, Generation: gen, ClaimedAt: now, UpdatedAt: now, LeaseUntil: now.Add(s.opt.Lease),
+		Host: host.Name, HostMachineID: host.MachineID, HostBootID: host.BootID}
 	_, err = q.ExecContext(ctx, `INSERT INTO reservations (state_dir, session_id, reservation_id, state_file,
-		spec_json, owner_pid, owner_incarnation, phase, generation, claimed_at, updated_at, lease_until)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		spec_json, owner_pid, owner_incarnation, phase, generation, claimed_at, updated_at, lease_until,
+		host, host_machine_id, host_boot_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		id.StateDir, id.SessionID, resID, spec.StateFile, string(specJSON), pid, inc, int(fence.PhaseReserved),
-		gen, nanos(now), nanos(now), nanos(r.LeaseUntil))
+		gen, nanos(now), nanos(now), nanos(r.LeaseUntil), host.Name, host.MachineID, host.BootID)
 	if err != nil {
 		return r, err
 	}

@@ -148,6 +148,18 @@ ALTER TABLE identities ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE identities ADD COLUMN starts_json TEXT NOT NULL DEFAULT '';
 CREATE INDEX identities_restart_due ON identities (restart_due) WHERE restart_state = 'exited';
 `,
+	// 6: hosts (contract "Beyond one host"). A reservation row records its
+	// owner's host — name, machine id, boot id — so that an owner on another
+	// host is never probed by pid here (its liveness is unknown) and one of
+	// this host's earlier boots is dead; a published generation records the
+	// host it runs on. Rows from before are this host's, as they always were.
+	`
+ALTER TABLE reservations ADD COLUMN host TEXT NOT NULL DEFAULT '';
+ALTER TABLE reservations ADD COLUMN host_machine_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE reservations ADD COLUMN host_boot_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE identities ADD COLUMN host TEXT NOT NULL DEFAULT '';
+ALTER TABLE identities ADD COLUMN host_machine_id TEXT NOT NULL DEFAULT '';
+`,
 }
 
 // SchemaVersion is the user_version this binary writes and understands.

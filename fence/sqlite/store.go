@@ -155,6 +155,9 @@ func (s *Store) Path() string { return s.path }
 // Close closes the database. Reservations still in flight through this Store
 // are forgotten (they become this process's abandoned attempts).
 func (s *Store) Close() error {
+	if s == nil {
+		return nil // a failed Open's result, held as a fence.Fence
+	}
 	s.own.Forget()
 	var errs []error
 	s.rc.Drop() // its held reader connection goes back before the pool closes

@@ -148,8 +148,8 @@ func (s *Store) publishRow(ctx context.Context, q queryer, cur fence.Reservation
 	_, err = q.ExecContext(ctx, `INSERT INTO identities (state_dir, session_id, generation, reservation_id,
 		session_name, tmux_id, server_pid, server_start, state_file, label, published_at, ended, ended_at,
 		pane_pid, pane_start, boot_id, cgroup, stop_timeout_ms, stop_since, stop_deadline, stop_reason, stop_killed,
-		spec_json, restart_state, restart_due, restart_reason, restarts, failures, starts_json)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, ?, ?, ?, ?, ?, 0, 0, '', 0, ?, '', 0, '', ?, ?, ?)
+		spec_json, restart_state, restart_due, restart_reason, restarts, failures, starts_json, host, host_machine_id)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, ?, ?, ?, ?, ?, 0, 0, '', 0, ?, '', 0, '', ?, ?, ?, ?, ?)
 		ON CONFLICT (state_dir, session_id) DO UPDATE SET generation = excluded.generation,
 		reservation_id = excluded.reservation_id, session_name = excluded.session_name,
 		tmux_id = excluded.tmux_id, server_pid = excluded.server_pid, server_start = excluded.server_start,
@@ -158,11 +158,13 @@ func (s *Store) publishRow(ctx context.Context, q queryer, cur fence.Reservation
 		boot_id = excluded.boot_id, cgroup = excluded.cgroup, stop_timeout_ms = excluded.stop_timeout_ms,
 		stop_since = 0, stop_deadline = 0, stop_reason = '', stop_killed = 0,
 		spec_json = excluded.spec_json, restart_state = '', restart_due = 0, restart_reason = '',
-		restarts = excluded.restarts, failures = excluded.failures, starts_json = excluded.starts_json`,
+		restarts = excluded.restarts, failures = excluded.failures, starts_json = excluded.starts_json,
+		host = excluded.host, host_machine_id = excluded.host_machine_id`,
 		pub.Identity.StateDir, pub.Identity.SessionID, pub.Generation, pub.ReservationID, pub.SessionName,
 		pub.TmuxID, pub.ServerPID, pub.ServerStart, pub.StateFile, pub.Label, nanos(now),
 		pub.PanePID, pub.PaneStart, pub.BootID, pub.Cgroup, pub.StopTimeoutMS,
-		string(specJSON), pub.Restart.Restarts, pub.Restart.Failures, encodeStarts(pub.Restart.Starts))
+		string(specJSON), pub.Restart.Restarts, pub.Restart.Failures, encodeStarts(pub.Restart.Starts),
+		pub.Host, pub.HostMachineID)
 	if err != nil {
 		return fence.Published{}, err
 	}
