@@ -88,6 +88,7 @@ test-tmux37: test-deps
 bench: tmux build
 	$(GO) test -run '^$$' -bench RoundTrip -benchtime 3000x -count 3 ./tmuxctl/
 	$(GO) test -run '^$$' -bench Transition -benchtime 2000x -count 3 ./fence/sqlite/
+	$(GO) test -run '^$$' -bench CreateFence -benchtime 500x -count 2 ./fence/postgres/
 	$(GO) test -run '^$$' -bench Resync1000 -benchtime 30x -count 3 -timeout 30m ./census/
 	$(GO) test -run '^$$' -bench Lookup -count 3 ./census/
 	$(GO) test -run '^$$' -bench Burst100 -benchtime 3x -count 2 -timeout 20m ./census/
