@@ -3,7 +3,9 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -98,5 +100,120 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestFleetDatabaseStoppedMidBurst: two hosts race to create the same
+// identities while the shared PostgreSQL is stopped in the middle of the
+// burst. Creates that meet the stopped database fail closed (never a
+// success without the fence); once it is started again, creates resume on
+// both hosts without a restart of either daemon, and every identity ends
+// with exactly one session in the whole fleet.
+func TestFleetDatabaseStoppedMidBurst(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	url, err := srv.CreateDB(ctx, "fleet")
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts := []*Daemon{
+		NewHome(t).Start(t, DaemonOpts{Env: []string{"SKC_FENCE=" + url, "SKC_HOST=host-a"}}),
+		NewHome(t).Start(t, DaemonOpts{Env: []string{"SKC_FENCE=" + url, "SKC_HOST=host-b"}}),
+	}
+	const n = 6
+	specs := make([]Spec, n)
+	for i := range specs {
+		specs[i] = NewSpec(t, fmt.Sprint("burst-", i))
+	}
+	first := make(chan struct{}, 2*n)
+	var mu sync.Mutex
+	answers := map[string]int{}
+	var wg sync.WaitGroup
+	for _, s := range specs {
+		for _, d := range hosts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r, err := d.runCLI(t, CLIOpts{}, s.Args()...)
+				if err != nil {
+					t.Errorf("%s\n%v", r, err)
+				}
+				var a Answer
+				_ = decodeOne(r.Stdout, &a)
+				key := a.Status
+				if a.Error != nil {
+					key += "/" + a.Error.Code
+				}
+				mu.Lock()
+				answers[key]++
+				mu.Unlock()
+				first <- struct{}{}
+			}()
+		}
+	}
+	<-first // the burst is under way: stop the database in its middle
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	t.Logf("answers during the burst: %v", answers)
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range specs {
+		settleIdentity(t, hosts, s)
+	}
+	checkOnePerIdentity(t, hosts, n)
+}
+
+// settleIdentity creates s on the hosts in turn until one answers published
+// or existing: a host refused because the identity runs on the other, or
+// because the other holds a row from the burst, hands over to the other.
+func settleIdentity(t *testing.T, hosts []*Daemon, s Spec) {
+	t.Helper()
+	deadline := time.Now().Add(waitDeadline)
+	for i := 0; time.Now().Before(deadline); i++ {
+		d := hosts[i%len(hosts)]
+		r := d.CLI(t, s.Args()...)
+		var a Answer
+		if err := decodeOne(r.Stdout, &a); err != nil {
+			t.Fatalf("%v\n%s", err, r)
+		}
+		if r.Code == 0 && (a.Status == "published" || a.Status == "existing") {
+			d.NoteSession(t)
+			return
+		}
+		if a.Error == nil {
+			t.Fatalf("unexpected answer\n%s", r)
+		}
+		switch a.Error.Code {
+		case "identity_existing_owner", "identity_reserved_unknown", "identity_reserved_live",
+			"identity_fence_contended", "fence_unavailable":
+		default:
+			t.Fatalf("unexpected refusal after the database returned\n%s", r)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("identity %s not settled on either host", s.SessionID)
+}
+
+// checkOnePerIdentity: across every host's tmux, each of the n identities
+// has exactly one agent session.
+func checkOnePerIdentity(t *testing.T, hosts []*Daemon, n int) {
+	t.Helper()
+	per := map[string][]string{}
+	for _, d := range hosts {
+		for _, s := range d.AgentSessions(t) {
+			per[s.Identity] = append(per[s.Identity], s.Name)
+		}
+	}
+	if len(per) != n {
+		t.Errorf("%d identities have sessions, want %d: %v", len(per), n, per)
+	}
+	for id, names := range per {
+		if len(names) != 1 {
+			t.Errorf("identity %s has %d sessions in the fleet: %v", id, len(names), names)
+		}
 	}
 }
