@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/internal/pgtest"
@@ -249,4 +250,23 @@ func TestUnreachableThenBack(t *testing.T) {
 	if err != nil || len(recs) != 2 {
 		t.Fatalf("after recovery: %d verdicts (%v), want 2", len(recs), err)
 	}
+}
+
+// TestCloseLeavesNoGoroutines: a closed Store leaves nothing running (the
+// pool's health checker, its connections' readers).
+func TestCloseLeavesNoGoroutines(t *testing.T) {
+	url := pgtest.DB(t)
+	before := goleak.IgnoreCurrent()
+	s, err := Open(url, fence.Options{Host: fence.Host{Name: "h1"}}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendVerdict(ctxT(t), verdict.Record{Action: "create"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.CachedPublished(ctxT(t), "00"); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	goleak.VerifyNone(t, before)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -86,5 +87,15 @@ func TestDB(t *testing.T) {
 func TestDBName(t *testing.T) {
 	if got := dbName("TestX/sub-test é", 7); got != "t7_testx_sub_test__" {
 		t.Errorf("dbName = %q", got)
+	}
+}
+
+// TestFindBinSaysWhy: a directory without the binaries is refused with a
+// reason naming what is missing (the skip line shows it).
+func TestFindBinSaysWhy(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(EnvBin, dir)
+	if _, err := findBin(); err == nil || !strings.Contains(err.Error(), "no executable initdb") {
+		t.Fatalf("findBin with an empty %s: %v", EnvBin, err)
 	}
 }
