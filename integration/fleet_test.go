@@ -217,3 +217,67 @@ func checkOnePerIdentity(t *testing.T, hosts []*Daemon, n int) {
 		}
 	}
 }
+
+// TestFleetThreeHostsRace: three hosts (three daemons, homes, tmux servers
+// and host names on one PostgreSQL fence) race creates of one identity,
+// round after round: each round exactly one create publishes, the others
+// answer existing (on the winner's host) or are refused with a fleet code,
+// and the identity has exactly one session in the fleet.
+func TestFleetThreeHostsRace(t *testing.T) {
+	url := fleetDB(t)
+	var hosts []*Daemon
+	for _, name := range []string{"host-a", "host-b", "host-c"} {
+		hosts = append(hosts, NewHome(t).Start(t, DaemonOpts{Env: []string{"SKC_FENCE=" + url, "SKC_HOST=" + name}}))
+	}
+	const rounds, perHost = 5, 4
+	for round := 0; round < rounds; round++ {
+		spec := NewSpec(t, fmt.Sprint("race3-", round))
+		var mu sync.Mutex
+		answers := map[string]int{}
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for _, d := range hosts {
+			for range perHost {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					r, err := d.runCLI(t, CLIOpts{}, spec.Args()...)
+					if err != nil {
+						t.Errorf("%s\n%v", r, err)
+					}
+					var a Answer
+					if err := decodeOne(r.Stdout, &a); err != nil {
+						t.Errorf("%v\n%s", err, r)
+						return
+					}
+					key := a.Status
+					if a.Error != nil {
+						key += "/" + a.Error.Code
+					}
+					mu.Lock()
+					answers[key]++
+					mu.Unlock()
+				}()
+			}
+		}
+		close(start)
+		wg.Wait()
+		t.Logf("round %d: %v", round, answers)
+		for k := range answers {
+			switch k {
+			case "published", "existing", "refused/identity_existing_owner", "refused/identity_reserved_live",
+				"refused/identity_reserved_unknown", "refused/identity_fence_contended":
+			default:
+				t.Errorf("round %d: answer %q: %v", round, k, answers)
+			}
+		}
+		if answers["published"] != 1 {
+			t.Fatalf("round %d: %d published, want exactly 1: %v", round, answers["published"], answers)
+		}
+		for _, d := range hosts {
+			d.NoteSession(t)
+		}
+		checkOnePerIdentity(t, hosts, round+1)
+	}
+}
