@@ -136,3 +136,22 @@ func openFenceAs(homeDir string, host fence.Host) (fence.Fence, error) {
 	}
 	return s, nil
 }
+
+// host is this daemon's host: --host-name, else SKC_HOST, else the hostname,
+// with this machine's id and boot id. It is established before anything
+// starts: a bad name refuses the start (invalid_request) and never reaches a
+// row. A machine whose boot id cannot be read still starts, as before: its
+// creates are refused then (identity_incarnation_unavailable), its reads work.
+func (cli *CLI) host(flagName string) (fence.Host, error) {
+	name := flagName
+	if name == "" {
+		name = cli.getenv(envHost)
+	}
+	host, err := fence.LocalHost(fence.Host{Name: name})
+	if verdict.CodeOf(err) == verdict.CodeInvalidRequest {
+		return fence.Host{}, err
+	} else if err != nil {
+		return fence.Host{Name: name}, nil // the rest is resolved when a row is written
+	}
+	return host, nil
+}

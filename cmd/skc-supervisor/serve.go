@@ -79,18 +79,9 @@ func runServe(cli *CLI, args []string) int {
 	if err := parseNoArgs(fs, args); err != nil {
 		return cli.fail(o, err)
 	}
-	// The host is established before anything starts: a bad name refuses the
-	// start (invalid_request), never reaches a row. A machine whose boot id
-	// cannot be read still starts, as before: its creates are refused then
-	// (identity_incarnation_unavailable), its reads work.
-	if *hostName == "" {
-		*hostName = cli.getenv(envHost)
-	}
-	host, err := fence.LocalHost(fence.Host{Name: *hostName})
-	if verdict.CodeOf(err) == verdict.CodeInvalidRequest {
+	host, err := cli.host(*hostName)
+	if err != nil {
 		return cli.fail(o, err)
-	} else if err != nil {
-		host = fence.Host{Name: *hostName}
 	}
 	logger, forPeople := serveLogger(cli.stderr)
 	p, err := cli.paths(o)
