@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -279,5 +280,53 @@ func TestFleetThreeHostsRace(t *testing.T) {
 			d.NoteSession(t)
 		}
 		checkOnePerIdentity(t, hosts, round+1)
+	}
+}
+
+// TestFleetFaultPoints: host A's daemon is SIGKILLed at each point of a
+// create on a PostgreSQL fence. While it is down, hosts B and C never start
+// a second session for the identity (their creates are refused with a fleet
+// code); A restarted resolves its attempt as on one host, and afterwards the
+// identity has exactly one session in the fleet — A's, which B and C then
+// meet as identity_existing_owner.
+func TestFleetFaultPoints(t *testing.T) {
+	for _, fp := range faultPoints {
+		t.Run(fp.point, func(t *testing.T) {
+			url := fleetDB(t)
+			env := func(host string) []string { return []string{"SKC_FENCE=" + url, "SKC_HOST=" + host} }
+			ha := NewHome(t)
+			a := ha.Start(t, DaemonOpts{Fault: "after:" + fp.point, Env: env("host-a")})
+			others := []*Daemon{
+				NewHome(t).Start(t, DaemonOpts{Env: env("host-b")}),
+				NewHome(t).Start(t, DaemonOpts{Env: env("host-c")}),
+			}
+			spec := NewSpec(t, "fleet-fault")
+			r := ha.CLI(t, spec.Args()...)
+			if st := a.WaitExit(t, stopDeadline); st == nil || signalOf(st) != syscall.SIGKILL {
+				a.Kill(t)
+				t.Fatalf("host-a did not die at after:%s (%v)\ncreate: %s", fp.point, st, r)
+			}
+			ha.NoteSession(t)
+			for _, d := range others {
+				r := d.CLI(t, spec.Args()...)
+				var ans Answer
+				if err := decodeOne(r.Stdout, &ans); err != nil {
+					t.Fatalf("%v\n%s", err, r)
+				}
+				if r.Code == 0 || ans.Error == nil || (ans.Error.Code != "identity_reserved_unknown" &&
+					ans.Error.Code != "identity_existing_owner") || ans.Error.Details["host"] != "host-a" {
+					t.Fatalf("create elsewhere while host-a is down after %s: want refused for host-a\n%s", fp.point, r)
+				}
+			}
+			a2 := ha.Start(t, DaemonOpts{Env: env("host-a")})
+			second := a2.MustCreate(t, spec, fp.second)
+			for _, d := range others {
+				ans := expectError(t, d.CLI(t, spec.Args()...), 3, "refused", "identity_existing_owner", "")
+				if ans.Error != nil && ans.Error.Details["session_name"] != second.Name {
+					t.Errorf("host-b/c see %v, want host-a's %s", ans.Error.Details, second.Name)
+				}
+			}
+			checkOnePerIdentity(t, append([]*Daemon{a2}, others...), 1)
+		})
 	}
 }
