@@ -330,3 +330,31 @@ func TestFleetFaultPoints(t *testing.T) {
 		})
 	}
 }
+
+// TestFleetTmuxServerDeath: host A's tmux server is SIGKILLed under the
+// identity's session: A's daemon resolves its generation (one ended
+// verdict) and only then can host B create the identity; there is never a
+// session on both.
+func TestFleetTmuxServerDeath(t *testing.T) {
+	url := fleetDB(t)
+	a := NewHome(t).Start(t, DaemonOpts{Env: []string{"SKC_FENCE=" + url, "SKC_HOST=host-a"}})
+	b := NewHome(t).Start(t, DaemonOpts{Env: []string{"SKC_FENCE=" + url, "SKC_HOST=host-b"}})
+	spec := NewSpec(t, "fleet-tmux-death")
+	sess := a.MustCreate(t, spec, "published")
+	expectError(t, b.CLI(t, spec.Args()...), 3, "refused", "identity_existing_owner", "")
+	if err := syscall.Kill(a.List(t).Census.ServerPID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	v := a.WaitVerdict(t, "host-a's ended verdict of "+sess.Name, endedFor(sess.Name))
+	if v.Event.Reason != "server_exited" && v.SKC.ExitKind != "owner_lost" {
+		t.Errorf("ended verdict %s: want reason server_exited or exit_kind owner_lost", v)
+	}
+	sb := b.MustCreate(t, spec, "published")
+	if len(a.AgentSessions(t)) != 0 {
+		t.Errorf("host-a still has agent sessions after its server died")
+	}
+	checkOnePerIdentity(t, []*Daemon{a, b}, 1)
+	if sb.Name == sess.Name {
+		t.Errorf("host-b's session reuses host-a's name %s", sb.Name)
+	}
+}
