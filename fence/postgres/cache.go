@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
 // pubCache is fence.PubCache over this host's identities, kept exact in a
@@ -76,14 +77,21 @@ func (c *pubCache) own(v int64) {
 	c.mu.Unlock()
 }
 
-// check makes the cache exact for a read that starts now.
+// check makes the cache exact for a read that starts now. While the
+// database cannot be reached, a loaded cache answers as it stands: nobody
+// who can reach this host's rows can change them meanwhile but an operator
+// elsewhere, and the daemon's lookups of its own sessions (ls, show) go on
+// from the census with what it last read (creates fail closed).
 func (c *pubCache) check(ctx context.Context) error {
 	v, err := c.hostVersion(ctx)
-	if err != nil {
-		return err
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err != nil {
+		if c.seen >= 0 && verdict.CodeOf(err) == verdict.CodeFenceUnavailable {
+			return nil
+		}
+		return err
+	}
 	if c.seen < 0 || v <= c.seen {
 		return nil
 	}

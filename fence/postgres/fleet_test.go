@@ -356,3 +356,44 @@ func TestLockKeySQL(t *testing.T) {
 		}
 	}
 }
+
+// TestCachedReadsWhileDown: with the database stopped, the caches answer what
+// they last read (the daemon's ls and show of its own sessions go on); a read
+// never made before is fence_unavailable; writes are fence_unavailable.
+func TestCachedReadsWhileDown(t *testing.T) {
+	srv := pgtest.Start(t)
+	url, err := srv.CreateDB(bg, "fence")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := fencetest.NewWorldWith(t, func(opt fence.Options) (fence.Fence, error) {
+		opt.Host.Name = "host-a"
+		return Open(url, opt, Config{})
+	})
+	s := w.Owner(1)
+	p := fencetest.PublishAt(t, s, w, "x", "$1", 55, 1234)
+	before, err := s.CachedIdentityReads(bg, p.Identity, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := s.CachedPublished(bg, p.Identity.Digest()); !ok || err != nil {
+		t.Fatalf("cached before: %v %v", ok, err)
+	}
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := s.CachedPublishedByName(bg, p.SessionName); !ok || err != nil || got.Generation != p.Generation {
+		t.Fatalf("cached with the database down: %v %v", ok, err)
+	}
+	got, err := s.CachedIdentityReads(bg, p.Identity, 5)
+	if err != nil || string(got.VerdictsJSON) != string(before.VerdictsJSON) {
+		t.Fatalf("identity reads with the database down: %v", err)
+	}
+	_, err = s.CachedIdentityReads(bg, w.ID("never-read"), 5)
+	fencetest.WantCode(t, err, verdict.CodeFenceUnavailable)
+	_, err = s.Reserve(bg, w.ID("y"), w.Spec("y"))
+	fencetest.WantCode(t, err, verdict.CodeFenceUnavailable)
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 
@@ -21,9 +22,46 @@ func (s *Store) CachedIdentityReads(ctx context.Context, id fence.Identity, limi
 	}
 	out, err := s.rc.Reads(ctx, id, limit)
 	if err != nil {
-		return fence.IdentityReads{}, s.dbErr("read_cache", err)
+		err = s.dbErr("read_cache", err)
+		if last, ok := s.last.get(id, limit); ok && verdict.CodeOf(err) == verdict.CodeFenceUnavailable {
+			return last, nil // the database is unreachable: what was last read (see pubCache.check)
+		}
+		return fence.IdentityReads{}, err
 	}
+	s.last.put(id, limit, out)
 	return out, nil
+}
+
+// lastReads keeps the last answer of CachedIdentityReads per identity, for
+// `show` while the database cannot be reached. The slices are shared,
+// read-only, as the read cache's are.
+type lastReads struct {
+	mu sync.Mutex
+	m  map[readKey]fence.IdentityReads
+}
+
+type readKey struct {
+	id    fence.Identity
+	limit int
+}
+
+// lastReadsMax bounds the entries; beyond it the map starts over.
+const lastReadsMax = 8192
+
+func (l *lastReads) get(id fence.Identity, limit int) (fence.IdentityReads, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r, ok := l.m[readKey{id, limit}]
+	return r, ok
+}
+
+func (l *lastReads) put(id fence.Identity, limit int, r fence.IdentityReads) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil || len(l.m) >= lastReadsMax {
+		l.m = map[readKey]fence.IdentityReads{}
+	}
+	l.m[readKey{id, limit}] = r
 }
 
 // readSource is the read cache's view of the database. Its version is

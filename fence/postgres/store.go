@@ -56,6 +56,7 @@ type Store struct {
 
 	cache *pubCache        // the identities of this host in memory (cache.go)
 	rc    *fence.ReadCache // show's reads (readcache.go)
+	last  lastReads        // show's last answers, for when the database is unreachable
 
 	closeOnce sync.Once
 }
