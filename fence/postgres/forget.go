@@ -16,7 +16,7 @@ type Forgotten struct {
 }
 
 // RegisterHost records this host's identity in the hosts table (name,
-// machine id, boot id, when last seen): the daemon does it at start, so
+// machine id, boot id, when its daemon last started): the daemon does it at start, so
 // `fence forget` and the fleet views can name the hosts.
 func (s *Store) RegisterHost(ctx context.Context) error {
 	_, err := s.pool.Exec(ctx, `INSERT INTO hosts (name, machine_id, boot_id, seen_at) VALUES ($1, $2, $3, $4)
