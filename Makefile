@@ -1,8 +1,8 @@
 # skc-supervisor — build, run and test.
 #
 # On a fresh Debian 12 machine `make run` and `make test` do all set-up: the
-# tmux (and, for the test suite, rsyslog and promtool) packages are installed with
-# apt-get when missing, and Go modules come from the module proxy.
+# tmux (and, for the test suite, rsyslog, promtool and PostgreSQL) packages are
+# installed with apt-get when missing, and Go modules come from the module proxy.
 
 GO        ?= go
 BIN       := bin/skc-supervisor
@@ -28,12 +28,15 @@ tmux:
 	fi
 	@tmux -V
 
-# Packages the test suite drives for real: rsyslog (log shipping test) and promtool
-# (Debian package 'prometheus', metrics format check). Installed only when missing.
+# Packages the test suite drives for real: rsyslog (log shipping test), promtool
+# (Debian package 'prometheus', metrics format check) and PostgreSQL (Debian package
+# 'postgresql': the fleet fence's tests start private servers from its binaries in
+# /usr/lib/postgresql/*/bin, internal/pgtest). Installed only when missing.
 test-deps: tmux
 	@need=""; \
 	command -v rsyslogd >/dev/null 2>&1 || need="$$need rsyslog"; \
 	command -v promtool >/dev/null 2>&1 || need="$$need prometheus"; \
+	ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need="$$need postgresql"; \
 	command -v setpriv >/dev/null 2>&1 || need="$$need util-linux"; \
 	if [ -n "$$need" ]; then \
 		echo "make: installing test dependencies with apt-get:$$need"; \
@@ -85,6 +88,7 @@ test-tmux37: test-deps
 bench: tmux build
 	$(GO) test -run '^$$' -bench RoundTrip -benchtime 3000x -count 3 ./tmuxctl/
 	$(GO) test -run '^$$' -bench Transition -benchtime 2000x -count 3 ./fence/sqlite/
+	$(GO) test -run '^$$' -bench CreateFence -benchtime 500x -count 2 ./fence/postgres/
 	$(GO) test -run '^$$' -bench Resync1000 -benchtime 30x -count 3 -timeout 30m ./census/
 	$(GO) test -run '^$$' -bench Lookup -count 3 ./census/
 	$(GO) test -run '^$$' -bench Burst100 -benchtime 3x -count 2 -timeout 20m ./census/

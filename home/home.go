@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/skc-supervisor/skc-supervisor/verdict"
@@ -27,28 +28,38 @@ const (
 	EnvRuntimeDir = "SKC_RUNTIME_DIR"
 	EnvTmux       = "SKC_TMUX"
 	EnvTmuxConfig = "SKC_TMUX_CONFIG"
+	EnvFence      = "SKC_FENCE"
 )
+
+// FenceSQLite is the SKC_FENCE value of the embedded fence, $SKC_HOME/fence.sqlite
+// (the default); any other value is a PostgreSQL URL (postgres:// or postgresql://).
+const FenceSQLite = "sqlite"
 
 // File names inside the home and runtime directories.
 const (
-	FenceFile    = "fence.sqlite"
-	VerdictsFile = "verdicts.jsonl"
-	LockFile     = "supervisor.lock"
-	APISocket    = "api.sock"
-	TmuxSocket   = "tmux.sock"
+	FenceFile = "fence.sqlite"
+	// FenceConfFile records, for the processes a daemon starts (the pane
+	// helpers, which get only --home), which fence the daemon uses and as
+	// which host. Absent: the embedded fence.
+	FenceConfFile = "fence.conf"
+	VerdictsFile  = "verdicts.jsonl"
+	LockFile      = "supervisor.lock"
+	APISocket     = "api.sock"
+	TmuxSocket    = "tmux.sock"
 )
 
 // MaxSocketPath is the longest unix socket path the kernel accepts: sun_path
 // is 108 bytes including the terminating NUL.
 const MaxSocketPath = 107
 
-// Overrides are the command-line flags --home, --runtime-dir, --tmux and
-// --tmux-config; an empty field means "not given".
+// Overrides are the command-line flags --home, --runtime-dir, --tmux,
+// --tmux-config and serve's --fence; an empty field means "not given".
 type Overrides struct {
 	Home       string
 	RuntimeDir string
 	Tmux       string
 	TmuxConfig string
+	Fence      string
 }
 
 // Paths is a fully resolved instance layout. Every path is absolute and clean.
@@ -57,6 +68,7 @@ type Paths struct {
 	RuntimeDir string // sockets live here
 	Tmux       string // tmux binary ("tmux" means: look it up on PATH)
 	TmuxConfig string // -f for the supervised server; "" is tmux's default
+	FenceURL   string // FenceSQLite, or a PostgreSQL URL (the fleet's fence)
 }
 
 // Env looks up one environment variable; os.Getenv in production, a map in
@@ -91,8 +103,25 @@ func Resolve(o Overrides, env Env) (Paths, error) {
 			return Paths{}, fieldError("tmux_config", err)
 		}
 	}
+	p.FenceURL = firstNonEmpty(o.Fence, env(EnvFence), FenceSQLite)
+	if err := checkFenceURL(p.FenceURL); err != nil {
+		return Paths{}, fieldError("fence", err)
+	}
 	return p, nil
 }
+
+// checkFenceURL accepts "sqlite" or a PostgreSQL URL. The password of a URL
+// belongs in PGPASSWORD or PGPASSFILE (libpq's), never in argv or the
+// environment of every process: the PostgreSQL engine refuses one.
+func checkFenceURL(u string) error {
+	if u == FenceSQLite || strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://") {
+		return nil
+	}
+	return fmt.Errorf("fence %q is neither %q nor a postgres:// URL", u, FenceSQLite)
+}
+
+// FenceConf is the path of FenceConfFile in the home.
+func (p Paths) FenceConf() string { return filepath.Join(p.Home, FenceConfFile) }
 
 func pick(flag, envValue string, def func() (string, error)) (string, error) {
 	v := firstNonEmpty(flag, envValue)

@@ -278,3 +278,27 @@ func wantReason(t *testing.T, err error, reason string) {
 		t.Fatalf("want reason %s naming the file, got %v %v", reason, err, e.Details)
 	}
 }
+
+// TestResolveFence: --fence wins over SKC_FENCE, which wins over the
+// embedded default; anything but "sqlite" or a postgres:// URL is refused
+// with field fence.
+func TestResolveFence(t *testing.T) {
+	p, err := Resolve(Overrides{Home: "/h"}, envOf(nil))
+	if err != nil || p.FenceURL != FenceSQLite {
+		t.Fatalf("default: %+v %v", p, err)
+	}
+	env := envOf(map[string]string{"SKC_FENCE": "postgres:///env"})
+	if p, err = Resolve(Overrides{Home: "/h"}, env); err != nil || p.FenceURL != "postgres:///env" {
+		t.Fatalf("env: %+v %v", p, err)
+	}
+	p, err = Resolve(Overrides{Home: "/h", Fence: "postgresql://db/fence"}, env)
+	if err != nil || p.FenceURL != "postgresql://db/fence" {
+		t.Fatalf("flags: %+v %v", p, err)
+	}
+	for _, bad := range []string{"mysql://x", "fence.sqlite", "SQLITE"} {
+		_, err := Resolve(Overrides{Home: "/h", Fence: bad}, envOf(nil))
+		if e := verdict.AsError(err); e == nil || e.Code != verdict.CodeInvalidRequest || e.Details["field"] != "fence" {
+			t.Errorf("fence %q: %v, want invalid_request field fence", bad, err)
+		}
+	}
+}

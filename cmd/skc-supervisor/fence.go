@@ -1,7 +1,16 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+
 	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/fence/postgres"
 	"github.com/skc-supervisor/skc-supervisor/fence/sqlite"
 	"github.com/skc-supervisor/skc-supervisor/home"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
@@ -11,10 +20,110 @@ import (
 // flag is `serve --host-name`. The default is the hostname.
 const envHost = "SKC_HOST"
 
-// openFence opens the fence of the home directory homeDir as the pane helper
-// does: it writes no owner rows, so its host is this machine's by default.
+// fenceConf is home.FenceConfFile: which fence the daemon of a home uses, and
+// as which host, for the processes it starts. The pane helper is given only
+// --home (it runs in a tmux pane, with tmux's environment, and outlives the
+// daemon), so this file is how it finds the fleet's fence; without it the
+// helper opens the embedded one. The URL never carries a password
+// (postgres.Open refuses one): helpers authenticate as the daemon does, by
+// PGPASSFILE (~/.pgpass) or a trusted local socket.
+type fenceConf struct {
+	Fence string `json:"fence"`
+	Host  string `json:"host"`
+}
+
+// fenceName names the fence for the start's log line: "sqlite", or the
+// database's host and name (never a password: Open refuses one anyway).
+func fenceName(p home.Paths) string {
+	if p.FenceURL == home.FenceSQLite {
+		return home.FenceSQLite
+	}
+	if u, err := url.Parse(p.FenceURL); err == nil {
+		u.User = nil
+		return u.Redacted()
+	}
+	return "postgres"
+}
+
+// openDaemonFence opens the fence serve was told to use (--fence, SKC_FENCE;
+// the home's SQLite file by default) for owners on host, and records the
+// choice for the pane helpers. With PostgreSQL the host registers itself in
+// the fleet.
+func openDaemonFence(ctx context.Context, p home.Paths, host fence.Host) (fence.Fence, error) {
+	if p.FenceURL == home.FenceSQLite {
+		if err := os.Remove(p.FenceConf()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, verdict.Errorf(verdict.CodeFenceUnavailable, map[string]any{"path": p.FenceConf()},
+				"cannot remove the fleet fence record %s: %v", p.FenceConf(), err)
+		}
+		return openFenceAs(p.Home, host)
+	}
+	st, err := postgres.Open(p.FenceURL, fence.Options{Host: host}, postgres.Config{})
+	if err != nil {
+		return nil, err // a nil Fence, not a Fence holding a nil *Store
+	}
+	err = st.RegisterHost(ctx)
+	if err == nil {
+		err = writeFenceConf(p.FenceConf(), fenceConf{Fence: p.FenceURL, Host: st.Host().Name})
+	}
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return st, nil
+}
+
+// writeFenceConf writes the record 0600, atomically (a helper starting at
+// that moment reads the old one or the new one).
+func writeFenceConf(path string, c fenceConf) error {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".fence.conf-*")
+	if err == nil {
+		_, err = tmp.Write(append(b, '\n'))
+		if cerr := tmp.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Rename(tmp.Name(), path)
+		}
+		if err != nil {
+			os.Remove(tmp.Name())
+		}
+	}
+	if err != nil {
+		return verdict.Errorf(verdict.CodeFenceUnavailable, map[string]any{"path": path},
+			"cannot record the fleet fence in %s: %v", path, err)
+	}
+	return nil
+}
+
+// openFence opens the fence of the home directory homeDir as its daemon
+// recorded it (fenceConf), as the pane helper does: the helper opens it on its
+// own and writes no owner rows; its postmortems carry the daemon's host name.
 func openFence(homeDir string) (fence.Fence, error) {
-	return openFenceAs(homeDir, fence.Host{})
+	p := home.Paths{Home: homeDir}
+	b, err := os.ReadFile(p.FenceConf())
+	if errors.Is(err, fs.ErrNotExist) {
+		return openFenceAs(homeDir, fence.Host{})
+	}
+	var c fenceConf
+	if err == nil {
+		err = json.Unmarshal(b, &c)
+	}
+	if err == nil && c.Fence == "" {
+		err = errors.New("it names no fence")
+	}
+	if err != nil {
+		return nil, verdict.Errorf(verdict.CodeFenceUnavailable, map[string]any{"path": p.FenceConf()},
+			"the fleet fence record %s is unreadable: %v", p.FenceConf(), err)
+	}
+	st, err := postgres.Open(c.Fence, fence.Options{Host: fence.Host{Name: c.Host}}, postgres.Config{MaxConns: 2})
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
 }
 
 // openFenceAs opens the fence of homeDir for an owner on host: the embedded

@@ -75,6 +75,7 @@ func runServe(cli *CLI, args []string) int {
 	fs := newFlags("serve", &o, false)
 	wireLog := fs.String("wire-log", "", "append every control-mode line to FILE")
 	hostName := fs.String("host-name", "", "SKC_HOST")
+	fs.StringVar(&o.o.Fence, "fence", "", "SKC_FENCE")
 	if err := parseNoArgs(fs, args); err != nil {
 		return cli.fail(o, err)
 	}
@@ -121,8 +122,9 @@ func (d *daemon) start(ctx context.Context, wireLog string) error {
 	d.runCtx, d.cancelRun = context.WithCancel(context.Background())
 	d.log.Info().Str("home", d.paths.Home).Str("runtime_dir", d.paths.RuntimeDir).Msg("starting")
 	var err error
-	d.log.Info().Str("host", d.host.Name).Str("machine_id", d.host.MachineID).Str("boot_id", d.host.BootID).Msg("host")
-	if d.store, err = openFenceAs(d.paths.Home, d.host); err != nil {
+	d.log.Info().Str("host", d.host.Name).Str("machine_id", d.host.MachineID).Str("boot_id", d.host.BootID).
+		Str("fence", fenceName(d.paths)).Msg("host")
+	if d.store, err = openDaemonFence(d.runCtx, d.paths, d.host); err != nil {
 		return err
 	}
 	if d.writer, err = verdict.NewWriter(d.store, d.paths.Verdicts(), d.log); err != nil {

@@ -1,0 +1,152 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// Forgotten is what ForgetHost cleared of a host.
+type Forgotten struct {
+	Host         string              `json:"host"`
+	Reservations []fence.Reservation `json:"reservations"` // its reservation rows, removed
+	Published    []fence.Published   `json:"published"`    // its not-ended generations, marked ended
+}
+
+// RegisterHost records this host's identity in the hosts table (name,
+// machine id, boot id, when its daemon last started): the daemon does it at start, so
+// `fence forget` and the fleet views can name the hosts.
+func (s *Store) RegisterHost(ctx context.Context) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO hosts (name, machine_id, boot_id, seen_at) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (name) DO UPDATE SET machine_id = excluded.machine_id, boot_id = excluded.boot_id,
+		seen_at = excluded.seen_at, forgotten_at = 0`, s.host.Name, s.host.MachineID, s.host.BootID, nanos(s.now()))
+	return s.dbErrOrNil("register_host", err)
+}
+
+// ForgetHost is the operator's escape for a host that is gone for good
+// (`fence forget --host NAME`): in one transaction it removes the host's
+// reservation rows, marks its not-ended generations ended, and appends
+// describe's verdict. Nothing on another host can prove that host's owners
+// dead or alive, so the operator's word decides; this host's own rows are
+// refused (invalid_request: their owners can be probed here, and `fence
+// release` resolves one), and a host with no rows is not_found.
+func (s *Store) ForgetHost(ctx context.Context, host string, describe func(Forgotten) verdict.Record) (Forgotten, verdict.Record, error) {
+	if err := fence.CheckHostName(host); err != nil {
+		return Forgotten{}, verdict.Record{}, err
+	}
+	if host == s.host.Name {
+		return Forgotten{}, verdict.Record{}, fence.Invalid("host",
+			"%s is this host: its owners can be probed here; release one row with fence release", host)
+	}
+	var out Forgotten
+	var rec verdict.Record
+	var endedAt time.Time
+	err := s.write(ctx, "forget_host", lockOn{}, func(t *tx) error {
+		out = Forgotten{Host: host}
+		var err error
+		if out.Reservations, err = s.forgetRows(t, host); err != nil {
+			return err
+		}
+		endedAt = storedTime(s.now())
+		if out.Published, err = s.forgetGenerations(t, host, endedAt); err != nil {
+			return err
+		}
+		if len(out.Reservations) == 0 && len(out.Published) == 0 {
+			return verdict.Errorf(verdict.CodeNotFound, map[string]any{"host": host},
+				"host %s has no reservation row and no running generation", host)
+		}
+		if len(out.Published) > 0 {
+			t.touch(host)
+		}
+		t.exec(`UPDATE hosts SET forgotten_at = $1 WHERE name = $2`, nanos(endedAt), host)
+		t.queueVerdict(describe(out), s.host.Name, &rec)
+		return nil
+	})
+	if err != nil {
+		return Forgotten{}, verdict.Record{}, err
+	}
+	return out, rec, nil
+}
+
+// forgetRows deletes the host's reservation rows, each under its identity's
+// lock, and returns them.
+func (s *Store) forgetRows(t *tx, host string) ([]fence.Reservation, error) {
+	rows, err := s.rowsWhere(t, `WHERE owner_host = $1`, host)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]fence.Reservation, 0, len(rows))
+	for _, r := range rows {
+		if err := t.lockIdentity(r.Identity.Digest()); err != nil {
+			return nil, err
+		}
+		ok, err := deleteRow(t, r.ID)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, r.Reservation)
+		}
+	}
+	return out, nil
+}
+
+// forgetGenerations marks the host's not-ended generations ended at at, each
+// under its identity's lock, and returns them as they were.
+func (s *Store) forgetGenerations(t *tx, host string, at time.Time) ([]fence.Published, error) {
+	rs, err := t.Query(t.ctx, `SELECT `+pubCols+` FROM identities WHERE host = $1 AND NOT ended
+		ORDER BY state_dir, session_id`, host)
+	if err != nil {
+		return nil, err
+	}
+	var pubs []pub
+	for rs.Next() {
+		p, err := scanPub(rs)
+		if err != nil {
+			rs.Close()
+			return nil, err
+		}
+		pubs = append(pubs, p)
+	}
+	rs.Close()
+	if err := rs.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]fence.Published, 0, len(pubs))
+	for _, p := range pubs {
+		if err := t.lockIdentity(p.Identity.Digest()); err != nil {
+			return nil, err
+		}
+		tag, err := t.Exec(t.ctx, `UPDATE identities SET ended = true, ended_at = $1
+			WHERE state_dir = $2 AND session_id = $3 AND generation = $4 AND host = $5 AND NOT ended`,
+			nanos(at), p.Identity.StateDir, p.Identity.SessionID, int64(p.Generation), host)
+		if err != nil {
+			return nil, err
+		}
+		if tag.RowsAffected() == 1 {
+			endSpecs(t, p.Identity)
+			out = append(out, p.Published)
+		}
+	}
+	return out, nil
+}
+
+// rowsWhere reads reservation rows inside a transaction.
+func (s *Store) rowsWhere(t *tx, where string, args ...any) ([]row, error) {
+	rs, err := t.Query(t.ctx, `SELECT `+resCols+` FROM reservations `+where+` ORDER BY claimed_at, reservation_id`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	var out []row
+	for rs.Next() {
+		r, err := scanRow(rs)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rs.Err()
+}

@@ -1,0 +1,159 @@
+package postgres
+
+import (
+	"context"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// CachedIdentityReads returns the identity's reservation row and its most
+// recent verdicts (up to limit, at least 1), as a fresh read would, from the
+// read cache (fence.ReadCache over readSource). id is used as stored
+// (Published.Identity), not canonicalised. The rows and verdicts are the
+// fleet's: `show` works on any host.
+func (s *Store) CachedIdentityReads(ctx context.Context, id fence.Identity, limit int) (fence.IdentityReads, error) {
+	if id.StateDir == "" || id.SessionID == "" {
+		return fence.IdentityReads{}, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "identity"},
+			"fence: identity reads need a stored identity")
+	}
+	out, err := s.rc.Reads(ctx, id, limit)
+	if err != nil {
+		err = s.dbErr("read_cache", err)
+		if last, ok := s.last.get(id, limit); ok && verdict.CodeOf(err) == verdict.CodeFenceUnavailable {
+			return last, nil // the database is unreachable: what was last read (see pubCache.check)
+		}
+		return fence.IdentityReads{}, err
+	}
+	s.last.put(id, limit, out)
+	return out, nil
+}
+
+// lastReads keeps the last answer of CachedIdentityReads per identity, for
+// `show` while the database cannot be reached. The slices are shared,
+// read-only, as the read cache's are.
+type lastReads struct {
+	mu sync.Mutex
+	m  map[readKey]fence.IdentityReads
+}
+
+type readKey struct {
+	id    fence.Identity
+	limit int
+}
+
+// lastReadsMax bounds the entries; beyond it the map starts over.
+const lastReadsMax = 8192
+
+func (l *lastReads) get(id fence.Identity, limit int) (fence.IdentityReads, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r, ok := l.m[readKey{id, limit}]
+	return r, ok
+}
+
+func (l *lastReads) put(id fence.Identity, limit int, r fence.IdentityReads) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil || len(l.m) >= lastReadsMax {
+		l.m = map[readKey]fence.IdentityReads{}
+	}
+	l.m[readKey{id, limit}] = r
+}
+
+// readSource is the read cache's view of the database. Its version is
+// fence_version, which every write transaction of the fleet bumps before it
+// draws its verdicts' sequences (store.go): so the verdicts committed after
+// a version was read all have sequences above those read before, as the
+// cache requires. The pool serves it; nothing is held between calls.
+type readSource struct{ s *Store }
+
+var _ fence.ReadSource = readSource{}
+
+// Version returns fence_version.
+func (r readSource) Version(ctx context.Context) (int64, error) {
+	var v int64
+	err := r.s.pool.QueryRow(ctx, `SELECT version FROM fence_version`).Scan(&v)
+	return v, err
+}
+
+// Reserved lists the identities that have a reservation row, on any host.
+func (r readSource) Reserved(ctx context.Context) ([]fence.Identity, error) {
+	rows, err := r.s.pool.Query(ctx, `SELECT state_dir, session_id FROM reservations`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []fence.Identity
+	for rows.Next() {
+		var id fence.Identity
+		if err := rows.Scan(&id.StateDir, &id.SessionID); err != nil {
+			return nil, err
+		}
+		out = append(out, id)
+	}
+	return out, rows.Err()
+}
+
+// Reservation reads the identity's row.
+func (r readSource) Reservation(ctx context.Context, id fence.Identity) (fence.Reservation, bool, error) {
+	row, ok, err := rowFor(ctx, r.s.pool, id, "")
+	return row.Reservation, ok, err
+}
+
+// JournalSince returns up to n verdicts of the fleet above after, oldest first.
+func (r readSource) JournalSince(ctx context.Context, after int64, n int) ([]fence.JournalRow, error) {
+	rows, err := r.s.pool.Query(ctx, `SELECT sequence, state_dir, session_id, record FROM verdicts
+		WHERE sequence > $1 ORDER BY sequence LIMIT $2`, after, n)
+	if err != nil {
+		return nil, err
+	}
+	return scanJournalRows(rows, n, 0)
+}
+
+// JournalNewest returns up to n of the newest verdicts, newest first, up to
+// the one whose records pass maxBytes.
+func (r readSource) JournalNewest(ctx context.Context, n, maxBytes int) ([]fence.JournalRow, error) {
+	rows, err := r.s.pool.Query(ctx, `SELECT sequence, state_dir, session_id, record FROM verdicts
+		ORDER BY sequence DESC LIMIT $1`, n)
+	if err != nil {
+		return nil, err
+	}
+	return scanJournalRows(rows, n, maxBytes)
+}
+
+// JournalFor returns the identity's newest n verdicts, oldest first.
+func (r readSource) JournalFor(ctx context.Context, id fence.Identity, n int) ([]fence.JournalRow, error) {
+	rows, err := r.s.pool.Query(ctx, `SELECT sequence, state_dir, session_id, record FROM (
+			SELECT sequence, state_dir, session_id, record FROM verdicts WHERE state_dir = $1 AND session_id = $2
+			ORDER BY sequence DESC LIMIT $3) v
+		ORDER BY sequence`, id.StateDir, id.SessionID, n)
+	if err != nil {
+		return nil, err
+	}
+	return scanJournalRows(rows, n, 0)
+}
+
+// Reset has nothing to drop: the version is the database's, not a
+// connection's.
+func (readSource) Reset() {}
+
+// scanJournalRows reads (sequence, state_dir, session_id, record) rows,
+// closing them, up to n rows or (when maxBytes > 0) until their records pass
+// maxBytes.
+func scanJournalRows(rows pgx.Rows, n, maxBytes int) ([]fence.JournalRow, error) {
+	defer rows.Close()
+	var out []fence.JournalRow
+	size := 0
+	for len(out) < n && (maxBytes <= 0 || size <= maxBytes) && rows.Next() {
+		var r fence.JournalRow
+		if err := rows.Scan(&r.Seq, &r.ID.StateDir, &r.ID.SessionID, &r.Text); err != nil {
+			return nil, err
+		}
+		out, size = append(out, r), size+len(r.Text)
+	}
+	return out, rows.Err()
+}

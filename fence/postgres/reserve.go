@@ -1,0 +1,170 @@
+package postgres
+
+import (
+	"context"
+
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// Reserve claims the identity's reservation row for this process, in one
+// transaction holding the identity's lock (fence.Fence.Reserve has the rules;
+// the order is model/saga.pml's). Beyond the SQLite engine's rules, a fleet's:
+//
+//   - a row owned on another host is identity_reserved_unknown: its owner's
+//     liveness cannot be proven from here, whatever its lease says;
+//   - a published generation of another host that is not marked ended is
+//     identity_existing_owner (details.host): only its host can tell whether
+//     its session lives, so no create here may treat it as maybe gone.
+func (s *Store) Reserve(ctx context.Context, id fence.Identity, spec fence.Spec) (fence.ReserveResult, error) {
+	id, spec, err := fence.CanonicalRequest(id, spec)
+	if err != nil {
+		return fence.ReserveResult{}, err
+	}
+	pid, inc, err := s.own.Self()
+	if err != nil {
+		return fence.ReserveResult{}, err
+	}
+	var res fence.ReserveResult
+	var r row
+	var p pub
+	var hasRow, hasPub bool
+	var last int64
+	lk := lockOn{digest: id.Digest(), reads: []prefetch{
+		rowRead(&r, &hasRow, byIdentity, id.StateDir, id.SessionID),
+		pubRead(&p, &hasPub, byIdentity, id.StateDir, id.SessionID),
+		genRead(&last, id),
+	}}
+	err = s.write(ctx, "reserve", lk, func(t *tx) error {
+		var err error
+		if hasRow {
+			res, err = s.reserveOver(t, r, spec, pid, inc, last)
+			return err
+		}
+		if hasPub && !p.Ended {
+			if p.StateFile != spec.StateFile {
+				return fence.Mismatch(id, p.StateFile, spec.StateFile)
+			}
+			if s.remote(p.Host, p.HostMachineID) {
+				return remoteExisting(p)
+			}
+			res = fence.ReserveResult{Outcome: fence.MaybeExisting, Published: p.Published}
+			return nil
+		}
+		nr, err := s.insertRow(t, id, spec, pid, inc, last)
+		if err == nil {
+			s.own.Track(nr.ID) // before COMMIT: no instant where our own row looks abandoned
+			res = fence.ReserveResult{Outcome: fence.Reserved, Reservation: nr}
+		}
+		return err
+	})
+	if err != nil {
+		if res.Outcome == fence.Reserved {
+			fence.Untrack(res.Reservation.ID)
+		}
+		return fence.ReserveResult{}, err
+	}
+	return res, nil
+}
+
+// reserveOver decides what an existing row means for a new reservation.
+func (s *Store) reserveOver(t *tx, r row, spec fence.Spec, pid int, inc string, last int64) (fence.ReserveResult, error) {
+	if r.Spec.StateFile != spec.StateFile {
+		return fence.ReserveResult{}, fence.Mismatch(r.Identity, r.Spec.StateFile, spec.StateFile)
+	}
+	if err := s.displaceable(r, pid, inc); err != nil {
+		return fence.ReserveResult{}, err
+	}
+	if r.Phase >= fence.PhaseHelperInvoked {
+		return fence.ReserveResult{Outcome: fence.NeedsRecovery, Abandoned: r.Reservation}, nil
+	}
+	nr, err := s.replaceRow(t, r.Reservation, spec, pid, inc, last)
+	if err != nil {
+		return fence.ReserveResult{}, err
+	}
+	old := r.Reservation
+	return fence.ReserveResult{Outcome: fence.Reserved, Reservation: nr, Displaced: &old}, nil
+}
+
+// displaceable is fence.Owner.Displaceable: a row of another host is never
+// displaced (identity_reserved_unknown, fence.OwnerLive), one of this host's
+// earlier boots is dead.
+func (s *Store) displaceable(r row, pid int, inc string) error {
+	return s.own.Displaceable(r.Reservation, pid, inc)
+}
+
+// remoteExisting refuses a create here for an identity whose generation
+// another host published and has not marked ended.
+func remoteExisting(p pub) error {
+	return verdict.Errorf(verdict.CodeIdentityExistingOwner,
+		map[string]any{"host": p.Host, "session_name": p.SessionName, "generation": p.Generation,
+			"reservation_id": p.ReservationID},
+		"the identity runs on host %s (session %s, generation %d)", p.Host, p.SessionName, p.Generation)
+}
+
+// replaceRow swaps the row pinned to old.ID for a fresh one owned by us.
+func (s *Store) replaceRow(t *tx, old fence.Reservation, spec fence.Spec, pid int, inc string, last int64) (fence.Reservation, error) {
+	ok, err := deleteRow(t, old.ID)
+	if err != nil {
+		return fence.Reservation{}, err
+	}
+	if !ok {
+		return fence.Reservation{}, fence.Lost(old.ID, "was recovered by someone else")
+	}
+	r, err := s.insertRow(t, old.Identity, spec, pid, inc, last)
+	if err == nil {
+		s.own.Track(r.ID)
+	}
+	return r, err
+}
+
+// Reclaim replaces the identity's row, pinned to expectedResID, with a fresh
+// reservation of ours (fence.Fence.Reclaim); a row of another host is
+// identity_reserved_unknown.
+func (s *Store) Reclaim(ctx context.Context, id fence.Identity, expectedResID string, spec fence.Spec) (fence.Reservation, error) {
+	id, spec, err := fence.CanonicalRequest(id, spec)
+	if err != nil {
+		return fence.Reservation{}, err
+	}
+	if err := fence.CheckReservationID(expectedResID); err != nil {
+		return fence.Reservation{}, err
+	}
+	pid, inc, err := s.own.Self()
+	if err != nil {
+		return fence.Reservation{}, err
+	}
+	var r fence.Reservation
+	var cur row
+	var ok bool
+	var last int64
+	lk := lockOn{digest: id.Digest(), reads: []prefetch{
+		rowRead(&cur, &ok, byIdentity, id.StateDir, id.SessionID), genRead(&last, id)}}
+	err = s.write(ctx, "reclaim", lk, func(t *tx) error {
+		if !ok || cur.ID != expectedResID {
+			return fence.Lost(expectedResID, "is no longer the identity's row")
+		}
+		if cur.Spec.StateFile != spec.StateFile {
+			return fence.Mismatch(id, cur.Spec.StateFile, spec.StateFile)
+		}
+		if err := s.displaceable(cur, pid, inc); err != nil {
+			return err
+		}
+		var err error
+		r, err = s.replaceRow(t, cur.Reservation, spec, pid, inc, last)
+		return err
+	})
+	if err != nil {
+		if r.ID != "" {
+			fence.Untrack(r.ID)
+		}
+		return fence.Reservation{}, err
+	}
+	return r, nil
+}
+
+// RecoverAbandoned resolves a dead owner's row (or our own abandoned one) by
+// fence.Recover's rules (a row of another host is refused there, by the
+// owner's rule, before any inspection).
+func (s *Store) RecoverAbandoned(ctx context.Context, ab fence.Reservation, insp fence.Inspector) (fence.RecoverResult, error) {
+	return fence.Recover(ctx, s, s.own, ab, insp)
+}
