@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"encoding/json"
-	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
 )
@@ -93,20 +92,20 @@ func (s *Store) RecordPostmortem(ctx context.Context, pm fence.Postmortem) error
 		if pm.ExitStatus != nil {
 			status = *pm.ExitStatus
 		}
+		// agent_pid stays at its default: the helper that records an end
+		// never ran an agent (it execs it; the exit is then tmux's).
 		t.exec(`INSERT INTO postmortems AS p (reservation_id, host, state_dir, session_id,
-			generation, helper_pid, helper_incarnation, agent_pid, exit_status, signal, utime_ns, stime_ns,
-			maxrss_kb, started_at, ended_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+			generation, helper_pid, helper_incarnation, exit_status, signal, started_at, ended_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 			ON CONFLICT (reservation_id) DO UPDATE SET
 			helper_pid = CASE WHEN excluded.helper_pid > 0 THEN excluded.helper_pid ELSE p.helper_pid END,
 			helper_incarnation = CASE WHEN excluded.helper_incarnation <> '' THEN excluded.helper_incarnation
 				ELSE p.helper_incarnation END,
-			agent_pid = excluded.agent_pid, exit_status = excluded.exit_status, signal = excluded.signal,
-			utime_ns = excluded.utime_ns, stime_ns = excluded.stime_ns, maxrss_kb = excluded.maxrss_kb,
+			exit_status = excluded.exit_status, signal = excluded.signal,
 			started_at = CASE WHEN excluded.started_at > 0 THEN excluded.started_at ELSE p.started_at END,
 			ended_at = excluded.ended_at`,
 			pm.ReservationID, s.host.Name, pm.Identity.StateDir, pm.Identity.SessionID, int64(pm.Generation),
-			pm.HelperPID, pm.HelperIncarnation, pm.AgentPID, status, pm.Signal, int64(pm.UserTime),
-			int64(pm.SystemTime), pm.MaxRSS, nanos(pm.StartedAt), nanos(pm.EndedAt))
+			pm.HelperPID, pm.HelperIncarnation, status, pm.Signal, nanos(pm.StartedAt), nanos(pm.EndedAt))
 		return nil
 	})
 }
@@ -133,14 +132,13 @@ func (s *Store) Postmortem(ctx context.Context, id fence.Identity, gen uint64) (
 	}
 	var pm fence.Postmortem
 	var status *int32
-	var g, utime, stime, started, ended int64
+	var g, started, ended int64
 	err = s.pool.QueryRow(ctx, `SELECT reservation_id, state_dir, session_id, generation, helper_pid,
-		helper_incarnation, agent_pid, exit_status, signal, utime_ns, stime_ns, maxrss_kb, started_at, ended_at,
-		cgroup FROM postmortems WHERE state_dir = $1 AND session_id = $2 AND generation = $3
+		helper_incarnation, agent_pid, exit_status, signal, started_at, ended_at, cgroup FROM postmortems
+		WHERE state_dir = $1 AND session_id = $2 AND generation = $3
 		ORDER BY started_at DESC LIMIT 1`, id.StateDir, id.SessionID, int64(gen)).Scan(
 		&pm.ReservationID, &pm.Identity.StateDir, &pm.Identity.SessionID, &g, &pm.HelperPID,
-		&pm.HelperIncarnation, &pm.AgentPID, &status, &pm.Signal, &utime, &stime, &pm.MaxRSS, &started, &ended,
-		&pm.Cgroup)
+		&pm.HelperIncarnation, &pm.AgentPID, &status, &pm.Signal, &started, &ended, &pm.Cgroup)
 	if _, ok, err := noRows(pm, err); err != nil || !ok {
 		return fence.Postmortem{}, false, s.dbErrOrNil("postmortem", err)
 	}
@@ -149,7 +147,6 @@ func (s *Store) Postmortem(ctx context.Context, id fence.Identity, gen uint64) (
 		pm.ExitStatus = &v
 	}
 	pm.Generation = uint64(g)
-	pm.UserTime, pm.SystemTime = time.Duration(utime), time.Duration(stime)
 	pm.StartedAt, pm.EndedAt = fromNanos(started), fromNanos(ended)
 	return pm, true, nil
 }

@@ -142,9 +142,6 @@ CREATE TABLE postmortems (
 	agent_pid          integer NOT NULL DEFAULT 0,
 	exit_status        integer,
 	signal             text    NOT NULL DEFAULT '',
-	utime_ns           bigint  NOT NULL DEFAULT 0,
-	stime_ns           bigint  NOT NULL DEFAULT 0,
-	maxrss_kb          bigint  NOT NULL DEFAULT 0,
 	started_at         bigint  NOT NULL,
 	ended_at           bigint  NOT NULL DEFAULT 0,
 	cgroup             text    NOT NULL DEFAULT ''
