@@ -90,6 +90,11 @@ type Session struct {
 	// ActivityAt is when the pane last produced output (whole seconds), nil
 	// (JSON null) when it has produced none.
 	ActivityAt *time.Time `json:"activity_at"`
+	// Host is the fleet host that runs the session (SKC_HOST). For a
+	// session of another host (shown from the fence's record), AttachHint is
+	// the command that attaches to it, to run on that host.
+	Host       string `json:"host"`
+	AttachHint string `json:"attach_hint,omitempty"`
 }
 
 // Create statuses (CONTRACT.md).

@@ -21,6 +21,10 @@ func printCreate(w io.Writer, res api.CreateResponse) {
 	s := res.Session
 	fmt.Fprintf(w, "%s: session %s (%s), generation %d, pane pid %d\n",
 		res.Status, printable(s.Name), s.ID, s.Generation, s.PanePID)
+	if s.AttachHint != "" {
+		fmt.Fprintf(w, "runs on host %s; attach there: %s\n", printable(s.Host), printable(s.AttachHint))
+		return
+	}
 	fmt.Fprintf(w, "attach: skc-supervisor attach %s\n", printable(s.Name))
 }
 
@@ -123,7 +127,10 @@ func printSession(w io.Writer, s *api.Session) {
 		{"label", printable(s.Label)},
 		{"pane_pid", strconv.Itoa(s.PanePID)}, {"pane_dead", strconv.FormatBool(s.PaneDead)},
 		{"attached", strconv.Itoa(s.Attached)}, {"created_at", s.CreatedAt.Format(time.RFC3339)},
-		{"activity_at", stampText(s.ActivityAt)},
+		{"activity_at", stampText(s.ActivityAt)}, {"host", cmp.Or(printable(s.Host), "-")},
+	}
+	if s.AttachHint != "" {
+		rows = append(rows, [2]string{"attach (on its host)", printable(s.AttachHint)})
 	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	for _, r := range rows {

@@ -1,0 +1,72 @@
+package integration
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestFleetRemoteSession: a session that host A runs is shown from host B
+// (by name and by identity, from the fence's record: host, attach hint, the
+// identity's verdicts), and every verb that acts on a session refuses it on
+// B with remote_session naming host-a (409, exit 1) — kill, restart,
+// screen, send, output, wait, attach — while it keeps running on A, where
+// the same verbs work.
+func TestFleetRemoteSession(t *testing.T) {
+	url := fleetDB(t)
+	a := NewHome(t).Start(t, DaemonOpts{Env: []string{"SKC_FENCE=" + url, "SKC_HOST=host-a"}})
+	b := NewHome(t).Start(t, DaemonOpts{Env: []string{"SKC_FENCE=" + url, "SKC_HOST=host-b"}})
+	spec := NewSpec(t, "fleet-remote")
+	sess := a.MustCreate(t, spec, "published")
+	ident := []string{"--state-dir", spec.StateDir, "--session-id", spec.SessionID}
+	for _, ref := range [][]string{{sess.Name}, ident} {
+		r := b.CLI(t, append([]string{"show", "--json"}, ref...)...)
+		var show struct {
+			Session  *Session         `json:"session"`
+			Verdicts []map[string]any `json:"verdicts"`
+		}
+		mustJSON(t, r, &show)
+		if r.Code != 0 || show.Session == nil || show.Session.Host != "host-a" || show.Session.Name != sess.Name ||
+			show.Session.AttachHint == "" || show.Session.Generation != sess.Generation || len(show.Verdicts) == 0 {
+			t.Fatalf("show %v on host-b: want host-a's session and its verdicts\n%s", ref, r)
+		}
+	}
+	refusals := [][]string{
+		{"kill", "--json", sess.Name},
+		append([]string{"kill", "--json"}, ident...),
+		{"restart", "--json", sess.Name},
+		append([]string{"restart", "--json"}, ident...),
+		{"screen", "--json", sess.Name},
+		{"send", "--json", sess.Name, "--", "hello"},
+		{"wait", "--json", sess.Name, "--exit", "--timeout", "30s"},
+		{"wait", "--json", sess.Name, "--idle", "1s", "--timeout", "30s"},
+	}
+	for _, args := range refusals {
+		ans := expectError(t, b.CLI(t, args...), 1, "error", "remote_session", "")
+		if ans.Error != nil && ans.Error.Details["host"] != "host-a" {
+			t.Errorf("%v: details %v, want host host-a", args, ans.Error.Details)
+		}
+	}
+	for _, args := range [][]string{{"output", sess.Name}, {"attach", sess.Name}} {
+		if r := b.CLI(t, args...); r.Code != 1 || !strings.Contains(r.Stderr, "remote_session") ||
+			!strings.Contains(r.Stderr, "host-a") {
+			t.Errorf("%v on host-b: want exit 1, remote_session naming host-a\n%s", args, r)
+		}
+	}
+	// Nothing happened to it: host-a still runs it and acts on it.
+	if l := a.List(t); len(l.Sessions) != 1 || l.Sessions[0].Name != sess.Name || l.Sessions[0].State != "running" ||
+		l.Sessions[0].Host != "host-a" {
+		t.Fatalf("host-a lists %+v", l.Sessions)
+	}
+	if r := a.CLI(t, "screen", "--json", sess.Name); r.Code != 0 {
+		t.Fatalf("screen on host-a\n%s", r)
+	}
+	if r := a.CLI(t, "kill", "--json", sess.Name); r.Code != 0 {
+		t.Fatalf("kill on host-a\n%s", r)
+	}
+	// Its generation ended: host-b may create the identity now.
+	if got := b.MustCreate(t, spec, "published"); got.Host != "host-b" {
+		t.Fatalf("host-b's session says host %q", got.Host)
+	}
+	a.Stop(t)
+	b.Stop(t)
+}
