@@ -194,6 +194,12 @@ func (c *Client) Fence(ctx context.Context) (FenceResponse, error) {
 	return out, c.get(ctx, http.MethodGet, "/v1/fence", nil, &out)
 }
 
+// Forget is `fence forget --host NAME`: POST /v1/fence/forget.
+func (c *Client) Forget(ctx context.Context, host string) (ForgetResponse, error) {
+	var out ForgetResponse
+	return out, c.get(ctx, http.MethodPost, "/v1/fence/forget", ForgetRequest{Host: host}, &out)
+}
+
 // Release is `fence release --reservation ID`: POST /v1/fence/release.
 func (c *Client) Release(ctx context.Context, resID string) (ReleaseResponse, error) {
 	var out ReleaseResponse

@@ -92,6 +92,11 @@ func (f *fakeService) Kill(ctx context.Context, ref Ref) (KillResponse, error) {
 		Outcome: "success", Verdict: "ended", Sequence: 9}}, err
 }
 
+func (f *fakeService) Forget(ctx context.Context, host string) (ForgetResponse, error) {
+	return ForgetResponse{Status: "forgotten", Host: host, Reservations: []json.RawMessage{}, Identities: []json.RawMessage{},
+		Verdict: verdict.Record{Verdict: verdict.VerdictReleased}}, nil
+}
+
 func (f *fakeService) Release(ctx context.Context, resID string) (ReleaseResponse, error) {
 	return ReleaseResponse{Status: "released", Verdict: verdict.Record{Verdict: verdict.VerdictReleased}}, nil
 }

@@ -157,6 +157,32 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, res)
 }
 
+// handleForget is POST /v1/fence/forget {"host": "…"}; the fence validates
+// the name (invalid_request, details.field host).
+func (s *Server) handleForget(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	var req ForgetRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, invalid("body", "want {\"host\": \"…\"}: %v", err))
+		return
+	}
+	if req.Host == "" {
+		writeError(w, invalid("host", "forget needs the name of the host that is gone"))
+		return
+	}
+	res, err := s.cfg.Service.Forget(r.Context(), req.Host)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
 func (s *Server) handlePing(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 }

@@ -279,3 +279,23 @@ func newRecorder() *recorder                    { return &recorder{hdr: http.Hea
 func (r *recorder) Header() http.Header         { return r.hdr }
 func (r *recorder) Write(b []byte) (int, error) { return r.body.Write(b) }
 func (r *recorder) WriteHeader(s int)           { r.status = s }
+
+// TestForgetEndpoint: POST /v1/fence/forget takes {"host"} strictly and
+// answers the service's forgotten rows and verdict.
+func TestForgetEndpoint(t *testing.T) {
+	h := start(t, os.Getuid())
+	for _, c := range []struct{ name, body, field string }{
+		{"no host", `{}`, "host"},
+		{"empty host", `{"host":""}`, "host"},
+		{"unknown field", `{"host":"a","bogus":1}`, "body"},
+		{"wrong type", `{"host":1}`, "body"},
+		{"empty", ``, "body"},
+	} {
+		st, b := h.raw(t, "POST", "/v1/fence/forget", c.body, nil)
+		wantErr(t, st, b, 400, "invalid", verdict.CodeInvalidRequest, c.field)
+	}
+	st, b := h.raw(t, "POST", "/v1/fence/forget", `{"host":"host-a"}`, nil)
+	if st != 200 || !strings.Contains(string(b), `"status":"forgotten","host":"host-a","reservations":[],"identities":[],"verdict":{`) {
+		t.Fatalf("forget: %d %s", st, b)
+	}
+}

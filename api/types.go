@@ -157,6 +157,22 @@ type ReleaseResponse struct {
 	Verdict verdict.Record `json:"verdict"`
 }
 
+// ForgetRequest is the body of POST /v1/fence/forget (`fence forget`).
+type ForgetRequest struct {
+	Host string `json:"host"`
+}
+
+// ForgetResponse answers POST /v1/fence/forget: what was cleared of the host
+// (the fence's reservation rows and published generations, as `fence --json`
+// shows them) and the one released verdict.
+type ForgetResponse struct {
+	Status       string            `json:"status"` // forgotten
+	Host         string            `json:"host"`
+	Reservations []json.RawMessage `json:"reservations"`
+	Identities   []json.RawMessage `json:"identities"`
+	Verdict      verdict.Record    `json:"verdict"`
+}
+
 // Info answers GET /v1/info.
 type Info struct {
 	Version   string    `json:"version"`
@@ -190,6 +206,9 @@ type Service interface {
 	// Release clears a reservation row or a stopping generation that cannot
 	// be proven dead or gone (`fence release --reservation ID`).
 	Release(ctx context.Context, resID string) (ReleaseResponse, error)
+	// Forget clears every row and running generation of a host that is gone
+	// for good (`fence forget --host NAME`).
+	Forget(ctx context.Context, host string) (ForgetResponse, error)
 	// VerdictsSince returns up to limit records with sequence > after, oldest
 	// first.
 	VerdictsSince(ctx context.Context, after int64, limit int) ([]verdict.Record, error)

@@ -1,7 +1,9 @@
 package integration
 
 import (
+	"encoding/json"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -68,5 +70,52 @@ func TestFleetRemoteSession(t *testing.T) {
 		t.Fatalf("host-b's session says host %q", got.Host)
 	}
 	a.Stop(t)
+	b.Stop(t)
+}
+
+// TestFleetForgetHost: host A dies for good (its daemon and tmux server
+// SIGKILLed) while it runs an identity: host B answers existing with A's
+// session and cannot create it, until an operator on B runs `fence forget
+// --host host-a`: then B creates it, and B's verdicts hold the one released
+// verdict (reason host_forgotten) naming A's generation. B cannot forget
+// itself (exit 2) and a host with nothing is not_found (exit 4).
+func TestFleetForgetHost(t *testing.T) {
+	url := fleetDB(t)
+	ha := NewHome(t)
+	a := ha.Start(t, DaemonOpts{Env: []string{"SKC_FENCE=" + url, "SKC_HOST=host-a"}})
+	b := NewHome(t).Start(t, DaemonOpts{Env: []string{"SKC_FENCE=" + url, "SKC_HOST=host-b"}})
+	spec := NewSpec(t, "fleet-forget")
+	sess := a.MustCreate(t, spec, "published")
+	server := a.List(t).Census.ServerPID
+	a.Kill(t)
+	if err := syscall.Kill(server, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.MustCreate(t, spec, "existing"); got.Host != "host-a" || got.Name != sess.Name {
+		t.Fatalf("host-b before the forget: %+v", got)
+	}
+	expectError(t, b.CLI(t, "fence", "forget", "--json", "--host", "host-b"), 2, "invalid", "invalid_request", "host")
+	expectError(t, b.CLI(t, "fence", "forget", "--json", "--host", "host-z"), 4, "error", "not_found", "")
+	expectError(t, b.CLI(t, "fence", "forget", "--json"), 2, "invalid", "invalid_request", "host")
+	r := b.CLI(t, "fence", "forget", "--json", "--host", "host-a")
+	var fg struct {
+		Status     string            `json:"status"`
+		Host       string            `json:"host"`
+		Identities []json.RawMessage `json:"identities"`
+		Verdict    Verdict           `json:"verdict"`
+	}
+	mustJSON(t, r, &fg)
+	if r.Code != 0 || fg.Status != "forgotten" || fg.Host != "host-a" || len(fg.Identities) != 1 ||
+		fg.Verdict.SKC.Verdict != "released" || fg.Verdict.Event.Reason != "host_forgotten" {
+		t.Fatalf("fence forget --host host-a\n%s", r)
+	}
+	nb := b.MustCreate(t, spec, "published")
+	if nb.Host != "host-b" || nb.Generation != sess.Generation+1 {
+		t.Fatalf("host-b's create after the forget: %+v (host-a's was generation %d)", nb, sess.Generation)
+	}
+	v := b.WaitVerdict(t, "host-b's forget verdict", func(v Verdict) bool { return v.Event.Reason == "host_forgotten" })
+	if v.SKC.Verdict != "released" {
+		t.Fatalf("forget verdict %s", v)
+	}
 	b.Stop(t)
 }

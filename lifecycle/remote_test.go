@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/fence/sqlite"
@@ -105,5 +106,38 @@ func TestRemoteSessionShownNotActedOn(t *testing.T) {
 	}
 	if after := len(e.verdicts(id)); after != before {
 		t.Fatalf("refusals wrote verdicts: %d then %d", before, after)
+	}
+}
+
+// TestForgetHostFreesItsIdentities: on the SQLite fence too, `fence forget`
+// of a host that is gone clears its running generation with one released
+// verdict (reason host_forgotten) in the journal, after which the identity
+// is created here. This host is refused, and forgetting it again finds
+// nothing.
+func TestForgetHostFreesItsIdentities(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	ctx := context.Background()
+	id, pub := e.publishOn(t, "host-gone", "stuck")
+	_, _, err := e.m.ForgetHost(ctx, e.m.host.Name)
+	if ve := verdict.AsError(err); ve == nil || ve.Code != verdict.CodeInvalidRequest || ve.Details["field"] != "host" {
+		t.Fatalf("forget this host: %v", err)
+	}
+	fg, rec, err := e.m.ForgetHost(ctx, "host-gone")
+	if err != nil || len(fg.Published) != 1 || fg.Published[0].Generation != pub.Generation ||
+		rec.Reason != verdict.ReasonHostForgotten || rec.Verdict != verdict.VerdictReleased || rec.Sequence == 0 {
+		t.Fatalf("forget: %+v %+v %v", fg, rec, err)
+	}
+	recs, err := e.store.VerdictsSince(ctx, rec.Sequence-1, 0)
+	if err != nil || len(recs) != 1 || recs[0].Evidence["host"] != "host-gone" {
+		t.Fatalf("the forget's verdict in the journal: %+v %v", recs, err)
+	}
+	if _, _, err := e.m.ForgetHost(ctx, "host-gone"); verdict.CodeOf(err) != verdict.CodeNotFound {
+		t.Fatalf("forget again: %v", err)
+	}
+	_, spec := e.identity("stuck")
+	res, err := e.m.Create(ctx, CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	if err != nil || res.Status != verdict.VerdictPublished || res.Session.Generation != pub.Generation+1 ||
+		res.Session.Host != e.m.host.Name {
+		t.Fatalf("create after the forget: %+v %v", res, err)
 	}
 }

@@ -142,6 +142,31 @@ func (s *Service) Fence(ctx context.Context) (api.FenceResponse, error) {
 	return out, nil
 }
 
+// Forget is `fence forget --host NAME`.
+func (s *Service) Forget(ctx context.Context, host string) (api.ForgetResponse, error) {
+	fg, rec, err := s.Manager.ForgetHost(ctx, host)
+	if err != nil {
+		return api.ForgetResponse{}, err
+	}
+	out := api.ForgetResponse{Status: "forgotten", Host: fg.Host, Verdict: rec,
+		Reservations: make([]json.RawMessage, 0, len(fg.Reservations)), Identities: make([]json.RawMessage, 0, len(fg.Published))}
+	for _, r := range fg.Reservations {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return api.ForgetResponse{}, verdict.Errorf(verdict.CodeInternal, nil, "encode reservation: %w", err)
+		}
+		out.Reservations = append(out.Reservations, b)
+	}
+	for _, p := range fg.Published {
+		b, err := json.Marshal(p)
+		if err != nil {
+			return api.ForgetResponse{}, verdict.Errorf(verdict.CodeInternal, nil, "encode identity: %w", err)
+		}
+		out.Identities = append(out.Identities, b)
+	}
+	return out, nil
+}
+
 // VerdictsSince reads the journal.
 func (s *Service) VerdictsSince(ctx context.Context, after int64, limit int) ([]verdict.Record, error) {
 	return s.Store.VerdictsSince(ctx, after, limit)

@@ -75,7 +75,7 @@ var usages = map[string]string{
 	"output":   "output NAME [--follow]",
 	"wait":     "wait NAME (--exit | --idle DURATION | --text STRING) [--timeout DURATION] [--json]",
 	"verdicts": "verdicts [--since SEQ] [--follow]",
-	"fence":    "fence [--json] | fence release --reservation ID [--json]",
+	"fence":    "fence [--json] | fence release --reservation ID [--json] | fence forget --host NAME [--json]",
 	"tmuxctl":  "tmuxctl decode",
 	"doctor":   "doctor [--json]",
 	"version":  "version [--json]",

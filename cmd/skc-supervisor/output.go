@@ -168,6 +168,18 @@ func printRelease(w io.Writer, res api.ReleaseResponse) {
 	fmt.Fprintf(w, "released: %s\n", verdictLine(res.Verdict))
 }
 
+func printForget(w io.Writer, res api.ForgetResponse) {
+	fmt.Fprintf(w, "forgot host %s: %d reservation row(s), %d running generation(s)\n",
+		printable(res.Host), len(res.Reservations), len(res.Identities))
+	for _, r := range res.Reservations {
+		fmt.Fprintf(w, "  row %s\n", summary(r, "state_dir", "session_id", "reservation_id", "phase"))
+	}
+	for _, r := range res.Identities {
+		fmt.Fprintf(w, "  generation %s\n", summary(r, "state_dir", "session_id", "generation", "session_name"))
+	}
+	fmt.Fprintf(w, "released: %s\n", verdictLine(res.Verdict))
+}
+
 func printFence(w io.Writer, res api.FenceResponse) {
 	fmt.Fprintf(w, "reservations (%d):\n", len(res.Reservations))
 	for _, r := range res.Reservations {

@@ -231,6 +231,9 @@ func runFence(cli *CLI, args []string) int {
 	if len(args) > 0 && args[0] == "release" {
 		return runFenceRelease(cli, args[1:])
 	}
+	if len(args) > 0 && args[0] == "forget" {
+		return runFenceForget(cli, args[1:])
+	}
 	var o opts
 	fs := newFlags("fence", &o, true)
 	if err := parseNoArgs(fs, args); err != nil {
@@ -303,6 +306,25 @@ func runFenceRelease(cli *CLI, args []string) int {
 	}
 	return respond(cli, o, func(c *api.Client) (api.ReleaseResponse, error) { return c.Release(cli.ctx, *resID) },
 		func(res api.ReleaseResponse) { printRelease(cli.stdout, res) })
+}
+
+// runFenceForget is `fence forget --host NAME`: the operator's escape for a
+// host that is gone for good — every row and running generation of it is
+// cleared, with one verdict, so its identities can be created elsewhere. The
+// daemon refuses its own host.
+func runFenceForget(cli *CLI, args []string) int {
+	var o opts
+	fs := newFlags("fence forget", &o, true)
+	host := fs.String("host", "", "")
+	if err := parseNoArgs(fs, args); err != nil {
+		return cli.fail(o, err)
+	}
+	if *host == "" {
+		return cli.fail(o, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "host"},
+			"fence forget needs --host NAME (the host that is gone for good)"))
+	}
+	return respond(cli, o, func(c *api.Client) (api.ForgetResponse, error) { return c.Forget(cli.ctx, *host) },
+		func(res api.ForgetResponse) { printForget(cli.stdout, res) })
 }
 
 // createRestartFlags are create's restart policy flags: --restart,
