@@ -108,6 +108,31 @@ func (f *fakeService) Fence(ctx context.Context) (FenceResponse, error) {
 	return FenceResponse{Identities: []json.RawMessage{json.RawMessage(`{"state_dir":"/s","session_id":"a","generation":1,"session_name":"skc-a"}`)}}, nil
 }
 
+func (f *fakeService) ListFleet(ctx context.Context) (ListResponse, error) {
+	res, err := f.List(ctx)
+	if err == nil {
+		remote := sessionFor(CreateSpec{SessionID: "r", StateDir: "/s"})
+		remote.Name, remote.Host, remote.AttachHint = "skc-r", "host-a", "skc-supervisor attach 'skc-r'"
+		res.Sessions = append(res.Sessions, remote)
+	}
+	return res, err
+}
+
+// FleetVerdictsSince is VerdictsSince with every sequence above 1000 (the
+// other hosts'), so a test tells which journal answered.
+func (f *fakeService) FleetVerdictsSince(ctx context.Context, after int64, limit int) ([]verdict.Record, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []verdict.Record
+	for _, r := range f.records {
+		r.Sequence += 1000
+		if r.Sequence > after && len(out) < limit {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
 func (f *fakeService) VerdictsSince(ctx context.Context, after int64, limit int) ([]verdict.Record, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -197,6 +197,9 @@ type EncodedReads interface {
 type Service interface {
 	Create(ctx context.Context, spec CreateSpec) (CreateResponse, error)
 	List(ctx context.Context) (ListResponse, error)
+	// ListFleet is `ls --fleet`: List and every other host's running
+	// sessions, from the fence.
+	ListFleet(ctx context.Context) (ListResponse, error)
 	Show(ctx context.Context, ref Ref) (ShowResponse, error)
 	Kill(ctx context.Context, ref Ref) (KillResponse, error)
 	// Restart ends the running generation (the proven stop) and starts the
@@ -212,6 +215,9 @@ type Service interface {
 	// VerdictsSince returns up to limit records with sequence > after, oldest
 	// first.
 	VerdictsSince(ctx context.Context, after int64, limit int) ([]verdict.Record, error)
+	// FleetVerdictsSince is VerdictsSince over every host's verdicts, in the
+	// fleet-wide sequence (`verdicts --fleet`).
+	FleetVerdictsSince(ctx context.Context, after int64, limit int) ([]verdict.Record, error)
 	// SubscribeVerdicts delivers records emitted from now on (it may also
 	// deliver older ones; the handler drops duplicates by sequence). cancel
 	// releases the subscription.

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -118,4 +119,69 @@ func TestFleetForgetHost(t *testing.T) {
 		t.Fatalf("forget verdict %s", v)
 	}
 	b.Stop(t)
+}
+
+// TestFleetListAndVerdicts: three hosts on one PostgreSQL fence, one session
+// on each of A and B. `ls --fleet` on any host lists both (each with its
+// host; the other host's with an attach hint), plain `ls` only its own;
+// `verdicts --fleet` reads every host's verdicts in the fleet-wide order,
+// plain `verdicts` only this host's.
+func TestFleetListAndVerdicts(t *testing.T) {
+	url := fleetDB(t)
+	var hosts []*Daemon
+	for _, name := range []string{"host-a", "host-b", "host-c"} {
+		hosts = append(hosts, NewHome(t).Start(t, DaemonOpts{Env: []string{"SKC_FENCE=" + url, "SKC_HOST=" + name}}))
+	}
+	a, b, c := hosts[0], hosts[1], hosts[2]
+	sa := a.MustCreate(t, NewSpec(t, "fleet-ls-a"), "published")
+	sb := b.MustCreate(t, NewSpec(t, "fleet-ls-b"), "published")
+	want := map[string]string{sa.Name: "host-a", sb.Name: "host-b"}
+	for i, d := range hosts {
+		var l List
+		mustJSON(t, d.CLI(t, "ls", "--fleet", "--json"), &l)
+		got := map[string]string{}
+		for _, s := range l.Sessions {
+			got[s.Name] = s.Host
+			local := s.Host == []string{"host-a", "host-b", "host-c"}[i]
+			if local == (s.AttachHint != "") {
+				t.Errorf("host %d: session %s of %s has attach hint %q", i, s.Name, s.Host, s.AttachHint)
+			}
+		}
+		if len(got) != 2 || got[sa.Name] != want[sa.Name] || got[sb.Name] != want[sb.Name] {
+			t.Errorf("ls --fleet on host %d: %v, want %v", i, got, want)
+		}
+	}
+	if l := c.List(t); len(l.Sessions) != 0 {
+		t.Errorf("plain ls on host-c: %+v", l.Sessions)
+	}
+	if r := c.CLI(t, "ls", "--fleet"); r.Code != 0 || !strings.Contains(r.Stdout, "HOST") ||
+		!strings.Contains(r.Stdout, "host-a") || !strings.Contains(r.Stdout, "host-b") {
+		t.Errorf("ls --fleet text\n%s", r)
+	}
+	r := c.CLI(t, "verdicts", "--fleet")
+	fleet := parseVerdicts(t, r.Stdout)
+	names := map[string]bool{}
+	for i, v := range fleet {
+		if i > 0 && v.Event.Sequence <= fleet[i-1].Event.Sequence {
+			t.Errorf("verdicts --fleet out of order: %d after %d", v.Event.Sequence, fleet[i-1].Event.Sequence)
+		}
+		if v.SKC.Verdict == "published" {
+			names[v.SessionName()] = true
+		}
+	}
+	if r.Code != 0 || !names[sa.Name] || !names[sb.Name] {
+		t.Errorf("verdicts --fleet on host-c lacks a host's published verdict\n%s", r)
+	}
+	for _, v := range parseVerdicts(t, a.CLI(t, "verdicts").Stdout) {
+		if v.SKC.Verdict == "published" && v.SessionName() != sa.Name {
+			t.Errorf("plain verdicts on host-a shows %s", v.SessionName())
+		}
+	}
+	if r := a.CLI(t, "verdicts", "--fleet", "--since", strconv.FormatInt(fleet[len(fleet)-1].Event.Sequence, 10)); r.Code != 0 ||
+		strings.TrimSpace(r.Stdout) != "" {
+		t.Errorf("verdicts --fleet --since the last\n%s", r)
+	}
+	for _, d := range hosts {
+		d.Stop(t)
+	}
 }

@@ -1,7 +1,10 @@
 package lifecycle
 
 import (
+	"cmp"
 	"context"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
@@ -83,4 +86,30 @@ func (m *Manager) existingElsewhere(ctx context.Context, req CreateRequest, pub 
 	rec.Evidence["host"] = pub.Host
 	m.emit(ctx, rec)
 	return &CreateResult{Status: verdict.VerdictExisting, Session: remoteView(pub)}
+}
+
+// ListFleet is `ls --fleet`: List (this host's sessions, from its census)
+// followed by the running generations of every other host of the fleet, from
+// the fence's records (remoteView), ordered by host then session name. With
+// an SQLite fence the fleet is this host: it lists what List does.
+func (m *Manager) ListFleet(ctx context.Context) (ListResult, error) {
+	out, err := m.List(ctx)
+	if err != nil {
+		return ListResult{}, err
+	}
+	all, err := m.fence.FleetIdentities(ctx)
+	if err != nil {
+		return ListResult{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
+	}
+	var remote []View
+	for i := range all {
+		if p := &all[i]; !p.Ended && m.remote(p) && !m.inThisLife(p) {
+			remote = append(remote, remoteView(*p))
+		}
+	}
+	slices.SortFunc(remote, func(a, b View) int {
+		return cmp.Or(strings.Compare(a.Host, b.Host), strings.Compare(a.Name, b.Name))
+	})
+	out.Sessions = append(out.Sessions, remote...)
+	return out, nil
 }

@@ -77,6 +77,14 @@ func TestRemoteSessionShownNotActedOn(t *testing.T) {
 			t.Fatalf("show --json %+v: %s %v", ref, b, err)
 		}
 	}
+	if l, err := e.m.List(ctx); err != nil || len(l.Sessions) != 1 || l.Sessions[0].Name != local.Session.Name {
+		t.Fatalf("ls: %+v %v, want the local session only", l.Sessions, err)
+	}
+	l, err := e.m.ListFleet(ctx)
+	if err != nil || len(l.Sessions) != 2 || l.Sessions[0].Host != e.m.host.Name ||
+		l.Sessions[1].Name != pub.SessionName || l.Sessions[1].Host != "host-elsewhere" {
+		t.Fatalf("ls --fleet: %+v %v", l.Sessions, err)
+	}
 	before := len(e.verdicts(id))
 	acts := map[string]func(Ref) error{
 		"kill":    func(r Ref) error { _, err := e.m.Kill(ctx, r); return err },

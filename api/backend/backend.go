@@ -45,7 +45,15 @@ func (s *Service) Create(ctx context.Context, spec api.CreateSpec) (api.CreateRe
 
 // List lists the supervised server's sessions.
 func (s *Service) List(ctx context.Context) (api.ListResponse, error) {
-	res, err := s.Manager.List(ctx)
+	return listResponse(s.Manager.List(ctx))
+}
+
+// ListFleet is `ls --fleet` (lifecycle.Manager.ListFleet).
+func (s *Service) ListFleet(ctx context.Context) (api.ListResponse, error) {
+	return listResponse(s.Manager.ListFleet(ctx))
+}
+
+func listResponse(res lifecycle.ListResult, err error) (api.ListResponse, error) {
 	if err != nil {
 		return api.ListResponse{}, err
 	}
@@ -165,6 +173,12 @@ func (s *Service) Forget(ctx context.Context, host string) (api.ForgetResponse, 
 		out.Identities = append(out.Identities, b)
 	}
 	return out, nil
+}
+
+// FleetVerdictsSince reads the fleet's journal (the fence's; on SQLite,
+// this host's).
+func (s *Service) FleetVerdictsSince(ctx context.Context, after int64, limit int) ([]verdict.Record, error) {
+	return s.Store.FleetVerdictsSince(ctx, after, limit)
 }
 
 // VerdictsSince reads the journal.

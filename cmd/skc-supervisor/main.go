@@ -65,7 +65,7 @@ var verbs = map[string]verb{
 var usages = map[string]string{
 	"serve":    "serve [--wire-log FILE] [--host-name NAME] [--fence URL]",
 	"create":   "create --state-dir DIR --session-id ID [--state-file FILE] [--cwd DIR] [--env KEY=VALUE]... [--label TEXT] [--wait DURATION] [--stop-timeout DURATION] [--restart never|on-failure|always] [--resume-arg ARG]... [--restart-delay DURATION] [--restart-burst N] [--restart-interval DURATION] [--json] -- COMMAND [ARG]...",
-	"ls":       "ls [--json]",
+	"ls":       "ls [--fleet] [--json]",
 	"show":     "show (NAME | --state-dir DIR --session-id ID) [--json]",
 	"kill":     "kill (NAME | --state-dir DIR --session-id ID) [--json]",
 	"restart":  "restart (NAME | --state-dir DIR --session-id ID) [--json]",
@@ -74,7 +74,7 @@ var usages = map[string]string{
 	"send":     "send NAME [--enter] [--key KEY]... [--json] [-- TEXT]",
 	"output":   "output NAME [--follow]",
 	"wait":     "wait NAME (--exit | --idle DURATION | --text STRING) [--timeout DURATION] [--json]",
-	"verdicts": "verdicts [--since SEQ] [--follow]",
+	"verdicts": "verdicts [--since SEQ] [--follow] [--fleet]",
 	"fence":    "fence [--json] | fence release --reservation ID [--json] | fence forget --host NAME [--json]",
 	"tmuxctl":  "tmuxctl decode",
 	"doctor":   "doctor [--json]",

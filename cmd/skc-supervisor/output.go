@@ -55,6 +55,30 @@ func printList(w io.Writer, res api.ListResponse) {
 	fmt.Fprintf(w, "%d session(s) on tmux %s, server pid %d\n", len(res.Sessions), c.TmuxVersion, c.ServerPID)
 }
 
+// printFleetList is `ls --fleet`: every host's sessions, HOST first. Other
+// hosts' sessions come from the fence's records: their pane, clients and
+// activity are not known here.
+func printFleetList(w io.Writer, res api.ListResponse) {
+	if !res.Census.Synced {
+		fmt.Fprintln(w, "census: not synced yet (this host's part may be incomplete)")
+	}
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "HOST\tNAME\tID\tGEN\tSTATE\tIDENTITY\tLABEL")
+	now := time.Now()
+	hosts := map[string]bool{}
+	for _, s := range res.Sessions {
+		ident := "-"
+		if s.Managed {
+			ident = printable(s.StateDir) + " " + printable(s.SessionID)
+		}
+		hosts[s.Host] = true
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", cmp.Or(printable(s.Host), "-"), printable(s.Name), s.ID,
+			s.Generation, stateText(now, s), ident, printable(s.Label))
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "%d session(s) on %d host(s)\n", len(res.Sessions), len(hosts))
+}
+
 // stateText is the STATE column: the state, and when the next start is due
 // while it waits out a delay.
 func stateText(now time.Time, s api.Session) string {

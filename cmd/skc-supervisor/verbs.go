@@ -184,8 +184,13 @@ func refArgs(name string, args []string, withJSON bool) (opts, api.Ref, error) {
 func runList(cli *CLI, args []string) int {
 	var o opts
 	fs := newFlags("ls", &o, true)
+	fleet := fs.Bool("fleet", false, "")
 	if err := parseNoArgs(fs, args); err != nil {
 		return cli.fail(o, err)
+	}
+	if *fleet {
+		return respond(cli, o, func(c *api.Client) (api.ListResponse, error) { return c.ListFleet(cli.ctx) },
+			func(res api.ListResponse) { printFleetList(cli.stdout, res) })
 	}
 	return respond(cli, o, func(c *api.Client) (api.ListResponse, error) { return c.List(cli.ctx) },
 		func(res api.ListResponse) { printList(cli.stdout, res) })
@@ -248,6 +253,7 @@ func runVerdicts(cli *CLI, args []string) int {
 	fs := newFlags("verdicts", &o, true)
 	since := fs.Int64("since", 0, "")
 	follow := fs.Bool("follow", false, "")
+	fleet := fs.Bool("fleet", false, "")
 	if err := parseNoArgs(fs, args); err != nil {
 		return cli.fail(o, err)
 	}
@@ -260,7 +266,11 @@ func runVerdicts(cli *CLI, args []string) int {
 		return cli.fail(o, err)
 	}
 	defer c.Close()
-	err = c.Verdicts(cli.ctx, *since, *follow, func(line []byte) error {
+	read := c.Verdicts
+	if *fleet {
+		read = c.FleetVerdicts
+	}
+	err = read(cli.ctx, *since, *follow, func(line []byte) error {
 		_, err := cli.stdout.Write(append(line, '\n'))
 		return err
 	})
