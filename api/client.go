@@ -161,6 +161,13 @@ func (c *Client) List(ctx context.Context) (ListResponse, error) {
 	return out, c.get(ctx, http.MethodGet, "/v1/sessions", nil, &out)
 }
 
+// ListFleet lists this host's sessions and every other host's running ones
+// (`ls --fleet`).
+func (c *Client) ListFleet(ctx context.Context) (ListResponse, error) {
+	var out ListResponse
+	return out, c.get(ctx, http.MethodGet, "/v1/sessions?fleet=1", nil, &out)
+}
+
 // Show describes one session.
 func (c *Client) Show(ctx context.Context, ref Ref) (ShowResponse, error) {
 	var out ShowResponse
@@ -194,6 +201,12 @@ func (c *Client) Fence(ctx context.Context) (FenceResponse, error) {
 	return out, c.get(ctx, http.MethodGet, "/v1/fence", nil, &out)
 }
 
+// Forget is `fence forget --host NAME`: POST /v1/fence/forget.
+func (c *Client) Forget(ctx context.Context, host string) (ForgetResponse, error) {
+	var out ForgetResponse
+	return out, c.get(ctx, http.MethodPost, "/v1/fence/forget", ForgetRequest{Host: host}, &out)
+}
+
 // Release is `fence release --reservation ID`: POST /v1/fence/release.
 func (c *Client) Release(ctx context.Context, resID string) (ReleaseResponse, error) {
 	var out ReleaseResponse
@@ -214,10 +227,27 @@ func RefPath(ref Ref) string {
 // oldest first. With follow it keeps streaming until ctx is done (then it
 // returns nil) or the daemon goes away (daemon_unreachable).
 func (c *Client) Verdicts(ctx context.Context, since int64, follow bool, fn func(line []byte) error) error {
+	return c.verdicts(ctx, verdictsPath(since, follow, false), follow, fn)
+}
+
+// FleetVerdicts is Verdicts over the fleet's journal (`verdicts --fleet`):
+// every host's verdicts, in the fleet-wide sequence.
+func (c *Client) FleetVerdicts(ctx context.Context, since int64, follow bool, fn func(line []byte) error) error {
+	return c.verdicts(ctx, verdictsPath(since, follow, true), follow, fn)
+}
+
+func verdictsPath(since int64, follow, fleet bool) string {
 	path := "/v1/verdicts?since=" + strconv.FormatInt(since, 10)
 	if follow {
 		path += "&follow=1"
 	}
+	if fleet {
+		path += "&fleet=1"
+	}
+	return path
+}
+
+func (c *Client) verdicts(ctx context.Context, path string, follow bool, fn func(line []byte) error) error {
 	resp, err := c.send(ctx, http.MethodGet, path, nil)
 	if err != nil {
 		if ctx.Err() != nil && follow {

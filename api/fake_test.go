@@ -92,6 +92,11 @@ func (f *fakeService) Kill(ctx context.Context, ref Ref) (KillResponse, error) {
 		Outcome: "success", Verdict: "ended", Sequence: 9}}, err
 }
 
+func (f *fakeService) Forget(ctx context.Context, host string) (ForgetResponse, error) {
+	return ForgetResponse{Status: "forgotten", Host: host, Reservations: []json.RawMessage{}, Identities: []json.RawMessage{},
+		Verdict: verdict.Record{Verdict: verdict.VerdictReleased}}, nil
+}
+
 func (f *fakeService) Release(ctx context.Context, resID string) (ReleaseResponse, error) {
 	return ReleaseResponse{Status: "released", Verdict: verdict.Record{Verdict: verdict.VerdictReleased}}, nil
 }
@@ -101,6 +106,31 @@ func (f *fakeService) Fence(ctx context.Context) (FenceResponse, error) {
 		return FenceResponse{}, f.err
 	}
 	return FenceResponse{Identities: []json.RawMessage{json.RawMessage(`{"state_dir":"/s","session_id":"a","generation":1,"session_name":"skc-a"}`)}}, nil
+}
+
+func (f *fakeService) ListFleet(ctx context.Context) (ListResponse, error) {
+	res, err := f.List(ctx)
+	if err == nil {
+		remote := sessionFor(CreateSpec{SessionID: "r", StateDir: "/s"})
+		remote.Name, remote.Host, remote.AttachHint = "skc-r", "host-a", "skc-supervisor attach 'skc-r'"
+		res.Sessions = append(res.Sessions, remote)
+	}
+	return res, err
+}
+
+// FleetVerdictsSince is VerdictsSince with every sequence above 1000 (the
+// other hosts'), so a test tells which journal answered.
+func (f *fakeService) FleetVerdictsSince(ctx context.Context, after int64, limit int) ([]verdict.Record, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []verdict.Record
+	for _, r := range f.records {
+		r.Sequence += 1000
+		if r.Sequence > after && len(out) < limit {
+			out = append(out, r)
+		}
+	}
+	return out, nil
 }
 
 func (f *fakeService) VerdictsSince(ctx context.Context, after int64, limit int) ([]verdict.Record, error) {

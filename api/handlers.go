@@ -40,6 +40,23 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
+	fleet, err := queryFlag(r, "fleet")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if fleet {
+		res, err := s.cfg.Service.ListFleet(r.Context())
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		if res.Sessions == nil {
+			res.Sessions = []Session{}
+		}
+		writeJSON(w, http.StatusOK, res)
+		return
+	}
 	if enc, ok := s.cfg.Service.(EncodedReads); ok {
 		writeEncoded(w, func(dst []byte) ([]byte, error) { return enc.AppendListJSON(r.Context(), dst) })
 		return
@@ -157,6 +174,32 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, res)
 }
 
+// handleForget is POST /v1/fence/forget {"host": "…"}; the fence validates
+// the name (invalid_request, details.field host).
+func (s *Server) handleForget(w http.ResponseWriter, r *http.Request) {
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	var req ForgetRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, invalid("body", "want {\"host\": \"…\"}: %v", err))
+		return
+	}
+	if req.Host == "" {
+		writeError(w, invalid("host", "forget needs the name of the host that is gone"))
+		return
+	}
+	res, err := s.cfg.Service.Forget(r.Context(), req.Host)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
 func (s *Server) handlePing(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 }
@@ -188,14 +231,20 @@ func parseSince(r *http.Request) (since int64, follow bool, err error) {
 			return 0, false, invalid("since", "must be a sequence number >= 0, got %q", v)
 		}
 	}
-	switch q.Get("follow") {
+	follow, err = queryFlag(r, "follow")
+	return since, follow, err
+}
+
+// queryFlag reads the boolean query parameter name: 1/true, 0/false or
+// absent.
+func queryFlag(r *http.Request, name string) (bool, error) {
+	switch r.URL.Query().Get(name) {
 	case "", "0", "false":
+		return false, nil
 	case "1", "true":
-		follow = true
-	default:
-		return 0, false, invalid("follow", "must be 1 or 0")
+		return true, nil
 	}
-	return since, follow, nil
+	return false, invalid(name, "must be 1 or 0")
 }
 
 // readBody reads a request body (already capped by the server's MaxBytesReader):

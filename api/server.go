@@ -78,6 +78,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/verdicts", s.handleVerdicts)
 	mux.HandleFunc("GET /v1/fence", s.handleFence)
 	mux.HandleFunc("POST /v1/fence/release", s.handleRelease)
+	mux.HandleFunc("POST /v1/fence/forget", s.handleForget)
 	mux.HandleFunc("GET /v1/ping", s.handlePing)
 	mux.HandleFunc("GET /v1/info", s.handleInfo)
 	mux.HandleFunc("GET /metrics", s.handleMetrics)

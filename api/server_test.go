@@ -279,3 +279,65 @@ func newRecorder() *recorder                    { return &recorder{hdr: http.Hea
 func (r *recorder) Header() http.Header         { return r.hdr }
 func (r *recorder) Write(b []byte) (int, error) { return r.body.Write(b) }
 func (r *recorder) WriteHeader(s int)           { r.status = s }
+
+// TestForgetEndpoint: POST /v1/fence/forget takes {"host"} strictly and
+// answers the service's forgotten rows and verdict.
+func TestForgetEndpoint(t *testing.T) {
+	h := start(t, os.Getuid())
+	for _, c := range []struct{ name, body, field string }{
+		{"no host", `{}`, "host"},
+		{"empty host", `{"host":""}`, "host"},
+		{"unknown field", `{"host":"a","bogus":1}`, "body"},
+		{"wrong type", `{"host":1}`, "body"},
+		{"empty", ``, "body"},
+	} {
+		st, b := h.raw(t, "POST", "/v1/fence/forget", c.body, nil)
+		wantErr(t, st, b, 400, "invalid", verdict.CodeInvalidRequest, c.field)
+	}
+	st, b := h.raw(t, "POST", "/v1/fence/forget", `{"host":"host-a"}`, nil)
+	if st != 200 || !strings.Contains(string(b), `"status":"forgotten","host":"host-a","reservations":[],"identities":[],"verdict":{`) {
+		t.Fatalf("forget: %d %s", st, b)
+	}
+}
+
+// TestFleetQueries: ?fleet=1 lists every host's sessions (ListFleet) and
+// reads the fleet's journal (FleetVerdictsSince), also as a follow that
+// polls it; a bad value is invalid_request naming fleet.
+func TestFleetQueries(t *testing.T) {
+	h := start(t, os.Getuid())
+	st, b := h.raw(t, "GET", "/v1/sessions?fleet=1", "", nil)
+	if st != 200 || !strings.Contains(string(b), `"host":"host-a","attach_hint":"skc-supervisor attach 'skc-r'"`) {
+		t.Fatalf("ls --fleet: %d %s", st, b)
+	}
+	for _, path := range []string{"/v1/sessions?fleet=2", "/v1/verdicts?fleet=yes"} {
+		st, b := h.raw(t, "GET", path, "", nil)
+		wantErr(t, st, b, 400, "invalid", verdict.CodeInvalidRequest, "fleet")
+	}
+	h.fake.emit(true)
+	h.fake.emit(true)
+	st, b = h.raw(t, "GET", "/v1/verdicts?fleet=1&since=1001", "", nil)
+	if st != 200 || strings.Count(string(b), "\n") != 1 || !strings.Contains(string(b), `"sequence":1002`) {
+		t.Fatalf("verdicts --fleet: %d %s", st, b)
+	}
+	c := h.client
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan string, 8)
+	done := make(chan error, 1)
+	go func() {
+		done <- c.FleetVerdicts(ctx, 1002, true, func(line []byte) error { got <- string(line); return nil })
+	}()
+	h.fake.emit(true) // never told to subscribers: only the poll finds it
+	select {
+	case line := <-got:
+		if !strings.Contains(line, `"sequence":1003`) {
+			t.Fatalf("followed %s", line)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("a fleet follow never saw the new record")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("follow ended with %v", err)
+	}
+}

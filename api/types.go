@@ -90,6 +90,11 @@ type Session struct {
 	// ActivityAt is when the pane last produced output (whole seconds), nil
 	// (JSON null) when it has produced none.
 	ActivityAt *time.Time `json:"activity_at"`
+	// Host is the fleet host that runs the session (SKC_HOST). For a
+	// session of another host (shown from the fence's record), AttachHint is
+	// the command that attaches to it, to run on that host.
+	Host       string `json:"host"`
+	AttachHint string `json:"attach_hint,omitempty"`
 }
 
 // Create statuses (CONTRACT.md).
@@ -152,6 +157,22 @@ type ReleaseResponse struct {
 	Verdict verdict.Record `json:"verdict"`
 }
 
+// ForgetRequest is the body of POST /v1/fence/forget (`fence forget`).
+type ForgetRequest struct {
+	Host string `json:"host"`
+}
+
+// ForgetResponse answers POST /v1/fence/forget: what was cleared of the host
+// (the fence's reservation rows and published generations, as `fence --json`
+// shows them) and the one released verdict.
+type ForgetResponse struct {
+	Status       string            `json:"status"` // forgotten
+	Host         string            `json:"host"`
+	Reservations []json.RawMessage `json:"reservations"`
+	Identities   []json.RawMessage `json:"identities"`
+	Verdict      verdict.Record    `json:"verdict"`
+}
+
 // Info answers GET /v1/info.
 type Info struct {
 	Version   string    `json:"version"`
@@ -176,6 +197,9 @@ type EncodedReads interface {
 type Service interface {
 	Create(ctx context.Context, spec CreateSpec) (CreateResponse, error)
 	List(ctx context.Context) (ListResponse, error)
+	// ListFleet is `ls --fleet`: List and every other host's running
+	// sessions, from the fence.
+	ListFleet(ctx context.Context) (ListResponse, error)
 	Show(ctx context.Context, ref Ref) (ShowResponse, error)
 	Kill(ctx context.Context, ref Ref) (KillResponse, error)
 	// Restart ends the running generation (the proven stop) and starts the
@@ -185,9 +209,15 @@ type Service interface {
 	// Release clears a reservation row or a stopping generation that cannot
 	// be proven dead or gone (`fence release --reservation ID`).
 	Release(ctx context.Context, resID string) (ReleaseResponse, error)
+	// Forget clears every row and running generation of a host that is gone
+	// for good (`fence forget --host NAME`).
+	Forget(ctx context.Context, host string) (ForgetResponse, error)
 	// VerdictsSince returns up to limit records with sequence > after, oldest
 	// first.
 	VerdictsSince(ctx context.Context, after int64, limit int) ([]verdict.Record, error)
+	// FleetVerdictsSince is VerdictsSince over every host's verdicts, in the
+	// fleet-wide sequence (`verdicts --fleet`).
+	FleetVerdictsSince(ctx context.Context, after int64, limit int) ([]verdict.Record, error)
 	// SubscribeVerdicts delivers records emitted from now on (it may also
 	// deliver older ones; the handler drops duplicates by sequence). cancel
 	// releases the subscription.

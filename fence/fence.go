@@ -42,7 +42,8 @@ type Fence interface {
 	//   - a proven-dead owner's row (or our own abandoned one) at phase reserved:
 	//     no child can exist, so it is reclaimed in place (Reserved, Displaced
 	//     set); at a later phase: NeedsRecovery, with the row in Abandoned;
-	//   - no row, and a published generation not marked ended: MaybeExisting;
+	//   - no row, and a published generation not marked ended: MaybeExisting,
+	//     or PublishedElsewhere when another host of the fleet published it;
 	//   - no row otherwise: a fresh row with the next generation (Reserved).
 	// Refusals leave no trace.
 	Reserve(ctx context.Context, id Identity, spec Spec) (ReserveResult, error)
@@ -145,6 +146,27 @@ type Fence interface {
 	// Identities lists every published identity, ended ones included,
 	// ordered by state_dir then session_id.
 	Identities(ctx context.Context) ([]Published, error)
+
+	// --- The fleet (every host sharing the fence; SQLite's is this host) ---
+
+	// Host is this handle's host identity, as its owner rows record it.
+	Host() Host
+	// FleetPublishedByName returns the published, not-ended generation
+	// living in the session named name, on whatever host published it.
+	FleetPublishedByName(ctx context.Context, name string) (Published, bool, error)
+	// FleetIdentities lists every host's published identities, ended ones
+	// included, ordered by state_dir then session_id.
+	FleetIdentities(ctx context.Context) ([]Published, error)
+	// FleetVerdictsSince is VerdictsSince over every host's verdicts, in the
+	// fleet-wide sequence order (SQLite: VerdictsSince).
+	FleetVerdictsSince(ctx context.Context, after int64, limit int) ([]verdict.Record, error)
+	// ForgetHost is the operator's escape for a host that is gone for good
+	// (`fence forget --host NAME`): in one transaction it removes every
+	// reservation row the host owns, marks its not-ended generations ended
+	// and appends describe's record. It refuses this host (CheckForget: the
+	// only host whose owners can be proven alive); a host with nothing to
+	// forget is not_found.
+	ForgetHost(ctx context.Context, host string, describe func(Forgotten) verdict.Record) (Forgotten, verdict.Record, error)
 
 	// --- The hot reads, from memory (see PubCache and IdentityReads) ---
 

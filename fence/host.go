@@ -113,3 +113,28 @@ func OwnerLive(row Reservation, here Host, probe func(pid int, incarnation strin
 	}
 	return probe(row.OwnerPID, row.OwnerIncarnation)
 }
+
+// Forgotten is what ForgetHost cleared of a host.
+type Forgotten struct {
+	Host         string        `json:"host"`
+	Reservations []Reservation `json:"reservations"` // its reservation rows, removed
+	Published    []Published   `json:"published"`    // its not-ended generations, marked ended
+}
+
+// CheckForget is ForgetHost's refusal rule, the same for every engine: the
+// name must be a host name, and this host's own rows are never forgotten
+// (invalid_request, details.field host): their owners can be probed here,
+// and `fence release` resolves one stuck row after that proof. No other
+// host's owner can be proven alive from here (OwnerLive: unknown), so this
+// is the whole of "refused while the owner is proven alive"; beyond it the
+// operator's word that the host is gone decides.
+func CheckForget(host string, here Host) error {
+	if err := CheckHostName(host); err != nil {
+		return err
+	}
+	if host == here.Name {
+		return Invalid("host",
+			"%s is this host: its owners can be probed here, so its rows are not forgotten; release one stuck row with `fence release --reservation ID`", host)
+	}
+	return nil
+}

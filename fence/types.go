@@ -359,6 +359,11 @@ const (
 	// attempt) and it reached helper_invoked: a child may exist, so the caller
 	// runs RecoverAbandoned(ReserveResult.Abandoned).
 	NeedsRecovery
+	// PublishedElsewhere: no row, but a generation that another host of the
+	// fleet published and has not marked ended (Published, with its Host).
+	// Only that host can tell whether its session lives: the caller answers
+	// existing with it and never creates here (contract "Beyond one host").
+	PublishedElsewhere
 )
 
 // String names the outcome.
@@ -370,6 +375,8 @@ func (o ReserveOutcome) String() string {
 		return "maybe_existing"
 	case NeedsRecovery:
 		return "needs_recovery"
+	case PublishedElsewhere:
+		return "published_elsewhere"
 	}
 	return fmt.Sprintf("outcome(%d)", int(o))
 }
@@ -378,7 +385,7 @@ func (o ReserveOutcome) String() string {
 type ReserveResult struct {
 	Outcome     ReserveOutcome
 	Reservation Reservation // Reserved
-	Published   Published   // MaybeExisting
+	Published   Published   // MaybeExisting, PublishedElsewhere
 	Abandoned   Reservation // NeedsRecovery
 	// Displaced is the dead owner's row that a Reserved outcome replaced in
 	// place (phase reserved: no child could exist); nil when there was none.

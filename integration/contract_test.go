@@ -18,7 +18,7 @@ var sessionKeys = map[string]string{
 	"session_id": "string", "state_file": "string", "generation": "number",
 	"authoritative": "bool", "label": "string", "pane_pid": "number",
 	"pane_dead": "bool", "attached": "number", "created_at": "string",
-	"activity_at": "string|null",
+	"activity_at": "string|null", "host": "string",
 }
 
 func jsonType(v any) string {

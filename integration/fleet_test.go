@@ -31,7 +31,8 @@ func fleetDB(t *testing.T) string {
 
 // TestFleetTwoHosts: two daemons (two homes, two tmux servers, two host
 // names) share one PostgreSQL fence (SKC_FENCE, SKC_HOST): an identity
-// created on host A is refused on host B with the host that runs it; each
+// created on host A answers existing on host B with A's session (its host
+// and an attach hint for it), and B starts nothing; each
 // host lists its own sessions; after A kills it, B creates it; the pane
 // helpers find the fleet's fence through the home's fence.conf.
 func TestFleetTwoHosts(t *testing.T) {
@@ -40,10 +41,13 @@ func TestFleetTwoHosts(t *testing.T) {
 	b := NewHome(t).Start(t, DaemonOpts{Args: []string{"--fence", url, "--host-name", "host-b"}})
 	spec := NewSpec(t, "fleet-1")
 	sess := a.MustCreate(t, spec, "published")
-	r := b.CLI(t, spec.Args()...)
-	ans := expectError(t, r, 3, "refused", "identity_existing_owner", "")
-	if ans.Error == nil || ans.Error.Details["host"] != "host-a" || ans.Error.Details["session_name"] != sess.Name {
-		t.Fatalf("create on host-b: want details host host-a, session %s\n%s", sess.Name, r)
+	if sess.Host != "host-a" {
+		t.Fatalf("host-a's session says host %q", sess.Host)
+	}
+	eb := b.MustCreate(t, spec, "existing")
+	if eb.Host != "host-a" || eb.Name != sess.Name || eb.ID != sess.ID || eb.Generation != sess.Generation ||
+		eb.AttachHint != "skc-supervisor attach '"+sess.Name+"'" {
+		t.Fatalf("create on host-b: want host-a's session %+v, got %+v", sess, eb)
 	}
 	if l := a.List(t); len(l.Sessions) != 1 || l.Sessions[0].Name != sess.Name {
 		t.Fatalf("host-a lists %+v", l.Sessions)
@@ -189,7 +193,7 @@ func settleIdentity(t *testing.T, hosts []*Daemon, s Spec) {
 			t.Fatalf("unexpected answer\n%s", r)
 		}
 		switch a.Error.Code {
-		case "identity_existing_owner", "identity_reserved_unknown", "identity_reserved_live",
+		case "identity_reserved_unknown", "identity_reserved_live",
 			"identity_fence_contended", "fence_unavailable":
 		default:
 			t.Fatalf("unexpected refusal after the database returned\n%s", r)
@@ -267,7 +271,7 @@ func TestFleetThreeHostsRace(t *testing.T) {
 		t.Logf("round %d: %v", round, answers)
 		for k := range answers {
 			switch k {
-			case "published", "existing", "refused/identity_existing_owner", "refused/identity_reserved_live",
+			case "published", "existing", "refused/identity_reserved_live",
 				"refused/identity_reserved_unknown", "refused/identity_fence_contended":
 			default:
 				t.Errorf("round %d: answer %q: %v", round, k, answers)
@@ -288,7 +292,7 @@ func TestFleetThreeHostsRace(t *testing.T) {
 // a second session for the identity (their creates are refused with a fleet
 // code); A restarted resolves its attempt as on one host, and afterwards the
 // identity has exactly one session in the fleet — A's, which B and C then
-// meet as identity_existing_owner.
+// meet as existing, with host-a's session.
 func TestFleetFaultPoints(t *testing.T) {
 	for _, fp := range faultPoints {
 		t.Run(fp.point, func(t *testing.T) {
@@ -313,17 +317,18 @@ func TestFleetFaultPoints(t *testing.T) {
 				if err := decodeOne(r.Stdout, &ans); err != nil {
 					t.Fatalf("%v\n%s", err, r)
 				}
-				if r.Code == 0 || ans.Error == nil || (ans.Error.Code != "identity_reserved_unknown" &&
-					ans.Error.Code != "identity_existing_owner") || ans.Error.Details["host"] != "host-a" {
-					t.Fatalf("create elsewhere while host-a is down after %s: want refused for host-a\n%s", fp.point, r)
+				existing := r.Code == 0 && ans.Status == "existing" && ans.Session != nil && ans.Session.Host == "host-a"
+				refused := r.Code != 0 && ans.Error != nil && ans.Error.Code == "identity_reserved_unknown" &&
+					ans.Error.Details["host"] == "host-a"
+				if !existing && !refused {
+					t.Fatalf("create elsewhere while host-a is down after %s: want host-a's session or refused for host-a\n%s", fp.point, r)
 				}
 			}
 			a2 := ha.Start(t, DaemonOpts{Env: env("host-a")})
 			second := a2.MustCreate(t, spec, fp.second)
 			for _, d := range others {
-				ans := expectError(t, d.CLI(t, spec.Args()...), 3, "refused", "identity_existing_owner", "")
-				if ans.Error != nil && ans.Error.Details["session_name"] != second.Name {
-					t.Errorf("host-b/c see %v, want host-a's %s", ans.Error.Details, second.Name)
+				if got := d.MustCreate(t, spec, "existing"); got.Name != second.Name || got.Host != "host-a" {
+					t.Errorf("host-b/c see %+v, want host-a's %s", got, second.Name)
 				}
 			}
 			checkOnePerIdentity(t, append([]*Daemon{a2}, others...), 1)
@@ -341,7 +346,9 @@ func TestFleetTmuxServerDeath(t *testing.T) {
 	b := NewHome(t).Start(t, DaemonOpts{Env: []string{"SKC_FENCE=" + url, "SKC_HOST=host-b"}})
 	spec := NewSpec(t, "fleet-tmux-death")
 	sess := a.MustCreate(t, spec, "published")
-	expectError(t, b.CLI(t, spec.Args()...), 3, "refused", "identity_existing_owner", "")
+	if got := b.MustCreate(t, spec, "existing"); got.Host != "host-a" || got.Name != sess.Name {
+		t.Fatalf("host-b's create: %+v, want host-a's %s", got, sess.Name)
+	}
 	if err := syscall.Kill(a.List(t).Census.ServerPID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

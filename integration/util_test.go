@@ -82,6 +82,8 @@ type Session struct {
 	CreatedAt     time.Time `json:"created_at"`
 	State         string    `json:"state"`
 	StopTimeoutMS int64     `json:"stop_timeout_ms"`
+	Host          string    `json:"host"`
+	AttachHint    string    `json:"attach_hint"`
 }
 
 // APIError is the error object of every refusal or failure.

@@ -180,6 +180,8 @@ func (m *Manager) admit(ctx context.Context, req CreateRequest, start time.Time)
 			m.reclaimedInPlace(ctx, rr)
 			m.fault.hit(FaultReserved)
 			return rr.Reservation, nil, nil
+		case fence.PublishedElsewhere:
+			return fence.Reservation{}, m.existingElsewhere(ctx, req, rr.Published, start), nil
 		case fence.MaybeExisting:
 			out, again, err := m.maybeExisting(ctx, req, rr.Published, waited, start)
 			if !again {

@@ -27,6 +27,10 @@ func (m *Manager) Kill(ctx context.Context, ref Ref) (KillResult, error) {
 	if err != nil {
 		return KillResult{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
 	}
+	if ok && !pub.Ended && m.remote(&pub) && !m.inThisLife(&pub) {
+		// Only its host can see its session and prove its processes gone.
+		return KillResult{}, remoteSession(pub)
+	}
 	cause := endCause{reason: verdict.ReasonKilledByRequest, cleanup: true, actionKill: true, term: true}
 	if ok && pub.Ended || !ok {
 		// Between two generations (waiting out a restart delay): stop for good.

@@ -109,6 +109,7 @@ type Manager struct {
 	tmux     tmuxAPI
 	census   *census.Census
 	fence    fence.Fence
+	host     fence.Host // this daemon's host in the fleet (the fence's): View.Host, remote checks
 	verdicts *verdict.Writer
 	log      zerolog.Logger
 	fault    fault
@@ -168,7 +169,7 @@ func New(cfg Config) (*Manager, error) {
 		log = cfg.Log.With().Str("component", "lifecycle").Logger()
 	}
 	m := &Manager{
-		cfg: cfg, tmux: cfg.Tmux, census: cfg.Census, fence: cfg.Fence,
+		cfg: cfg, tmux: cfg.Tmux, census: cfg.Census, fence: cfg.Fence, host: cfg.Fence.Host(),
 		verdicts: cfg.Verdicts, log: log, fault: f, met: newMetrics(cfg.Metrics),
 		inflight: make(map[string]*attempt), killing: make(map[string]killReason),
 		stops: make(map[string]*stopRun), unprovenSaid: make(map[string]bool),

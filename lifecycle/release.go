@@ -119,3 +119,40 @@ func (m *Manager) removeReleasedSession(ctx context.Context, p fence.Published, 
 	ev["session_removed"] = p.TmuxID
 	return nil
 }
+
+// ForgetHost is the operator's escape for a host that is gone for good,
+// `fence forget --host NAME`: every reservation row the host owns is removed
+// and its running generations are marked ended, in one fence write with one
+// released verdict (reason host_forgotten; its evidence names the rows and
+// generations), so its identities can be created on other hosts. No other
+// host's owners or processes can be proven alive or dead from here: the
+// operator's word that the host is gone decides. This host is refused
+// (invalid_request: its owners can be probed, `fence release` resolves one
+// row after that proof); a host with nothing to forget is not_found.
+func (m *Manager) ForgetHost(ctx context.Context, host string) (fence.Forgotten, verdict.Record, error) {
+	describe := func(fg fence.Forgotten) verdict.Record {
+		rows := make([]any, 0, len(fg.Reservations))
+		for _, r := range fg.Reservations {
+			rows = append(rows, r.ID)
+		}
+		gens := make([]any, 0, len(fg.Published))
+		for _, p := range fg.Published {
+			gens = append(gens, p.SessionName)
+		}
+		rec := verdict.Record{Action: verdict.ActionRelease, Outcome: verdict.OutcomeSuccess,
+			Verdict: verdict.VerdictReleased, Reason: verdict.ReasonHostForgotten,
+			Evidence: map[string]any{"host": fg.Host, "reservations": rows, "generations": gens}}
+		if len(fg.Published) == 1 && len(fg.Reservations) == 0 {
+			p := fg.Published[0]
+			rec.Identity = identityRef(p.Identity)
+			rec.Session = &verdict.SessionRef{Name: p.SessionName, ID: p.TmuxID, Generation: p.Generation}
+		}
+		return rec
+	}
+	fg, filed, err := m.fence.ForgetHost(ctx, host, describe)
+	if err != nil {
+		return fence.Forgotten{}, verdict.Record{}, err
+	}
+	m.verdicts.Filed(filed)
+	return fg, filed, nil
+}

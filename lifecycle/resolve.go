@@ -35,6 +35,10 @@ type Target struct {
 	// Session is its session. Only a Live target can be killed (or, later,
 	// restarted, written to, …).
 	Live bool
+	// Remote: Published is a not-ended generation that another host of the
+	// fleet runs (Session nil). It can be shown (remoteView) but not acted
+	// on here: remote_session.
+	Remote bool
 }
 
 // Resolve finds what ref names. It is the ONE place where a session reference of
@@ -69,7 +73,7 @@ func (m *Manager) Resolve(ctx context.Context, ref Ref) (Target, error) {
 			}
 		}
 	}
-	return Target{}, notFoundName(ref.Name)
+	return m.resolveRemote(ctx, ref.Name)
 }
 
 func notFoundName(name string) error {
@@ -148,6 +152,10 @@ func (m *Manager) resolveIdentity(ctx context.Context, id fence.Identity) (Targe
 		return t, m.requireHistory(ctx, id)
 	}
 	t.Identity, t.Published = &p.Identity, &p
+	if !p.Ended && m.remote(&p) && !m.inThisLife(&p) {
+		t.Remote = true
+		return t, nil
+	}
 	if p.Ended || !m.inThisLife(&p) {
 		return t, nil
 	}
@@ -190,12 +198,16 @@ func (m *Manager) inThisLife(p *fence.Published) bool {
 }
 
 // resolve is Resolve for verbs that act on a running generation (kill): the
-// published, not-ended generation ref names and its live session, or not_found —
+// published, not-ended generation ref names and its live session, or
+// remote_session for another host's, or not_found —
 // with a message that says why when ref names something that cannot be acted on.
 func (m *Manager) resolve(ctx context.Context, ref Ref) (fence.Published, census.Session, error) {
 	t, err := m.Resolve(ctx, ref)
 	if err != nil {
 		return fence.Published{}, census.Session{}, err
+	}
+	if t.Remote {
+		return fence.Published{}, census.Session{}, remoteSession(*t.Published)
 	}
 	if t.Live {
 		return *t.Published, *t.Session, nil

@@ -235,6 +235,11 @@ func (m *Manager) Restart(ctx context.Context, ref Ref) (View, error) {
 		return View{}, verdict.Errorf(verdict.CodeNotFound, map[string]any{"managed": false},
 			"%s is not a session supervised by this daemon", refString(ref))
 	}
+	if t.Remote || m.remote(t.Published) {
+		// Ended or not, another host's identity: its restarts are that
+		// host's (its restarter reads only its own generations).
+		return View{}, remoteSession(*t.Published)
+	}
 	p := *t.Published
 	if !p.Ended {
 		if err := m.stopForRestart(ctx, p); err != nil {
@@ -308,10 +313,12 @@ func (m *Manager) awaitGeneration(ctx context.Context, id fence.Identity, gen ui
 // else from the fence's record.
 func (m *Manager) generationView(ctx context.Context, p fence.Published) View {
 	if auth, s, err := m.inspectPublished(ctx, p); err == nil && auth == census.Authoritative && s != nil {
-		return publishedView(s, p)
+		v := publishedView(s, p)
+		v.Host = m.host.Name
+		return v
 	}
 	v := stoppingView(p)
-	v.PaneDead, v.State = false, StateRunning
+	v.PaneDead, v.State, v.Host = false, StateRunning, m.host.Name
 	restartFields(&v, p)
 	return v
 }
@@ -348,7 +355,8 @@ func (m *Manager) killWaiting(ctx context.Context, p fence.Published) (KillResul
 // next start due: what kill and ls act on between two generations.
 func (m *Manager) waitingTarget(ctx context.Context, ref Ref) (fence.Published, bool) {
 	t, err := m.Resolve(ctx, ref)
-	if err != nil || t.Published == nil || !t.Published.Ended || t.Published.Restart.State != fence.RestartExited {
+	if err != nil || t.Published == nil || !t.Published.Ended || t.Published.Restart.State != fence.RestartExited ||
+		m.remote(t.Published) {
 		return fence.Published{}, false
 	}
 	return *t.Published, true

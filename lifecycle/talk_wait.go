@@ -112,6 +112,9 @@ func (m *Manager) waitExit(ctx context.Context, ref Ref) (WaitResult, error) {
 		}
 	}
 	switch {
+	case err == nil && ok && !pub.Ended && m.remote(&pub) && !m.inThisLife(&pub):
+		// Its ended verdict is written on its own host, not here.
+		return WaitResult{}, remoteSession(pub)
 	case err != nil:
 		return WaitResult{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%v", err)
 	case !ok:

@@ -43,6 +43,12 @@ type View struct {
 	// ActivityAt is when the pane last produced output (the census's
 	// Activity, whole seconds), nil when it has produced none.
 	ActivityAt *time.Time `json:"activity_at"`
+	// Host is the fleet host that runs the session (SKC_HOST): this
+	// daemon's for a session of its tmux server. A session of another host
+	// is shown from the fence's record (remoteView); AttachHint is then the
+	// command to run on that host to attach to it.
+	Host       string `json:"host"`
+	AttachHint string `json:"attach_hint,omitempty"`
 }
 
 // Session states (View.State).
@@ -223,6 +229,7 @@ func (m *Manager) listViews(ctx context.Context, sc *listScratch, begin func(lis
 	}
 	for i := range sc.stopping {
 		*v = stoppingView(sc.stopping[i])
+		v.Host = m.host.Name
 		fn(v)
 	}
 	return info, nil
@@ -237,7 +244,9 @@ func (m *Manager) listView(ctx context.Context, s *census.Session, byTmux map[st
 			return m.viewOf(s, &p), err
 		}
 	} else if p, ok := byTmux[s.ID]; ok && staleTags(s) {
-		return publishedView(s, p), nil
+		v := publishedView(s, p)
+		v.Host = m.host.Name
+		return v, nil
 	}
 	return m.viewOf(s, nil), nil
 }
@@ -361,9 +370,15 @@ func (m *Manager) showParts(ctx context.Context, ref Ref) (*View, fence.Identity
 	case t.Session != nil:
 		v = new(View)
 		*v = m.viewOf(t.Session, t.Published) // as `ls` shows it
+	case t.Remote:
+		v = new(View)
+		*v = remoteView(*t.Published)
 	case t.Published != nil && t.Published.Stopping != nil && !t.Published.Ended:
 		v = new(View)
 		*v = stoppingView(*t.Published)
+	}
+	if v != nil && !t.Remote {
+		v.Host = m.host.Name
 	}
 	if t.Identity == nil {
 		return v, fence.IdentityReads{ReservationJSON: []byte("null"), VerdictsJSON: []byte("[]")}, nil
@@ -389,7 +404,8 @@ func (m *Manager) verdictsOf(ctx context.Context, id fence.Identity) ([]verdict.
 // authoritative when the session carries exactly the published generation's tags.
 func (m *Manager) viewOf(s *census.Session, pub *fence.Published) View {
 	v := View{Name: s.Name, ID: s.ID, Managed: s.Managed, PanePID: s.PanePID,
-		PaneDead: s.PaneDead, Attached: s.Attached, CreatedAt: s.Created.UTC(), ActivityAt: activityAt(s)}
+		PaneDead: s.PaneDead, Attached: s.Attached, CreatedAt: s.Created.UTC(), ActivityAt: activityAt(s),
+		Host: m.host.Name}
 	if pub == nil || !s.Managed {
 		return v
 	}
@@ -418,7 +434,7 @@ func (m *Manager) attemptView(a *attempt, pub fence.Published) View {
 		StateFile: pub.StateFile, Generation: a.res.Generation, Authoritative: true,
 		Label: pub.Label, PanePID: a.panePID, CreatedAt: a.created.UTC(),
 		State: StateRunning, StopTimeoutMS: pub.StopTimeoutMS,
-		Restart: restartPolicy(pub), Restarts: pub.Restart.Restarts,
+		Restart: restartPolicy(pub), Restarts: pub.Restart.Restarts, Host: m.host.Name,
 	}
 }
 

@@ -68,6 +68,10 @@ const (
 	// CodeAgentNotRunning: the session exists but its agent does not run (its
 	// pane is dead), so there is nothing to type into.
 	CodeAgentNotRunning Code = "agent_not_running"
+	// CodeRemoteSession: the session runs on another host of the fleet
+	// (details.host): only that host's daemon acts on it (kill, restart,
+	// screen, input, output); show works anywhere.
+	CodeRemoteSession Code = "remote_session"
 )
 
 // Status words of API error bodies: {"status": …, "error": {…}}.
@@ -136,6 +140,7 @@ var classes = map[Code]Class{
 	CodeDaemonUnreachable:              {http.StatusServiceUnavailable, ExitDaemonUnreachable, "daemon_unreachable", StatusError},
 	CodeBusy:                           {http.StatusServiceUnavailable, ExitBusy, "busy", StatusError},
 	CodeAgentNotRunning:                {http.StatusConflict, ExitFailed, "agent_not_running", StatusError},
+	CodeRemoteSession:                  {http.StatusConflict, ExitFailed, "session_on_other_host", StatusError},
 }
 
 // Codes lists every code in documentation order.
@@ -146,7 +151,7 @@ var Codes = []Code{
 	CodeIdentityExistingOwner, CodeIdentityStateFileMismatch,
 	CodeFenceLost, CodeSpawnFailed, CodeTagFailed, CodeTmuxUnavailable,
 	CodeFenceUnavailable, CodeTimeout, CodeInternal, CodeDaemonUnreachable, CodeBusy,
-	CodeAgentNotRunning,
+	CodeAgentNotRunning, CodeRemoteSession,
 }
 
 // Classify returns the class of code: THE one table mapping a code to its HTTP

@@ -167,6 +167,7 @@ var exampleDetails = map[Code]map[string]any{
 	CodeNotFound:       {"name": "skc-nope"},
 	CodeBodyTooLarge:   {"limit_bytes": 1 << 20},
 	CodeBusy:           {"pid": 4242},
+	CodeRemoteSession:  {"host": "host-a", "name": "skc-3f2a9c1e5b7d-9b1c2d3e4f5a69788796a5b4c3d2e1f0"},
 }
 
 var exampleMessages = map[Code]string{
@@ -176,6 +177,7 @@ var exampleMessages = map[Code]string{
 	CodeBodyTooLarge:      "request body over 1048576 bytes",
 	CodeDaemonUnreachable: "dial /run/user/1000/skc/api.sock: connect: no such file or directory",
 	CodeBusy:              "SKC_HOME /home/ana/.local/state/skc is held by pid 4242",
+	CodeRemoteSession:     "session skc-3f2a9c1e5b7d-9b1c2d3e4f5a69788796a5b4c3d2e1f0 runs on host host-a: act on it there",
 }
 
 func genErrorsDoc(docs map[string]string) string {

@@ -126,6 +126,19 @@ func reasonExamples() []Record {
 			return r
 		}(),
 		func() Record {
+			r := ex(48, ActionCreate, OutcomeSuccess, VerdictExisting, ReasonPublishedElsewhere)
+			r.Session = exSession
+			r.Evidence = map[string]any{"host": "host-a"}
+			return r
+		}(),
+		func() Record {
+			r := ex(49, ActionRelease, OutcomeSuccess, VerdictReleased, ReasonHostForgotten)
+			r.Identity = nil
+			r.Evidence = map[string]any{"host": "host-a", "reservations": []any{"9b1c2d3e4f5a69788796a5b4c3d2e1f0"},
+				"generations": []any{exSession.Name}}
+			return r
+		}(),
+		func() Record {
 			r := ex(44, ActionEnd, OutcomeUnknown, VerdictUnresolved, ReasonProcessesNotProvenGone)
 			r.Session, r.Code = exSession, CodeIdentityReservedUnknown
 			r.Evidence = map[string]any{"processes": "unknown", "sigkill_sent": true,
@@ -148,7 +161,7 @@ func reasonExamples() []Record {
 func codeInVerdicts(c Code) bool {
 	switch c {
 	case CodeInvalidRequest, CodeNotFound, CodePermissionDenied, CodeBodyTooLarge,
-		CodeDaemonUnreachable:
+		CodeDaemonUnreachable, CodeRemoteSession:
 		return false
 	}
 	return true

@@ -36,7 +36,8 @@ const (
 	ActionKill = "kill"
 	// ActionAdopt is a published identity taken over by a restarted daemon.
 	ActionAdopt = "adopt"
-	// ActionRelease is an operator's `fence release` of a stuck row or generation.
+	// ActionRelease is an operator's `fence release` of a stuck row or
+	// generation, or `fence forget` of a host's.
 	ActionRelease = "release"
 	// ActionRestart is a restart request (`restart` verb, POST …/restart):
 	// it ends the running generation and starts the next one now.
@@ -69,7 +70,8 @@ const (
 	// killed_by_request), so that every generation has exactly one end.
 	VerdictEnded = "ended"
 	// VerdictReleased: an operator cleared a reservation row or a generation
-	// that could not be proven dead or gone (`fence release`).
+	// that could not be proven dead or gone (`fence release`), or every one
+	// of a host that is gone for good (`fence forget`).
 	VerdictReleased = "released"
 	// VerdictGaveUp: an identity with a restart policy ended more often than
 	// its start limit allows (restart_burst starts within
@@ -140,6 +142,13 @@ const (
 	ReasonProcessesNotProvenGone = "processes_not_proven_gone"
 	// ReasonOperatorRelease: `fence release` cleared it.
 	ReasonOperatorRelease = "operator_release"
+	// ReasonHostForgotten: `fence forget --host NAME` cleared every row and
+	// running generation of a host that is gone for good (one released
+	// verdict; its evidence lists them).
+	ReasonHostForgotten = "host_forgotten"
+	// ReasonPublishedElsewhere: the identity's generation runs on another
+	// host of the fleet (an existing verdict; evidence.host names it).
+	ReasonPublishedElsewhere = "published_elsewhere"
 	// ReasonRestart: a generation started by the restart policy after its
 	// predecessor's agent exited.
 	ReasonRestart = "restart"
@@ -176,7 +185,7 @@ var Reasons = []string{
 	ReasonNoChild, ReasonChildAbsent, ReasonChildAuthoritative, ReasonInspectionUnknown,
 	ReasonDaemonRestart, ReasonAgentExited, ReasonTmuxSessionMissing, ReasonServerExited,
 	ReasonKilledByRequest, ReasonOrphanCleanup, ReasonProcessesNotProvenGone, ReasonOperatorRelease,
-	ReasonRestart, ReasonServerRestart, ReasonManualRestart, ReasonStartLimit,
+	ReasonHostForgotten, ReasonPublishedElsewhere, ReasonRestart, ReasonServerRestart, ReasonManualRestart, ReasonStartLimit,
 }
 
 // AllReasons returns every event.reason value: Reasons followed by the reason of

@@ -45,7 +45,15 @@ func (s *Service) Create(ctx context.Context, spec api.CreateSpec) (api.CreateRe
 
 // List lists the supervised server's sessions.
 func (s *Service) List(ctx context.Context) (api.ListResponse, error) {
-	res, err := s.Manager.List(ctx)
+	return listResponse(s.Manager.List(ctx))
+}
+
+// ListFleet is `ls --fleet` (lifecycle.Manager.ListFleet).
+func (s *Service) ListFleet(ctx context.Context) (api.ListResponse, error) {
+	return listResponse(s.Manager.ListFleet(ctx))
+}
+
+func listResponse(res lifecycle.ListResult, err error) (api.ListResponse, error) {
 	if err != nil {
 		return api.ListResponse{}, err
 	}
@@ -140,6 +148,37 @@ func (s *Service) Fence(ctx context.Context) (api.FenceResponse, error) {
 		out.Identities = append(out.Identities, b)
 	}
 	return out, nil
+}
+
+// Forget is `fence forget --host NAME`.
+func (s *Service) Forget(ctx context.Context, host string) (api.ForgetResponse, error) {
+	fg, rec, err := s.Manager.ForgetHost(ctx, host)
+	if err != nil {
+		return api.ForgetResponse{}, err
+	}
+	out := api.ForgetResponse{Status: "forgotten", Host: fg.Host, Verdict: rec,
+		Reservations: make([]json.RawMessage, 0, len(fg.Reservations)), Identities: make([]json.RawMessage, 0, len(fg.Published))}
+	for _, r := range fg.Reservations {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return api.ForgetResponse{}, verdict.Errorf(verdict.CodeInternal, nil, "encode reservation: %w", err)
+		}
+		out.Reservations = append(out.Reservations, b)
+	}
+	for _, p := range fg.Published {
+		b, err := json.Marshal(p)
+		if err != nil {
+			return api.ForgetResponse{}, verdict.Errorf(verdict.CodeInternal, nil, "encode identity: %w", err)
+		}
+		out.Identities = append(out.Identities, b)
+	}
+	return out, nil
+}
+
+// FleetVerdictsSince reads the fleet's journal (the fence's; on SQLite,
+// this host's).
+func (s *Service) FleetVerdictsSince(ctx context.Context, after int64, limit int) ([]verdict.Record, error) {
+	return s.Store.FleetVerdictsSince(ctx, after, limit)
 }
 
 // VerdictsSince reads the journal.

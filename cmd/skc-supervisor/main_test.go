@@ -87,6 +87,9 @@ func TestExitCodesWithoutDaemon(t *testing.T) {
 		{[]string{"verdicts", "--json", "--since", "20", "extra"}, 2, "invalid_request", "usage"},
 		{[]string{"verdicts", "--json", "--since", "abc"}, 2, "invalid_request", "since"},
 		{[]string{"fence", "--json", "extra"}, 2, "invalid_request", "usage"},
+		{[]string{"fence", "forget", "--json"}, 2, "invalid_request", "host"},
+		{[]string{"fence", "forget", "--json", "--host", "gone", "extra"}, 2, "invalid_request", "usage"},
+		{[]string{"fence", "forget", "--json", "--host", "gone"}, 69, "daemon_unreachable", ""},
 		{[]string{"version", "--json", "extra"}, 2, "invalid_request", "usage"},
 	}
 	for _, c := range cases {

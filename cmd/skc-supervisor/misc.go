@@ -38,6 +38,11 @@ func runAttach(cli *CLI, args []string) int {
 	if res.Session == nil {
 		return cli.fail(o, verdict.Errorf(verdict.CodeNotFound, nil, "the identity has no live session to attach to"))
 	}
+	if s := res.Session; s.AttachHint != "" {
+		// Another host's session: its tmux server is not reachable from here.
+		return cli.fail(o, verdict.Errorf(verdict.CodeRemoteSession, map[string]any{"host": s.Host, "name": s.Name},
+			"session %s runs on host %s: attach there with `%s`", s.Name, s.Host, s.AttachHint))
+	}
 	target := "=" + res.Session.Name
 	if res.Session.ID != "" {
 		target = res.Session.ID

@@ -21,6 +21,10 @@ func printCreate(w io.Writer, res api.CreateResponse) {
 	s := res.Session
 	fmt.Fprintf(w, "%s: session %s (%s), generation %d, pane pid %d\n",
 		res.Status, printable(s.Name), s.ID, s.Generation, s.PanePID)
+	if s.AttachHint != "" {
+		fmt.Fprintf(w, "runs on host %s; attach there: %s\n", printable(s.Host), printable(s.AttachHint))
+		return
+	}
 	fmt.Fprintf(w, "attach: skc-supervisor attach %s\n", printable(s.Name))
 }
 
@@ -49,6 +53,30 @@ func printList(w io.Writer, res api.ListResponse) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "%d session(s) on tmux %s, server pid %d\n", len(res.Sessions), c.TmuxVersion, c.ServerPID)
+}
+
+// printFleetList is `ls --fleet`: every host's sessions, HOST first. Other
+// hosts' sessions come from the fence's records: their pane, clients and
+// activity are not known here.
+func printFleetList(w io.Writer, res api.ListResponse) {
+	if !res.Census.Synced {
+		fmt.Fprintln(w, "census: not synced yet (this host's part may be incomplete)")
+	}
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "HOST\tNAME\tID\tGEN\tSTATE\tIDENTITY\tLABEL")
+	now := time.Now()
+	hosts := map[string]bool{}
+	for _, s := range res.Sessions {
+		ident := "-"
+		if s.Managed {
+			ident = printable(s.StateDir) + " " + printable(s.SessionID)
+		}
+		hosts[s.Host] = true
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", cmp.Or(printable(s.Host), "-"), printable(s.Name), s.ID,
+			s.Generation, stateText(now, s), ident, printable(s.Label))
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "%d session(s) on %d host(s)\n", len(res.Sessions), len(hosts))
 }
 
 // stateText is the STATE column: the state, and when the next start is due
@@ -123,7 +151,10 @@ func printSession(w io.Writer, s *api.Session) {
 		{"label", printable(s.Label)},
 		{"pane_pid", strconv.Itoa(s.PanePID)}, {"pane_dead", strconv.FormatBool(s.PaneDead)},
 		{"attached", strconv.Itoa(s.Attached)}, {"created_at", s.CreatedAt.Format(time.RFC3339)},
-		{"activity_at", stampText(s.ActivityAt)},
+		{"activity_at", stampText(s.ActivityAt)}, {"host", cmp.Or(printable(s.Host), "-")},
+	}
+	if s.AttachHint != "" {
+		rows = append(rows, [2]string{"attach (on its host)", printable(s.AttachHint)})
 	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	for _, r := range rows {
@@ -158,6 +189,18 @@ func printRestart(w io.Writer, res api.RestartResponse) {
 }
 
 func printRelease(w io.Writer, res api.ReleaseResponse) {
+	fmt.Fprintf(w, "released: %s\n", verdictLine(res.Verdict))
+}
+
+func printForget(w io.Writer, res api.ForgetResponse) {
+	fmt.Fprintf(w, "forgot host %s: %d reservation row(s), %d running generation(s)\n",
+		printable(res.Host), len(res.Reservations), len(res.Identities))
+	for _, r := range res.Reservations {
+		fmt.Fprintf(w, "  row %s\n", summary(r, "state_dir", "session_id", "reservation_id", "phase"))
+	}
+	for _, r := range res.Identities {
+		fmt.Fprintf(w, "  generation %s\n", summary(r, "state_dir", "session_id", "generation", "session_name"))
+	}
 	fmt.Fprintf(w, "released: %s\n", verdictLine(res.Verdict))
 }
 

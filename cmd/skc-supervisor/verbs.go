@@ -184,8 +184,13 @@ func refArgs(name string, args []string, withJSON bool) (opts, api.Ref, error) {
 func runList(cli *CLI, args []string) int {
 	var o opts
 	fs := newFlags("ls", &o, true)
+	fleet := fs.Bool("fleet", false, "")
 	if err := parseNoArgs(fs, args); err != nil {
 		return cli.fail(o, err)
+	}
+	if *fleet {
+		return respond(cli, o, func(c *api.Client) (api.ListResponse, error) { return c.ListFleet(cli.ctx) },
+			func(res api.ListResponse) { printFleetList(cli.stdout, res) })
 	}
 	return respond(cli, o, func(c *api.Client) (api.ListResponse, error) { return c.List(cli.ctx) },
 		func(res api.ListResponse) { printList(cli.stdout, res) })
@@ -231,6 +236,9 @@ func runFence(cli *CLI, args []string) int {
 	if len(args) > 0 && args[0] == "release" {
 		return runFenceRelease(cli, args[1:])
 	}
+	if len(args) > 0 && args[0] == "forget" {
+		return runFenceForget(cli, args[1:])
+	}
 	var o opts
 	fs := newFlags("fence", &o, true)
 	if err := parseNoArgs(fs, args); err != nil {
@@ -245,6 +253,7 @@ func runVerdicts(cli *CLI, args []string) int {
 	fs := newFlags("verdicts", &o, true)
 	since := fs.Int64("since", 0, "")
 	follow := fs.Bool("follow", false, "")
+	fleet := fs.Bool("fleet", false, "")
 	if err := parseNoArgs(fs, args); err != nil {
 		return cli.fail(o, err)
 	}
@@ -257,7 +266,11 @@ func runVerdicts(cli *CLI, args []string) int {
 		return cli.fail(o, err)
 	}
 	defer c.Close()
-	err = c.Verdicts(cli.ctx, *since, *follow, func(line []byte) error {
+	read := c.Verdicts
+	if *fleet {
+		read = c.FleetVerdicts
+	}
+	err = read(cli.ctx, *since, *follow, func(line []byte) error {
 		_, err := cli.stdout.Write(append(line, '\n'))
 		return err
 	})
@@ -303,6 +316,25 @@ func runFenceRelease(cli *CLI, args []string) int {
 	}
 	return respond(cli, o, func(c *api.Client) (api.ReleaseResponse, error) { return c.Release(cli.ctx, *resID) },
 		func(res api.ReleaseResponse) { printRelease(cli.stdout, res) })
+}
+
+// runFenceForget is `fence forget --host NAME`: the operator's escape for a
+// host that is gone for good — every row and running generation of it is
+// cleared, with one verdict, so its identities can be created elsewhere. The
+// daemon refuses its own host.
+func runFenceForget(cli *CLI, args []string) int {
+	var o opts
+	fs := newFlags("fence forget", &o, true)
+	host := fs.String("host", "", "")
+	if err := parseNoArgs(fs, args); err != nil {
+		return cli.fail(o, err)
+	}
+	if *host == "" {
+		return cli.fail(o, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "host"},
+			"fence forget needs --host NAME (the host that is gone for good)"))
+	}
+	return respond(cli, o, func(c *api.Client) (api.ForgetResponse, error) { return c.Forget(cli.ctx, *host) },
+		func(res api.ForgetResponse) { printForget(cli.stdout, res) })
 }
 
 // createRestartFlags are create's restart policy flags: --restart,

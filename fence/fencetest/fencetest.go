@@ -76,6 +76,7 @@ var suite = []struct {
 	{"RemoteOwnerIsUnknown", testRemoteOwnerIsUnknown},
 	{"EarlierBootIsDead", testEarlierBootIsDead},
 	{"PublishedCarriesHost", testPublishedCarriesHost},
+	{"ForgetHost", testForgetHost},
 }
 
 // Run runs the suite against the engine h makes, one subtest per behaviour.

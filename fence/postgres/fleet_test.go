@@ -86,7 +86,7 @@ func detailsOf(err error) map[string]any {
 }
 
 // TestRemotePublishedIsExisting: an identity published on another host and
-// not ended answers identity_existing_owner with its host; this host can
+// not ended is PublishedElsewhere, with its host; this host can
 // neither end, stop nor restart it, and its daemon-facing lists do not show
 // it; the fleet lists do. Once the operator releases it, it can be created
 // here, with a verdict.
@@ -95,10 +95,13 @@ func TestRemotePublishedIsExisting(t *testing.T) {
 	a, b := f.owner("host-a", 1), f.owner("host-b", 2)
 	id, spec := f.w.ID("x"), f.w.Spec("x")
 	p := fencetest.PublishAt(t, a, f.w, "x", "$1", 55, 1234)
-	_, err := b.Reserve(bg, id, spec)
-	fencetest.WantCode(t, err, verdict.CodeIdentityExistingOwner)
-	if d := detailsOf(err); d["host"] != "host-a" || d["session_name"] != p.SessionName {
-		t.Fatalf("details %v", d)
+	rr, err := b.Reserve(bg, id, spec)
+	if err != nil || rr.Outcome != fence.PublishedElsewhere || rr.Published.Host != "host-a" ||
+		rr.Published.SessionName != p.SessionName {
+		t.Fatalf("reserve: %v %+v", err, rr)
+	}
+	if got, ok, err := b.FleetPublishedByName(bg, p.SessionName); err != nil || !ok || got.Host != "host-a" {
+		t.Fatalf("FleetPublishedByName %+v %v %v", got, ok, err)
 	}
 	if ok, _, err := b.MarkEnded(bg, id, p.Generation, fencetest.Record(verdict.VerdictEnded)); ok || err != nil {
 		t.Fatalf("host-b ended host-a's generation: %v %v", ok, err)
@@ -317,7 +320,7 @@ func TestForgetHost(t *testing.T) {
 	p := fencetest.PublishAt(t, a, f.w, "x", "$1", 55, 1234)
 	r := fencetest.MustReserve(t, a2, f.w.ID("y"), f.w.Spec("y"))
 	fencetest.AdvanceTo(t, a2, &r, fence.PhaseSpawned)
-	describe := func(fg Forgotten) verdict.Record { return fencetest.Record(verdict.VerdictReleased) }
+	describe := func(fg fence.Forgotten) verdict.Record { return fencetest.Record(verdict.VerdictReleased) }
 	_, _, err := b.ForgetHost(bg, "host-b", describe)
 	fencetest.WantCode(t, err, verdict.CodeInvalidRequest)
 	_, _, err = b.ForgetHost(bg, "host-c", describe)

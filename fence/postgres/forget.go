@@ -8,13 +8,6 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
-// Forgotten is what ForgetHost cleared of a host.
-type Forgotten struct {
-	Host         string              `json:"host"`
-	Reservations []fence.Reservation `json:"reservations"` // its reservation rows, removed
-	Published    []fence.Published   `json:"published"`    // its not-ended generations, marked ended
-}
-
 // RegisterHost records this host's identity in the hosts table (name,
 // machine id, boot id, when its daemon last started): the daemon does it at start, so
 // `fence forget` and the fleet views can name the hosts.
@@ -26,25 +19,21 @@ func (s *Store) RegisterHost(ctx context.Context) error {
 }
 
 // ForgetHost is the operator's escape for a host that is gone for good
-// (`fence forget --host NAME`): in one transaction it removes the host's
+// (fence.Fence.ForgetHost): in one transaction it removes the host's
 // reservation rows, marks its not-ended generations ended, and appends
 // describe's verdict. Nothing on another host can prove that host's owners
-// dead or alive, so the operator's word decides; this host's own rows are
-// refused (invalid_request: their owners can be probed here, and `fence
+// dead or alive, so the operator's word decides; fence.CheckForget refuses
+// this host's own rows (their owners can be probed here, and `fence
 // release` resolves one), and a host with no rows is not_found.
-func (s *Store) ForgetHost(ctx context.Context, host string, describe func(Forgotten) verdict.Record) (Forgotten, verdict.Record, error) {
-	if err := fence.CheckHostName(host); err != nil {
-		return Forgotten{}, verdict.Record{}, err
+func (s *Store) ForgetHost(ctx context.Context, host string, describe func(fence.Forgotten) verdict.Record) (fence.Forgotten, verdict.Record, error) {
+	if err := fence.CheckForget(host, s.host); err != nil {
+		return fence.Forgotten{}, verdict.Record{}, err
 	}
-	if host == s.host.Name {
-		return Forgotten{}, verdict.Record{}, fence.Invalid("host",
-			"%s is this host: its owners can be probed here; release one row with fence release", host)
-	}
-	var out Forgotten
+	var out fence.Forgotten
 	var rec verdict.Record
 	var endedAt time.Time
 	err := s.write(ctx, "forget_host", lockOn{}, func(t *tx) error {
-		out = Forgotten{Host: host}
+		out = fence.Forgotten{Host: host}
 		var err error
 		if out.Reservations, err = s.forgetRows(t, host); err != nil {
 			return err
@@ -65,7 +54,7 @@ func (s *Store) ForgetHost(ctx context.Context, host string, describe func(Forgo
 		return nil
 	})
 	if err != nil {
-		return Forgotten{}, verdict.Record{}, err
+		return fence.Forgotten{}, verdict.Record{}, err
 	}
 	return out, rec, nil
 }

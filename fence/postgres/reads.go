@@ -154,29 +154,23 @@ func (s *Store) Identities(ctx context.Context) ([]fence.Published, error) {
 		ORDER BY state_dir, session_id`, s.host.Name, s.host.MachineID)
 }
 
-// FleetPublished is a published identity with the host that published it.
-type FleetPublished struct {
-	fence.Published
-	Host string `json:"host"`
-}
-
 // FleetIdentities lists every host's published identities, ended ones
 // included, ordered by state_dir then session_id.
-func (s *Store) FleetIdentities(ctx context.Context) ([]FleetPublished, error) {
-	rs, err := s.pool.Query(ctx, `SELECT `+pubCols+` FROM identities ORDER BY state_dir, session_id`)
+// (each carries its Host).
+func (s *Store) FleetIdentities(ctx context.Context) ([]fence.Published, error) {
+	return s.pubs(ctx, "identities", `SELECT `+pubCols+` FROM identities ORDER BY state_dir, session_id`)
+}
+
+// FleetPublishedByName returns the published, not-ended generation living in
+// the session named name, on whatever host published it (a direct read: it
+// serves only names this host's census and cache do not know).
+func (s *Store) FleetPublishedByName(ctx context.Context, name string) (fence.Published, bool, error) {
+	p, ok, err := noRows(scanPub(s.pool.QueryRow(ctx, `SELECT `+pubCols+` FROM identities
+		WHERE session_name = $1 AND NOT ended ORDER BY published_at DESC LIMIT 1`, name)))
 	if err != nil {
-		return nil, s.dbErr("identities", err)
+		return fence.Published{}, false, s.dbErr("published", err)
 	}
-	defer rs.Close()
-	out := []FleetPublished{}
-	for rs.Next() {
-		p, err := scanPub(rs)
-		if err != nil {
-			return nil, s.dbErr("identities", err)
-		}
-		out = append(out, FleetPublished{Published: p.Published, Host: p.Host})
-	}
-	return out, s.dbErrOrNil("identities", rs.Err())
+	return p.Published, ok, nil
 }
 
 // pubs runs a query of pubCols rows.

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
-	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
 // Reserve claims the identity's reservation row for this process, in one
@@ -14,8 +13,8 @@ import (
 //   - a row owned on another host is identity_reserved_unknown: its owner's
 //     liveness cannot be proven from here, whatever its lease says;
 //   - a published generation of another host that is not marked ended is
-//     identity_existing_owner (details.host): only its host can tell whether
-//     its session lives, so no create here may treat it as maybe gone.
+//     PublishedElsewhere: only its host can tell whether its session lives,
+//     so no create here may treat it as maybe gone (it answers existing).
 func (s *Store) Reserve(ctx context.Context, id fence.Identity, spec fence.Spec) (fence.ReserveResult, error) {
 	id, spec, err := fence.CanonicalRequest(id, spec)
 	if err != nil {
@@ -46,7 +45,8 @@ func (s *Store) Reserve(ctx context.Context, id fence.Identity, spec fence.Spec)
 				return fence.Mismatch(id, p.StateFile, spec.StateFile)
 			}
 			if s.remote(p.Host, p.HostMachineID) {
-				return remoteExisting(p)
+				res = fence.ReserveResult{Outcome: fence.PublishedElsewhere, Published: p.Published}
+				return nil
 			}
 			res = fence.ReserveResult{Outcome: fence.MaybeExisting, Published: p.Published}
 			return nil
@@ -91,15 +91,6 @@ func (s *Store) reserveOver(t *tx, r row, spec fence.Spec, pid int, inc string, 
 // earlier boots is dead.
 func (s *Store) displaceable(r row, pid int, inc string) error {
 	return s.own.Displaceable(r.Reservation, pid, inc)
-}
-
-// remoteExisting refuses a create here for an identity whose generation
-// another host published and has not marked ended.
-func remoteExisting(p pub) error {
-	return verdict.Errorf(verdict.CodeIdentityExistingOwner,
-		map[string]any{"host": p.Host, "session_name": p.SessionName, "generation": p.Generation,
-			"reservation_id": p.ReservationID},
-		"the identity runs on host %s (session %s, generation %d)", p.Host, p.SessionName, p.Generation)
 }
 
 // replaceRow swaps the row pinned to old.ID for a fresh one owned by us.
