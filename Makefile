@@ -12,7 +12,7 @@ GOFLAGS_TEST ?=
 TEST_TIMEOUT ?= 20m
 APT_GET   := DEBIAN_FRONTEND=noninteractive apt-get
 
-.PHONY: all build run test test-tmux37 vet fmt-check deps tmux test-deps bench bench-panes bench-scale soak fuzz demo \
+.PHONY: all build run test test-tmux37 vet fmt-check deps tmux test-deps bench bench-panes bench-fleet bench-scale soak fuzz demo \
         model install-user-unit clean
 
 all: build
@@ -99,6 +99,17 @@ bench: tmux build
 	$(GO) test -run '^$$' -bench 'TalkOutput|TalkFollowers100' -benchtime 1x -timeout 20m ./api/backend/
 	$(GO) run ./integration/cmd/bench -bin $(BIN) -list-n 1000 -list-reps 50 -lookups 200 -out BENCHMARKS.e2e.generated.md
 	$(MAKE) bench-panes
+	$(MAKE) bench-fleet
+
+# The fleet figures (issue 19), in one run: create → published through the API
+# with the PostgreSQL fence against the SQLite fence, 3 hosts (three daemons on
+# one PostgreSQL) × 32 concurrent creates against one SQLite daemon, and lookups
+# with either fence against GET /v1/ping. PostgreSQL is a private server of
+# internal/pgtest (Debian's binaries, `make test-deps` installs them); without
+# one the run writes one SKIP line and succeeds. Writes BENCHMARKS.fleet.generated.md.
+FLEET_CREATES ?= 200
+bench-fleet: tmux build
+	$(GO) run ./integration/cmd/bench -bin $(BIN) -fleet -fleet-creates $(FLEET_CREATES) -fleet-sessions 300 -par 32 -rounds 5 -lookups 300 -out BENCHMARKS.fleet.generated.md
 
 # Per-session overhead (issue 18, goal 1), in one run: the processes of ours in
 # each session's pane tree, threads and Pss, with the binary from before the pane

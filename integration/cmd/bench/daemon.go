@@ -50,6 +50,12 @@ type sess struct {
 // startDaemon starts serve in a fresh home with SKC_TMUX_CONFIG=/dev/null and
 // waits until the API answers and the census has synced.
 func startDaemon(ctx context.Context, r *reaper, bin string, agent []string, wireLog bool) (*daemon, error) {
+	return startDaemonEnv(ctx, r, bin, agent, wireLog)
+}
+
+// startDaemonEnv is startDaemon with extra environment for serve (the fleet
+// figures' SKC_FENCE and SKC_HOST: tmuxEnv drops the caller's SKC_*).
+func startDaemonEnv(ctx context.Context, r *reaper, bin string, agent []string, wireLog bool, env ...string) (*daemon, error) {
 	home, err := r.newHome()
 	if err != nil {
 		return nil, err
@@ -65,7 +71,7 @@ func startDaemon(ctx context.Context, r *reaper, bin string, agent []string, wir
 	}
 	defer logf.Close()
 	d.cmd = exec.Command(bin, args...)
-	d.cmd.Env = tmuxEnv("SKC_HOME="+home, "SKC_TMUX_CONFIG=/dev/null", markVar+"="+home)
+	d.cmd.Env = tmuxEnv(append([]string{"SKC_HOME=" + home, "SKC_TMUX_CONFIG=/dev/null", markVar + "=" + home}, env...)...)
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // our cleanup, not the terminal's ^C, stops it
 	if err := d.cmd.Start(); err != nil {

@@ -1,5 +1,7 @@
-// Command bench is the end-to-end benchmark of `make bench` and `make
-// bench-scale`. It starts private daemons (`skc-supervisor serve` in short
+// Command bench is the end-to-end benchmark of `make bench`, `make
+// bench-scale` and `make bench-fleet` (-fleet: the PostgreSQL fence against
+// the SQLite fence, on a private PostgreSQL server of internal/pgtest that is
+// stopped after the daemons). It starts private daemons (`skc-supervisor serve` in short
 // temp homes, SKC_TMUX_CONFIG=/dev/null) and private baseline tmux servers,
 // measures our side and tmux's side in the same run, interleaved, and writes a
 // markdown table with the machine's facts to -out and stdout.
@@ -30,6 +32,9 @@ type options struct {
 	perfDir         string
 	scale           bool
 	paneCost        bool
+	fleet           bool
+	fleetCreates    int
+	fleetSessions   int
 	beforeBin       string
 	paneN, memN     int
 	creates, ends   int
@@ -50,6 +55,9 @@ func parseFlags() options {
 	flag.StringVar(&o.perfDir, "perf", "", "record `perf` profiles of the daemon during the figures into this directory")
 	flag.BoolVar(&o.scale, "scale", false, "run the scale run (4,000 live sessions) instead of the default figures")
 	flag.BoolVar(&o.paneCost, "pane-cost", false, "measure the per-session overhead (processes of ours per session, daemon memory per session) instead of the default figures")
+	flag.BoolVar(&o.fleet, "fleet", false, "measure the fleet figures (PostgreSQL fence against SQLite fence, 3 hosts on one PostgreSQL) instead of the default figures; one SKIP line when PostgreSQL cannot start")
+	flag.IntVar(&o.fleetCreates, "fleet-creates", 200, "fleet: sequential creates per fence (F1)")
+	flag.IntVar(&o.fleetSessions, "fleet-sessions", 300, "fleet: sessions per daemon for the lookups (F3)")
 	flag.StringVar(&o.beforeBin, "before-bin", "", "pane-cost: the binary to compare with (before the pane helper exec'd its agent)")
 	flag.IntVar(&o.paneN, "pane-n", 20, "pane-cost: sessions whose pane trees are measured, per binary")
 	flag.IntVar(&o.memN, "mem-n", 4000, "pane-cost: sessions for the daemon's memory per session (capped by free ptys and memory)")
@@ -112,6 +120,9 @@ func run() (code int) {
 	case o.scale:
 		rep.title = "Scale (make bench-scale) — generated"
 		err = runScale(ctx, o, r, bin, rep)
+	case o.fleet:
+		rep.title = "Fleet: PostgreSQL fence against SQLite fence (make bench-fleet) — generated"
+		err = runFleet(ctx, o, r, bin, rep)
 	case o.paneCost:
 		rep.title = "Per-session overhead (make bench) — generated"
 		err = runPaneCost(ctx, o, r, bin, rep)

@@ -28,7 +28,17 @@ type reaper struct {
 	daemons []*exec.Cmd
 	servers []tmuxServer
 	homes   []string // temp dirs; each is also a process mark
+	closers []func() // run after the daemons stopped (a PostgreSQL server they used)
 	log     func(format string, args ...any)
+}
+
+// addCloser registers f to run in teardown once the daemons are stopped and
+// before the tmux servers are killed: a database the daemons used outlives
+// them, so that none of them sees it vanish while shutting down.
+func (r *reaper) addCloser(f func()) {
+	r.mu.Lock()
+	r.closers = append(r.closers, f)
+	r.mu.Unlock()
 }
 
 // tmuxServer is a tmux server we caused to start: its socket and pid.
@@ -70,8 +80,8 @@ func (r *reaper) newHome() (string, error) {
 // the homes. It reports what it did, for the "clean teardown" figure.
 func (r *reaper) teardown() teardownReport {
 	r.mu.Lock()
-	daemons, servers, homes := r.daemons, r.servers, r.homes
-	r.daemons, r.servers, r.homes = nil, nil, nil
+	daemons, servers, homes, closers := r.daemons, r.servers, r.homes, r.closers
+	r.daemons, r.servers, r.homes, r.closers = nil, nil, nil, nil
 	r.mu.Unlock()
 	var rep teardownReport
 	t0 := time.Now()
@@ -79,6 +89,9 @@ func (r *reaper) teardown() teardownReport {
 		stopDaemon(c)
 	}
 	rep.daemons = time.Since(t0)
+	for i := len(closers) - 1; i >= 0; i-- {
+		closers[i]()
+	}
 	t1 := time.Now()
 	var wg sync.WaitGroup
 	for _, s := range servers {

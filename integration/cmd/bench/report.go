@@ -45,7 +45,9 @@ func (r *report) markdown() string {
 	for _, f := range r.facts {
 		fmt.Fprintf(&b, "| %s | %s |\n", f[0], f[1])
 	}
-	b.WriteString("\n| figure | ours | baseline (same run) | ratio | goal | |\n|---|---|---|---|---|---|\n")
+	if len(r.rows) > 0 { // none when a run was skipped
+		b.WriteString("\n| figure | ours | baseline (same run) | ratio | goal | |\n|---|---|---|---|---|---|\n")
+	}
 	for _, x := range r.rows {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", x.fig, x.ours, x.base, x.ratio, x.goal, x.met)
 	}
