@@ -109,7 +109,7 @@ bench: tmux build
 # one the run writes one SKIP line and succeeds. Writes BENCHMARKS.fleet.generated.md.
 FLEET_CREATES ?= 200
 bench-fleet: tmux build
-	$(GO) run ./integration/cmd/bench -bin $(BIN) -fleet -fleet-creates $(FLEET_CREATES) -fleet-sessions 300 -par 32 -rounds 5 -lookups 300 -out BENCHMARKS.fleet.generated.md
+	$(GO) run ./integration/cmd/bench -bin $(BIN) -fleet -fleet-creates $(FLEET_CREATES) -fleet-sessions 300 -par 32 -rounds 3 -lookups 300 -out BENCHMARKS.fleet.generated.md
 
 # Per-session overhead (issue 18, goal 1), in one run: the processes of ours in
 # each session's pane tree, threads and Pss, with the binary from before the pane

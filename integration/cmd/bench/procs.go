@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -113,6 +114,19 @@ func (r *reaper) teardown() teardownReport {
 	rep.homes = len(homes)
 	rep.total = time.Since(t0)
 	return rep
+}
+
+// retire stops one daemon and kills its tmux server and every process of its
+// home now, instead of in teardown (the home itself stays until teardown):
+// a mode that is done with a daemon gives its ptys back to the machine.
+func (r *reaper) retire(d *daemon) {
+	r.mu.Lock()
+	r.daemons = slices.DeleteFunc(r.daemons, func(c *exec.Cmd) bool { return c == d.cmd })
+	r.servers = slices.DeleteFunc(r.servers, func(s tmuxServer) bool { return s.sock == d.tmuxSock })
+	r.mu.Unlock()
+	stopDaemon(d.cmd)
+	killServer(tmuxServer{sock: d.tmuxSock, pid: d.serverPID})
+	sweep(d.home)
 }
 
 // teardownReport is what teardown did and how long each step took.
