@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -35,9 +36,14 @@ import (
 const fleetHosts = 3
 
 // runFleet measures F1–F3. Without a PostgreSQL server it writes one SKIP
-// line and succeeds, so that `make bench` goes on.
+// line and succeeds, so that `make bench` goes on (unless SKC_TEST_PG_BIN
+// asked for one, as pgtest does in the tests).
 func runFleet(ctx context.Context, o options, r *reaper, bin string, rep *report) error {
 	srv, err := pgtest.New()
+	if err != nil && os.Getenv(pgtest.EnvBin) != "" {
+		// As in the tests: a run that asked for PostgreSQL cannot pass by skipping.
+		return fmt.Errorf("%s=%s: cannot start PostgreSQL: %w", pgtest.EnvBin, os.Getenv(pgtest.EnvBin), err)
+	}
 	if err != nil {
 		rep.extra = append(rep.extra, "SKIP fleet figures: PostgreSQL cannot start here: "+oneLine(err.Error()))
 		return nil
