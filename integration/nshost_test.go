@@ -153,12 +153,23 @@ func (h *NSHost) startNamespaces(t testing.TB) {
 	if err := h.unshare.Start(); err != nil {
 		t.Fatalf("host %s: unshare: %v", h.Name, err)
 	}
+	// The line is read before Wait may close the pipe; an init that dies
+	// first ends unshare too, and the read meets end of file.
+	lines := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(out).ReadString('\n')
+		lines <- line
+	}()
+	var line string
+	select {
+	case line = <-lines:
+	case <-time.After(startDeadline):
+	}
 	go func() { h.unshare.Wait(); close(h.done) }()
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || line != "ready\n" {
+	if line != "ready\n" {
 		h.unshare.Process.Kill()
 		<-h.done
-		t.Fatalf("host %s: the namespace's init did not start: %q %v\n%s", h.Name, line, err, stderr.String())
+		t.Fatalf("host %s: the namespace's init did not say ready: %q\n%s", h.Name, line, stderr.String())
 	}
 	if c := children(h.unshare.Process.Pid); len(c) == 1 {
 		h.initPID = c[0]
