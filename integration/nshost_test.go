@@ -180,11 +180,15 @@ func (h *NSHost) startNamespaces(t testing.TB) {
 	}
 }
 
-// Env is the daemon's environment on this host: its fence, host name and
-// boot id (the seam), on top of the home's.
+// daemonEnv is the daemon's environment on this host: its host name, boot
+// id (the seam) and fence (the home's SQLite when Fence is ""), on top of
+// the home's.
 func (h *NSHost) daemonEnv() []string {
-	return []string{"SKC_FENCE=" + h.Fence, "SKC_HOST=" + h.Name,
-		proctree.BootIDFileEnv + "=" + filepath.Join(h.seams, "boot_id")}
+	env := []string{"SKC_HOST=" + h.Name, proctree.BootIDFileEnv + "=" + filepath.Join(h.seams, "boot_id")}
+	if h.Fence != "" {
+		env = append(env, "SKC_FENCE="+h.Fence)
+	}
+	return env
 }
 
 // Start starts serve inside the host's namespaces (nsenter) and waits until
@@ -324,4 +328,47 @@ func randomHex(t testing.TB, n int) string {
 func randomUUID(t testing.TB) string {
 	s := randomHex(t, 16)
 	return s[:8] + "-" + s[8:12] + "-" + s[12:16] + "-" + s[16:20] + "-" + s[20:]
+}
+
+// TestNSHostApart: a namespaced host is apart from the test and the machine
+// as the fleet tests assume. Its daemon and agent have pids of their own
+// namespace (NSpid), which OuterPID maps back; its mount namespace shows its
+// own machine id while the machine's file is untouched; its host name is its
+// own; ending the host leaves no process of its home.
+func TestNSHostApart(t *testing.T) {
+	h := NewNSHost(t, "host-x", "")
+	d := h.Start(t, DaemonOpts{})
+	if ns := nsPIDs(d.PID()); len(ns) != 2 || !h.In(d.PID()) || h.In(os.Getpid()) {
+		t.Fatalf("daemon pid %d: NSpid %v, in the host's namespace %v", d.PID(), ns, h.In(d.PID()))
+	}
+	token := agentToken()
+	spec := NewSpec(t, "apart")
+	spec.Argv = []string{"sleep", token}
+	h.MustCreate(t, spec, "published")
+	var agent int
+	WaitFor(t, waitDeadline, "the agent", func() error {
+		if pids := sleepers(token); len(pids) != 1 {
+			return fmt.Errorf("agents %v", pids)
+		}
+		agent = sleepers(token)[0]
+		return nil
+	})
+	sessions := h.AgentSessions(t)
+	if len(sessions) != 1 || !h.In(agent) || h.OuterPID(sessions[0].PanePID) != agent {
+		t.Fatalf("agent %d (in the host: %v), tmux's pane pid %+v maps to %d", agent, h.In(agent), sessions, h.OuterPID(sessions[0].PanePID))
+	}
+	outer, _ := os.ReadFile(machineIDFiles[0])
+	inner, _ := os.ReadFile(fmt.Sprintf("/proc/%d/root%s", d.PID(), machineIDFiles[0]))
+	if h.MachineID != "" && (strings.TrimSpace(string(inner)) != h.MachineID || string(outer) == string(inner)) {
+		t.Errorf("machine id inside %q, outside %q; want %q inside only", inner, outer, h.MachineID)
+	}
+	out, err := exec.Command("nsenter", "--target", strconv.Itoa(h.initPID), "--uts", "hostname").Output()
+	if err != nil || strings.TrimSpace(string(out)) != h.Name {
+		t.Errorf("the host's name: %q %v, want %s", out, err, h.Name)
+	}
+	d.Stop(t)
+	h.stop(t)
+	if left := h.processes(); len(left) != 0 {
+		t.Errorf("processes of the host left after its end: %v", left)
+	}
 }
