@@ -122,14 +122,18 @@ type raceAnswers struct {
 	mu        sync.Mutex
 	n         map[string]int
 	publisher []*NSHost
+	odd       map[string]string // the first answer of each key a racer may not get, whole
 }
 
-func (a *raceAnswers) add(key string, h *NSHost) {
+func (a *raceAnswers) add(key string, h *NSHost, r Result) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.n[key]++
 	if key == "published" {
 		a.publisher = append(a.publisher, h)
+	}
+	if _, seen := a.odd[key]; !fleetAnswers[key] && !seen {
+		a.odd[key] = h.Name + ": " + r.String()
 	}
 }
 
@@ -143,7 +147,7 @@ var fleetAnswers = map[string]bool{"published": true, "existing": true,
 // raceRound runs perHost concurrent creates of spec on every host and
 // returns their answers; every racer must answer one JSON document.
 func raceRound(t *testing.T, hosts []*NSHost, spec Spec, perHost int) *raceAnswers {
-	ans := &raceAnswers{n: map[string]int{}}
+	ans := &raceAnswers{n: map[string]int{}, odd: map[string]string{}}
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for _, h := range hosts {
@@ -165,7 +169,7 @@ func raceRound(t *testing.T, hosts []*NSHost, spec Spec, perHost int) *raceAnswe
 				if a.Error != nil {
 					key += "/" + a.Error.Code
 				}
-				ans.add(key, h)
+				ans.add(key, h, r)
 			}()
 		}
 	}
@@ -197,7 +201,7 @@ func TestFleetHostsRace(t *testing.T) {
 		for k, n := range ans.n {
 			total += n
 			if !fleetAnswers[k] {
-				t.Errorf("round %d: answer %q: %v", round, k, ans.n)
+				t.Errorf("round %d: answer %q: %v\n%s", round, k, ans.n, ans.odd[k])
 			}
 		}
 		if total != perHost*len(hosts) || len(ans.publisher) != 1 {
