@@ -29,15 +29,17 @@ tmux:
 	@tmux -V
 
 # Packages the test suite drives for real: rsyslog (log shipping test), promtool
-# (Debian package 'prometheus', metrics format check) and PostgreSQL (Debian package
+# (Debian package 'prometheus', metrics format check), PostgreSQL (Debian package
 # 'postgresql': the fleet fence's tests start private servers from its binaries in
-# /usr/lib/postgresql/*/bin, internal/pgtest). Installed only when missing.
+# /usr/lib/postgresql/*/bin, internal/pgtest) and util-linux (setpriv for the
+# other-uid tests; unshare and nsenter put each fleet host in its own pid, mount
+# and UTS namespaces, integration/nshost_test.go). Installed only when missing.
 test-deps: tmux
 	@need=""; \
 	command -v rsyslogd >/dev/null 2>&1 || need="$$need rsyslog"; \
 	command -v promtool >/dev/null 2>&1 || need="$$need prometheus"; \
 	ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need="$$need postgresql"; \
-	command -v setpriv >/dev/null 2>&1 || need="$$need util-linux"; \
+	{ command -v setpriv && command -v unshare && command -v nsenter; } >/dev/null 2>&1 || need="$$need util-linux"; \
 	if [ -n "$$need" ]; then \
 		echo "make: installing test dependencies with apt-get:$$need"; \
 		$(APT_GET) update -qq && $(APT_GET) install -y -qq --no-install-recommends $$need; \
@@ -136,8 +138,11 @@ bench-scale: tmux build
 	SKC_BENCH_SESSIONS=4000 $(GO) test -run '^$$' -bench SubscriptionCost -benchtime 2x -timeout 30m ./census/
 	$(GO) run ./integration/cmd/bench -bin $(BIN) -scale -out BENCHMARKS.scale.generated.md
 
-soak: tmux build
-	SKC_SOAK=1 $(GO) test -race -timeout 60m -run Soak ./integration/
+# The long runs: the Soak tests, and the fleet race at the issue's full size
+# (TestFleetHostsRace: 50 rounds of 3 namespaced hosts x 16 racers; make test runs
+# fewer rounds of it).
+soak: test-deps build
+	SKC_SOAK=1 $(GO) test -race -timeout 60m -run 'Soak|TestFleetHostsRace' ./integration/
 
 # Short fuzzing passes over every parser, encoder and input decoder (found inputs land
 # in each package's testdata/fuzz). FUZZTIME=5m make fuzz for longer runs.

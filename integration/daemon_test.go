@@ -20,6 +20,10 @@ type DaemonOpts struct {
 	NoWait bool
 	// Args follow "serve".
 	Args []string
+	// Wrap is a command that runs serve as its child (nsenter into a
+	// namespaced host, NSHost). The daemon's pid is then that child's, and
+	// signals go to it; the wrapper passes its exit status on.
+	Wrap []string
 }
 
 // Daemon is one running `skc-supervisor serve`.
@@ -31,6 +35,7 @@ type Daemon struct {
 	state     *os.ProcessState
 	stopped   bool // Stop or Kill was called: cleanup has nothing to assert
 	startedAt time.Time
+	wrapped   bool // cmd is DaemonOpts.Wrap, serve its child
 }
 
 // StartDaemon starts a fresh home and a daemon in it.
@@ -47,12 +52,14 @@ func (h *Home) Start(t testing.TB, opts DaemonOpts) *Daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &Daemon{Home: h, logPath: logf.Name(), done: make(chan struct{}), startedAt: time.Now()}
+	d := &Daemon{Home: h, logPath: logf.Name(), done: make(chan struct{}), startedAt: time.Now(),
+		wrapped: len(opts.Wrap) > 0}
 	env := opts.Env
 	if opts.Fault != "" {
 		env = append(env, "SKC_FAULT="+opts.Fault)
 	}
-	d.cmd = exec.Command(bin, append([]string{"serve"}, opts.Args...)...)
+	argv := append(append(append([]string{}, opts.Wrap...), bin, "serve"), opts.Args...)
+	d.cmd = exec.Command(argv[0], argv[1:]...)
 	d.cmd.Env = h.Env(env...)
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	if err := d.cmd.Start(); err != nil {
@@ -72,8 +79,23 @@ func (h *Home) Start(t testing.TB, opts DaemonOpts) *Daemon {
 	return d
 }
 
-// PID is the daemon's pid.
-func (d *Daemon) PID() int { return d.cmd.Process.Pid }
+// PID is the daemon's pid (in this test's pid namespace). Under a wrapper it
+// is the wrapper's one child; until that child exists, or once it is gone,
+// the wrapper's own pid.
+func (d *Daemon) PID() int {
+	if d.wrapped {
+		if c := children(d.cmd.Process.Pid); len(c) == 1 {
+			return c[0]
+		}
+	}
+	return d.cmd.Process.Pid
+}
+
+// signal sends sig to the daemon (the wrapper's child under a wrapper: the
+// wrapper, nsenter, passes no signal on, only the child's exit status).
+func (d *Daemon) signal(sig syscall.Signal) {
+	_ = syscall.Kill(d.PID(), sig)
+}
 
 // Log is everything the daemon wrote so far.
 func (d *Daemon) Log() string {
@@ -125,10 +147,10 @@ func (d *Daemon) StopWith(t testing.TB, sig syscall.Signal) {
 	if d.Exited() {
 		t.Fatalf("daemon had already exited: %v\n%s", d.state, clip(d.Log()))
 	}
-	d.cmd.Process.Signal(sig)
+	d.signal(sig)
 	st := d.wait(t, stopDeadline)
 	if st == nil {
-		d.cmd.Process.Kill()
+		d.signal(syscall.SIGKILL)
 		<-d.done
 		t.Fatalf("daemon did not exit within %v of %v\n%s", stopDeadline, sig, clip(d.Log()))
 	}
@@ -143,7 +165,7 @@ func (d *Daemon) Kill(t testing.TB) {
 	t.Helper()
 	d.stopped = true
 	if !d.Exited() {
-		d.cmd.Process.Kill()
+		d.signal(syscall.SIGKILL)
 	}
 	<-d.done
 }

@@ -111,6 +111,9 @@ type Home struct {
 
 	mu         sync.Mutex
 	serverPIDs map[int]bool
+	// outerPID maps a pid the home's tmux server reports (its own pid
+	// namespace's) to this test's; nil when they are the same (NSHost sets it).
+	outerPID func(int) int
 }
 
 // NewHome creates a short home (unix socket paths are limited to 107 bytes).
@@ -164,6 +167,9 @@ func (h *Home) Env(extra ...string) []string {
 
 // NoteServerPID remembers a tmux server pid seen in this home, for cleanup.
 func (h *Home) NoteServerPID(pid int) {
+	if pid > 0 && h.outerPID != nil {
+		pid = h.outerPID(pid)
+	}
 	if pid <= 0 {
 		return
 	}

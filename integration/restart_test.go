@@ -84,9 +84,9 @@ func waitOneRunning(t *testing.T, h *Home, spec Spec, token string, gen uint64) 
 	return s
 }
 
-// watchAgents samples /proc until stop is closed and records the most
-// agents of token seen alive at once.
-func watchAgents(token string, stop chan struct{}) *atomic.Int64 {
+// watchAgents samples /proc at the given interval until stop is closed and records
+// the most agents of token seen alive at once.
+func watchAgents(token string, stop chan struct{}, every time.Duration) *atomic.Int64 {
 	var most atomic.Int64
 	go func() {
 		for {
@@ -96,7 +96,7 @@ func watchAgents(token string, stop chan struct{}) *atomic.Int64 {
 			select {
 			case <-stop:
 				return
-			case <-time.After(2 * time.Millisecond):
+			case <-time.After(every):
 			}
 		}
 	}()
@@ -122,7 +122,7 @@ func TestRestartStorm(t *testing.T) {
 	}
 	h.NoteSession(t)
 	stop := make(chan struct{})
-	most := watchAgents(token, stop)
+	most := watchAgents(token, stop, 2*time.Millisecond)
 	defer close(stop)
 	var gen uint64
 	for i := 0; i < rounds; i++ {

@@ -341,6 +341,8 @@ func (h *Home) AgentSessions(t testing.TB) []tmuxSession {
 // status line and body (used as another uid for the SO_PEERCRED test).
 func runHelperMode(mode string) int {
 	switch mode {
+	case "nsinit":
+		return runNSInit()
 	case "stopagent":
 		return runStopAgent(os.Args[1:])
 	case "tmuxproxy":

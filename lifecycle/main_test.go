@@ -130,6 +130,8 @@ type env struct {
 
 	noCgroup bool // Config.NoCgroup: hold generations by the pane's session only
 
+	wrapFence func(fence.Fence) fence.Fence // what the Manager uses of store; nil: store itself
+
 	startServer func(context.Context) error // tmuxctl.Config.StartServer; nil: none
 }
 
@@ -211,7 +213,11 @@ func (e *env) open(ctx context.Context, fault string) error {
 		l := zerolog.New(os.Stderr).With().Timestamp().Logger()
 		log = &l
 	}
-	e.m, err = New(Config{Home: e.home, Tmux: e.client, Census: e.census, Fence: e.store,
+	mgrFence := e.store
+	if e.wrapFence != nil {
+		mgrFence = e.wrapFence(e.store)
+	}
+	e.m, err = New(Config{Home: e.home, Tmux: e.client, Census: e.census, Fence: mgrFence,
 		Verdicts: e.w, HelperPath: exe, Metrics: e.reg, Fault: fault, Log: log, NoCgroup: e.noCgroup})
 	return err
 }

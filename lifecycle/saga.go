@@ -85,10 +85,32 @@ func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retEr
 	return m.publish(ctx, a)
 }
 
-// advance records a phase; a lost fence stops the attempt with no further tmux
-// mutation.
+// ownBusyWait bounds how long the attempt's own transitions (advance,
+// publish) wait out a busy fence (identity_fence_contended). The attempt holds
+// the identity's reservation; what keeps the fence busy is other creators'
+// short transactions queued on the identity's lock — on a fleet, every host's
+// racers — and giving up would fail (503) a create that is about to succeed,
+// leaving its row to recovery. A busy answer wrote nothing, so the
+// transition is simply tried again.
+const ownBusyWait = 5 * time.Second
+
+// whileBusy runs f until it answers other than identity_fence_contended, for
+// up to ownBusyWait (or until ctx ends), and returns its last answer.
+func whileBusy(ctx context.Context, f func() error) error {
+	deadline := time.Now().Add(ownBusyWait)
+	for {
+		err := f()
+		if verdict.CodeOf(err) != verdict.CodeIdentityFenceContended || time.Now().After(deadline) ||
+			!sleepCtx(ctx, 5*time.Millisecond) {
+			return err
+		}
+	}
+}
+
+// advance records a phase, waiting out a busy fence (whileBusy); a lost fence
+// stops the attempt with no further tmux mutation.
 func (m *Manager) advance(ctx context.Context, a *attempt, to fence.Phase, p fence.Patch) error {
-	err := m.fence.Advance(ctx, &a.res, to, p)
+	err := whileBusy(ctx, func() error { return m.fence.Advance(ctx, &a.res, to, p) })
 	if err == nil {
 		return nil
 	}
@@ -293,7 +315,12 @@ func stateDigest(stateFile string) string {
 // nothing undoes it: later failures are logged and left to recovery.
 func (m *Manager) publish(ctx context.Context, a *attempt) (CreateResult, error) {
 	rec := m.publishedRecord(a)
-	pub, filed, err := m.fence.Publish(ctx, &a.res, rec)
+	var pub fence.Published
+	var filed verdict.Record
+	err := whileBusy(ctx, func() (err error) {
+		pub, filed, err = m.fence.Publish(ctx, &a.res, rec)
+		return err
+	})
 	if err != nil {
 		if verdict.CodeOf(err) == verdict.CodeFenceLost {
 			a.fenceLost = true
