@@ -266,7 +266,7 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the watcher listening", func() bool { ok, _, _ := s.watch.state(); return ok })
+	healthy(t, s, 1)
 	s2.Close()
 	s2.Close() // idempotent: the watcher is released once
 	if _, err := s.AppendVerdict(ctxT(t), verdict.Record{Action: "create"}); err != nil {

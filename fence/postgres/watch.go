@@ -69,9 +69,12 @@ type watcher struct {
 	pid     uint32           // the listening backend's pid, for tests
 	listens int              // successful (re)LISTENs, for tests
 
-	refs   int // Stores using it (watchers.mu)
-	cancel context.CancelFunc
-	done   chan struct{}
+	refs    int  // Stores using it (watchers.mu)
+	started bool // its goroutine runs (or ran): on the first check (w.mu)
+	stopped bool // released by its last Store (w.mu)
+	ctx     context.Context
+	cancel  context.CancelFunc
+	done    chan struct{}
 }
 
 // watchers are the process's watchers by connection string.
@@ -80,8 +83,10 @@ var watchers = struct {
 	m  map[string]*watcher
 }{m: map[string]*watcher{}}
 
-// acquireWatcher returns the process's watcher of the database url names,
-// started on its first user.
+// acquireWatcher returns the process's watcher of the database url names.
+// Its connection is opened on the first check of a version, not here: a
+// short-lived process that never reads a cache (a pane helper, a `fence`
+// command) costs the database no second connection.
 func acquireWatcher(url string, cfg *pgx.ConnConfig) *watcher {
 	watchers.mu.Lock()
 	defer watchers.mu.Unlock()
@@ -90,9 +95,8 @@ func acquireWatcher(url string, cfg *pgx.ConnConfig) *watcher {
 		return w
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &watcher{cfg: cfg, hosts: map[string]int64{}, refs: 1, cancel: cancel, done: make(chan struct{})}
+	w := &watcher{cfg: cfg, hosts: map[string]int64{}, refs: 1, ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	watchers.m[url] = w
-	go w.run(ctx)
 	return w
 }
 
@@ -106,24 +110,41 @@ func releaseWatcher(url string, w *watcher) {
 		delete(watchers.m, url)
 	}
 	watchers.mu.Unlock()
-	if last {
-		w.cancel()
+	if !last {
+		return
+	}
+	w.mu.Lock()
+	w.stopped = true
+	started := w.started
+	w.mu.Unlock()
+	w.cancel()
+	if started {
 		<-w.done
 	}
+}
+
+// trusted reports whether the copies can be trusted, starting the watcher
+// on the first call. w.mu is held.
+func (w *watcher) trusted() bool {
+	if !w.started && !w.stopped {
+		w.started = true
+		go w.run(w.ctx)
+	}
+	return w.healthy
 }
 
 // fenceVersion is fence_version when the copies can be trusted.
 func (w *watcher) fenceVersion() (int64, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.fence, w.healthy
+	return w.fence, w.trusted()
 }
 
 // hostVersion is host's identity version when the copies can be trusted.
 func (w *watcher) hostVersion(host string) (int64, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.hosts[host], w.healthy
+	return w.hosts[host], w.trusted()
 }
 
 // raise takes versions committed by a write (this process's, after its

@@ -50,6 +50,7 @@ func healthy(t *testing.T, s *Store, minListens int) (uint32, int) {
 	var n int
 	waitFor(t, "the watcher listening", func() bool {
 		var ok bool
+		s.watch.fenceVersion() // starts it
 		ok, pid, n = s.watch.state()
 		return ok && n >= minListens
 	})
@@ -152,4 +153,21 @@ func TestWatcherKilled(t *testing.T) {
 		return err == nil && strings.Contains(string(got.VerdictsJSON), `"i":"after"`)
 	})
 	fencetest.CheckReads(t, a, id, 5, "back after the terminated backend")
+}
+
+// TestWatcherLazy: a Store that never checks a version (a pane helper, a
+// `fence` command) opens no watcher connection, and closes cleanly.
+func TestWatcherLazy(t *testing.T) {
+	f := newFleet(t)
+	s := f.elsewhere("host-a", 1)
+	if _, err := s.AppendVerdict(bg, fencetest.Record(verdict.VerdictRefused)); err != nil {
+		t.Fatal(err)
+	}
+	s.watch.mu.Lock()
+	started := s.watch.started
+	s.watch.mu.Unlock()
+	if started {
+		t.Fatal("a write started the watcher")
+	}
+	s.Close()
 }
