@@ -10,8 +10,9 @@ import (
 )
 
 // pubCache is fence.PubCache over this host's identities, kept exact in a
-// fleet: every Cached read first asks identity_versions for this host's
-// version (one indexed read). When it moved only by this Store's own writes
+// fleet: every Cached read first asks for this host's identity_versions
+// version (the watcher's copy, or one indexed read while it cannot be
+// trusted: watch.go). When it moved only by this Store's own writes
 // — whose cache updates are applied before they return — the cache stands;
 // when anyone else changed this host's identities (an operator's release
 // from another host, another handle of this process), the cache is dropped
@@ -36,7 +37,12 @@ func newPubCache(s *Store) *pubCache {
 	return c
 }
 
+// hostVersion is this host's identity version: the watcher's copy while it
+// can be trusted (no round trip), else the row.
 func (c *pubCache) hostVersion(ctx context.Context) (int64, error) {
+	if v, ok := c.s.watch.hostVersion(c.s.host.Name); ok {
+		return v, nil
+	}
 	var v int64
 	err := c.s.pool.QueryRow(ctx, `SELECT COALESCE((SELECT version FROM identity_versions WHERE host = $1), 0)`,
 		c.s.host.Name).Scan(&v)

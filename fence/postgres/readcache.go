@@ -73,8 +73,12 @@ type readSource struct{ s *Store }
 
 var _ fence.ReadSource = readSource{}
 
-// Version returns fence_version.
+// Version returns fence_version: the watcher's copy while it can be
+// trusted (no round trip), else the row.
 func (r readSource) Version(ctx context.Context) (int64, error) {
+	if v, ok := r.s.watch.fenceVersion(); ok {
+		return v, nil
+	}
 	var v int64
 	err := r.s.pool.QueryRow(ctx, `SELECT version FROM fence_version`).Scan(&v)
 	return v, err

@@ -253,7 +253,8 @@ func TestUnreachableThenBack(t *testing.T) {
 }
 
 // TestCloseLeavesNoGoroutines: a closed Store leaves nothing running (the
-// pool's health checker, its connections' readers).
+// pool's health checker, its connections' readers, the watcher and its
+// connection — the shared watcher once its last Store is closed).
 func TestCloseLeavesNoGoroutines(t *testing.T) {
 	url := pgtest.DB(t)
 	before := goleak.IgnoreCurrent()
@@ -261,6 +262,13 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s2, err := Open(url, fence.Options{Host: fence.Host{Name: "h2"}}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	healthy(t, s, 1)
+	s2.Close()
+	s2.Close() // idempotent: the watcher is released once
 	if _, err := s.AppendVerdict(ctxT(t), verdict.Record{Action: "create"}); err != nil {
 		t.Fatal(err)
 	}

@@ -57,6 +57,8 @@ type Store struct {
 	cache *pubCache        // the identities of this host in memory (cache.go)
 	rc    *fence.ReadCache // show's reads (readcache.go)
 	last  lastReads        // show's last answers, for when the database is unreachable
+	watch *watcher         // the version rows' local copies (watch.go)
+	key   string           // the watcher's key: the connection string
 
 	closeOnce sync.Once
 }
@@ -101,6 +103,9 @@ func Open(url string, opt fence.Options, c Config) (*Store, error) {
 		s.pool.Close()
 		return nil, s.unavailable("migrate", err)
 	}
+	// Started after the migration: the channel's payloads name its tables.
+	s.key = url
+	s.watch = acquireWatcher(url, cfg.ConnConfig.Copy())
 	return s, nil
 }
 
@@ -136,13 +141,17 @@ func redact(cfg *pgxpool.Config) string {
 // URL is the database's address for messages (no password is ever kept).
 func (s *Store) URL() string { return s.url }
 
-// Close closes the pool. Reservations still in flight through this Store
+// Close stops this Store's use of the watcher (the last Store of the
+// database stops it) and closes the pool. Reservations still in flight through this Store
 // are forgotten (they become this process's abandoned attempts). It is
 // idempotent.
 func (s *Store) Close() error {
 	s.own.Forget()
 	s.rc.Drop()
-	s.closeOnce.Do(func() { s.pool.Close() })
+	s.closeOnce.Do(func() {
+		releaseWatcher(s.key, s.watch)
+		s.pool.Close()
+	})
 	return nil
 }
 

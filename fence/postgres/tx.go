@@ -191,6 +191,9 @@ func (s *Store) write(ctx context.Context, op string, lk lockOn, fn func(t *tx) 
 	if v, ok := t.hostVers[s.host.Name]; ok {
 		s.cache.own(v)
 	}
+	// Before the write returns: a read of this process that starts after it
+	// sees it without waiting for the notification (watch.go).
+	s.watch.raise(versionsMsg{Fence: t.version, Hosts: t.hostVers})
 	return nil
 }
 
@@ -252,7 +255,7 @@ func (t *tx) rollback(ctx context.Context) {
 
 // commit sends the queued writes, bumps fence_version (its row lock is held
 // until COMMIT, which serialises the ends of all writers), bumps the
-// identity versions of the hosts touched, appends the verdicts — their
+// identity versions of the hosts touched, NOTIFYs the new versions, appends the verdicts — their
 // sequences drawn after the version lock, so in commit order — and commits,
 // all in one batch.
 func (t *tx) commit(ctx context.Context, now time.Time) error {
@@ -274,6 +277,7 @@ func (t *tx) commit(ctx context.Context, now time.Time) error {
 		b.Queue(`INSERT INTO identity_versions AS iv (host, version) VALUES ($1, 1)
 			ON CONFLICT (host) DO UPDATE SET version = iv.version + 1 RETURNING version`, h)
 	}
+	b.Queue(notifySQL, hosts) // delivered to the watchers at COMMIT
 	recs := make([]verdict.Record, len(t.pending))
 	for i, p := range t.pending {
 		var err error
@@ -320,6 +324,9 @@ func (t *tx) results(br pgx.BatchResults, hosts []string, recs []verdict.Record)
 			return err
 		}
 		t.hostVers[h] = v
+	}
+	if _, err := br.Exec(); err != nil { // the NOTIFY
+		return err
 	}
 	for i, p := range t.pending {
 		if err := br.QueryRow().Scan(&recs[i].Sequence); err != nil {
