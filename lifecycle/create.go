@@ -76,6 +76,7 @@ type attempt struct {
 	// left (see leftoverOf); the create starts in it as a restart would.
 	reuse     *keptSession
 	respawned bool // its helper was started in a kept session (respawn-pane)
+	claimed   string // the token of the warm pool's standby it claimed ("" when none)
 
 	sent      bool // new-session was written: from here a session may exist
 	uncertain bool // a step's outcome is unknown: abandon, never guess
