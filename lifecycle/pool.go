@@ -86,7 +86,8 @@ func (p *pool) take(life tmuxctl.ServerLife) (standby, bool) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	defer p.refill()
+	// No refill here: its new-session would queue in tmux (one thread) ahead
+	// of this create's own commands. The saga asks for it once it answered.
 	for len(p.free) > 0 {
 		sb := p.free[0]
 		p.free = p.free[1:]
@@ -98,7 +99,12 @@ func (p *pool) take(life tmuxctl.ServerLife) (standby, bool) {
 	return standby{}, false
 }
 
+// refill asks the pool's loop to spawn what is missing; a create calls it
+// when it has answered (saga), so the spawn never delays a create's commands.
 func (p *pool) refill() {
+	if p == nil {
+		return
+	}
 	select {
 	case p.kick <- struct{}{}:
 	default:

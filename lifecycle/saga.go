@@ -28,6 +28,9 @@ func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retEr
 			retErr = m.undo(ctx, a, retErr)
 			m.pool.dropHandoff(a.claimed) // a standby killed before it read it
 		}
+		if a.claimed != "" {
+			m.pool.refill()
+		}
 	}()
 	// A command that cannot start is refused while nothing exists in tmux:
 	// undo only releases the reservation (spawncheck.go).
