@@ -17,11 +17,12 @@ import (
 //   - sequential: create → published p50/p99 with a pool of 4 (refilled
 //     between creates, as between creates at a person's pace), interleaved
 //     with a bare new-session on the Manager's own open control connection;
+//
 //   - burst: rounds of 32 concurrent creates with a pool of 4 and of 32,
 //     interleaved with rounds of 32 new-session pipelined on that connection;
 //     sessions/s, medians of the rounds.
 //
-//	go test -run '^$' -bench CreatePool -benchtime 200x ./lifecycle/
+//     go test -run '^$' -bench CreatePool -benchtime 200x ./lifecycle/
 func BenchmarkCreatePool(b *testing.B) {
 	b.Run("sequential", benchPoolSequential)
 	for _, size := range []int{4, 32} {
