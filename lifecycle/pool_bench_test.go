@@ -12,17 +12,16 @@ import (
 
 // BenchmarkCreatePool measures the warm pool's two figures (BENCHMARKS.md,
 // "Warm pool"), each side by side with tmux in the same run, against real
-// tmux and SQLite:
+// tmux and SQLite. sequential: create → published p50/p99 with a pool of 4
+// (refilled between creates, as between creates at a person's pace),
+// interleaved with a bare new-session on the Manager's own open control
+// connection. burst32-poolN: rounds of 32 concurrent creates with a pool of 4
+// and of 32, interleaved with rounds of 32 new-session pipelined on that
+// connection; sessions/s, medians of the rounds. Run the two apart (a burst
+// round is 64 sessions):
 //
-//   - sequential: create → published p50/p99 with a pool of 4 (refilled
-//     between creates, as between creates at a person's pace), interleaved
-//     with a bare new-session on the Manager's own open control connection;
-//
-//   - burst: rounds of 32 concurrent creates with a pool of 4 and of 32,
-//     interleaved with rounds of 32 new-session pipelined on that connection;
-//     sessions/s, medians of the rounds.
-//
-//     go test -run '^$' -bench CreatePool -benchtime 200x ./lifecycle/
+//	go test -run '^$' -bench CreatePool/sequential -benchtime 100x ./lifecycle/
+//	go test -run '^$' -bench CreatePool/burst -benchtime 5x ./lifecycle/
 func BenchmarkCreatePool(b *testing.B) {
 	b.Run("sequential", benchPoolSequential)
 	for _, size := range []int{4, 32} {
