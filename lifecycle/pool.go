@@ -75,7 +75,14 @@ func newPool(m *Manager, size int) *pool {
 	if size <= 0 {
 		return nil
 	}
-	return &pool{m: m, size: size, dir: filepath.Join(m.cfg.Home, "pool"), kick: make(chan struct{}, 1)}
+	p := &pool{m: m, size: size, dir: filepath.Join(m.cfg.Home, "pool"), kick: make(chan struct{}, 1)}
+	if r := m.cfg.Metrics; r != nil {
+		r.GaugeFunc("skc_pool_standbys", "Warm pool standby panes spawned and free to claim.",
+			func() float64 { return float64(m.PoolStats().Ready) })
+		r.CounterFunc("skc_pool_claims_total", "Creates served by a warm pool standby instead of new-session.",
+			func() float64 { return float64(m.PoolStats().Claims) })
+	}
+	return p
 }
 
 // take removes a live standby of the current server life from the free list;

@@ -114,6 +114,11 @@ func TestPoolClaimRunsAgent(t *testing.T) {
 	if err := checkNoStandbyTagged(e.paneList()); err != nil {
 		t.Fatal(err)
 	}
+	var text strings.Builder
+	if err := e.reg.WriteText(&text); err != nil || !strings.Contains(text.String(), "\nskc_pool_claims_total 1\n") ||
+		!strings.Contains(text.String(), "\nskc_pool_standbys 2\n") {
+		t.Fatalf("metrics: %v\n%s", err, text.String())
+	}
 	list, err = e.m.List(context.Background())
 	if err != nil || len(list.Sessions) != 1 || list.Sessions[0].Name != res.Session.Name {
 		t.Fatalf("ls: %+v %v", list.Sessions, err)
