@@ -263,15 +263,27 @@ func poolChild(args []string) int {
 	}
 	n, _ := strconv.Atoi(args[2])
 	var wg sync.WaitGroup
+	var failed atomic.Bool
 	for i := 0; i < n; i++ {
 		id, spec := e.identity(fmt.Sprintf("k%02d", i))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _ = e.m.Create(ctx, CreateRequest{Identity: id, Spec: spec, Wait: 30 * time.Second})
+			req := CreateRequest{Identity: id, Spec: spec, Wait: 30 * time.Second}
+			_, err := e.m.Create(ctx, req)
+			for try := 0; retryableBurst(err) && try < 10; try++ {
+				_, err = e.m.Create(ctx, req)
+			}
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "poolchild: create:", err)
+				failed.Store(true)
+			}
 		}()
 	}
 	wg.Wait()
+	if failed.Load() {
+		return 4
+	}
 	for e.m.PoolStats().Ready < 4 {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -360,13 +372,18 @@ func testPoolFaultPoint(t *testing.T, point string) {
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("pool child did not die of SIGKILL at %s: %v", point, err)
 	}
+	// What the dead daemon left, read before the next one starts (its pool
+	// sweeps and refills at once).
 	var left []paneRow
-	e := startEnvWith(t, &env{home: home, poolSize: 4}, "", false)
-	for _, r := range e.paneList() {
+	for _, r := range (&env{socket: filepath.Join(home, "tmux.sock")}).paneList() {
 		if strings.HasPrefix(r.name, standbyPrefix) {
 			left = append(left, r)
 		}
 	}
+	if len(left) == 0 {
+		t.Fatalf("crash at %s: no standby left to check", point)
+	}
+	e := startEnvWith(t, &env{home: home, poolSize: 4}, "", false)
 	if err := e.m.Recover(context.Background()); err != nil {
 		t.Fatalf("recover: %v", err)
 	}
