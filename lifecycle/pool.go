@@ -160,9 +160,9 @@ func (p *pool) fill(ctx context.Context) bool {
 			}
 		}
 		p.free = kept
-		n := len(p.free)
+		n, closed := len(p.free), p.closed
 		p.mu.Unlock()
-		if n >= p.size || ctx.Err() != nil {
+		if n >= p.size || closed || ctx.Err() != nil {
 			return true
 		}
 		sb, err := p.spawn(ctx, life)
@@ -172,7 +172,7 @@ func (p *pool) fill(ctx context.Context) bool {
 		}
 		p.m.fault.hit(FaultStandbySpawned)
 		p.mu.Lock()
-		closed := p.closed
+		closed = p.closed
 		if !closed {
 			p.free = append(p.free, sb)
 		}
