@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
@@ -413,6 +414,13 @@ func testPoolFaultPoint(t *testing.T, point string) {
 	if err := checkNoStandbyTagged(e.paneList()); err != nil {
 		t.Fatal(err)
 	}
+	checkPoolRecovered(t, e, point, id, res)
+}
+
+// checkPoolRecovered: one recovery verdict (none when no create had begun), no
+// row left, and the session's agent running.
+func checkPoolRecovered(t *testing.T, e *env, point string, id fence.Identity, res CreateResult) {
+	t.Helper()
 	recoveries := 0
 	for _, r := range e.verdicts(id) {
 		if r.Action == verdict.ActionRecover {
