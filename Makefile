@@ -96,7 +96,9 @@ bench: tmux build
 	$(GO) test -run '^$$' -bench Burst100 -benchtime 3x -count 2 -timeout 20m ./census/
 	SKC_BENCH_SESSIONS=1000 $(GO) test -run '^$$' -bench SubscriptionCost -benchtime 2x -timeout 20m ./census/
 	SKC_BENCH_SESSIONS=1000 $(GO) test -run '^$$' -bench Reads -benchtime 200x -timeout 20m ./api/backend/
-	$(GO) test -run '^$$' -bench Create -benchtime 200x ./lifecycle/
+	$(GO) test -run '^$$' -bench 'Create$$' -benchtime 200x ./lifecycle/
+	$(GO) test -run '^$$' -bench CreatePool/sequential -benchtime 100x ./lifecycle/
+	$(GO) test -run '^$$' -bench CreatePool/burst -benchtime 5x ./lifecycle/
 	$(GO) test -run '^$$' -bench 'Talk$$' -benchtime 200x ./api/backend/
 	$(GO) test -run '^$$' -bench 'TalkOutput|TalkFollowers100' -benchtime 1x -timeout 20m ./api/backend/
 	$(GO) run ./integration/cmd/bench -bin $(BIN) -list-n 1000 -list-reps 50 -lookups 200 -out BENCHMARKS.e2e.generated.md

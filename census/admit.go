@@ -38,7 +38,7 @@ func (c *Census) AdmitCreated(life tmuxctl.ServerLife, s Session, num uint64) (b
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old, held := c.sessions[s.ID]; held {
-		c.retagLocked(old, s.Tags, life)
+		c.retagLocked(old, s.Name, s.Tags, life)
 		return true, nil
 	}
 	if !c.online || !c.synced || c.info.ServerLife != life {
@@ -63,12 +63,17 @@ func (c *Census) AdmitCreated(life tmuxctl.ServerLife, s Session, num uint64) (b
 // a read by id caught the session while they were being set (they are sent
 // pipelined, in no fixed order): the creator's values are the session's own by
 // now, and the subscription, which only sees a session appear, would not have
-// told. c.mu is held.
-func (c *Census) retagLocked(old *entry, tags map[string]string, life tmuxctl.ServerLife) {
-	if tagsOf(tags) == old.exact && len(old.s.Tags) == len(tags) {
+// told. The name is the creator's too: a warm pool's standby, held since it
+// was spawned, was renamed to its attempt's name just before (the relist that
+// rename triggers may not have run yet). c.mu is held.
+func (c *Census) retagLocked(old *entry, name string, tags map[string]string, life tmuxctl.ServerLife) {
+	if tagsOf(tags) == old.exact && len(old.s.Tags) == len(tags) && (name == "" || name == old.s.Name) {
 		return
 	}
 	e := &entry{s: old.s, exact: tagsOf(tags), control: old.control, admitted: old.admitted}
+	if name != "" {
+		e.s.Name = name
+	}
 	e.s.Tags = maps.Clone(tags)
 	e.s.Managed = e.s.Tags[TagIdentity] != ""
 	c.sessions[e.s.ID] = e

@@ -130,3 +130,26 @@ func TestAdmitCreatedCompletesPartialTags(t *testing.T) {
 		}
 	}
 }
+
+// A warm pool's standby, held untagged under its standby name since it was
+// spawned, is renamed and tagged by the create that claims it: admission gives
+// the census both before the relist the rename triggers, so the session is
+// found by its attempt name and no longer by the standby's.
+func TestAdmitCreatedTakesTheClaimsName(t *testing.T) {
+	life := tmuxctl.ServerLife{Socket: "s", PID: 10, StartTime: 1}
+	c := offline(life)
+	standby := entryFor(6, "skc-standby-0123456789abcdef", "")
+	if err := c.applyAt(c.epoch, life, []*entry{standby}, 120); err != nil {
+		t.Fatal(err)
+	}
+	tags := map[string]string{TagIdentity: digest(6), TagGeneration: "1", TagReservation: "r", TagState: "s"}
+	if ok, err := c.AdmitCreated(life, Session{ID: "$6", Name: "skc-attempt", Tags: tags}, 130); !ok || err != nil {
+		t.Fatalf("AdmitCreated: %v %v", ok, err)
+	}
+	if got, ok := c.ByName("skc-attempt"); !ok || got.ID != "$6" || !got.Managed {
+		t.Fatalf("by the attempt's name: %+v %v", got, ok)
+	}
+	if _, ok := c.ByName("skc-standby-0123456789abcdef"); ok {
+		t.Fatal("still found by the standby's name")
+	}
+}

@@ -75,7 +75,8 @@ type attempt struct {
 	// reuse is, for a create, the session the identity's ended generation
 	// left (see leftoverOf); the create starts in it as a restart would.
 	reuse     *keptSession
-	respawned bool // its helper was started in a kept session (respawn-pane)
+	respawned bool   // its helper was started in a kept session (respawn-pane)
+	claimed   string // the token of the warm pool's standby it claimed ("" when none)
 
 	sent      bool // new-session was written: from here a session may exist
 	uncertain bool // a step's outcome is unknown: abandon, never guess

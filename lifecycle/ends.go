@@ -34,6 +34,10 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer sub.Close()
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	if m.pool != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); m.pool.run(ctx) }()
+	}
 	for {
 		select {
 		case <-ctx.Done():

@@ -17,6 +17,14 @@ const (
 	FaultTagged        = "tagged"
 	FaultPublish       = "publish"
 	FaultPublished     = "published"
+
+	// Points of the warm pool (pool.go): a claim replaces new-session with
+	// claimed (the standby renamed to the attempt's name) and adds
+	// handed-off (its reservation handed to the standby, after spawned);
+	// standby-spawned is right after the pool spawned a standby.
+	FaultClaimed        = "claimed"
+	FaultHandedOff      = "handed-off"
+	FaultStandbySpawned = "standby-spawned"
 )
 
 var faultPoints = []string{
@@ -27,6 +35,13 @@ var faultPoints = []string{
 // restartFaultPoints are hit only by a restart (restart_start.go); the saga's
 // own points are hit by a restart's saga too.
 var restartFaultPoints = []string{FaultRestartDecided, FaultRespawned}
+
+// poolFaultPoints are hit only with a warm pool (Config.PoolSize > 0).
+var poolFaultPoints = []string{FaultClaimed, FaultHandedOff, FaultStandbySpawned}
+
+// PoolFaultPoints lists the SKC_FAULT points only a warm pool reaches: a
+// claim's steps in saga order, then the pool's refill.
+func PoolFaultPoints() []string { return append([]string(nil), poolFaultPoints...) }
 
 // FaultPoints lists the create saga's SKC_FAULT points, in saga order.
 func FaultPoints() []string { return append([]string(nil), faultPoints...) }
@@ -52,14 +67,14 @@ func parseFault(s string) (fault, error) {
 		return fault{}, fmt.Errorf("lifecycle: SKC_FAULT %q: want after:<point>", s)
 	}
 	if q, only := strings.CutPrefix(p, "restart:"); only {
-		for _, known := range faultPoints {
+		for _, known := range append(FaultPoints(), FaultClaimed, FaultHandedOff) {
 			if q == known {
 				return fault{point: q, restartOnly: true}, nil
 			}
 		}
 		return fault{}, fmt.Errorf("lifecycle: SKC_FAULT %q: unknown point", s)
 	}
-	for _, known := range append(FaultPoints(), restartFaultPoints...) {
+	for _, known := range append(append(FaultPoints(), restartFaultPoints...), poolFaultPoints...) {
 		if p == known {
 			return fault{point: p}, nil
 		}

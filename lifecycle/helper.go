@@ -40,6 +40,13 @@ type helperArgs struct {
 	generation uint64
 	cgroup     string           // the generation's cgroup to enter first ("" when none)
 	wake       <-chan os.Signal // the daemon's wake-ups (nil: poll only)
+	// standby is the token of a warm pool's standby (pool.go): the helper
+	// waits for its hand-off before it has a reservation.
+	standby string
+	// ownPane: run only if the fence records this process as the
+	// reservation's pane (a claimed standby: its reservation came from a
+	// file, not from tmux starting it for that reservation).
+	ownPane bool
 }
 
 // OpenFence opens the fence of the home directory home, as the daemon that
@@ -77,6 +84,11 @@ func RunHelper(args []string, open OpenFence) int {
 	signal.Notify(wake, wakeSignal)
 	defer signal.Stop(wake)
 	a.wake = wake
+	if a.standby != "" {
+		if code, ok := awaitHandoff(&a); !ok {
+			return code
+		}
+	}
 	var st fence.Fence
 	err = retryFence(context.Background(), func() (err error) {
 		st, err = open(a.home)
@@ -98,8 +110,15 @@ func parseHelperArgs(args []string) (helperArgs, error) {
 	fs.StringVar(&a.resID, "reservation", "", "reservation id")
 	fs.StringVar(&gen, "generation", "", "generation")
 	fs.StringVar(&a.cgroup, "cgroup", "", "the generation's cgroup")
+	fs.StringVar(&a.standby, "standby", "", "a warm pool standby's token")
 	if err := fs.Parse(args); err != nil {
 		return a, err
+	}
+	if a.standby != "" {
+		if a.home == "" || !validToken(a.standby) || a.resID != "" || gen != "" {
+			return a, errors.New("usage: helper --home DIR --standby TOKEN")
+		}
+		return a, nil
 	}
 	g, err := strconv.ParseUint(gen, 10, 64)
 	if err != nil || a.home == "" || a.resID == "" || g == 0 {
@@ -147,6 +166,10 @@ func startHelper(ctx context.Context, st fence.Fence, a helperArgs) (code int, r
 	}
 	row = fence.Reservation{ID: h.ReservationID, Identity: h.Identity, Generation: h.Generation, Spec: h.Spec}
 	pid = os.Getpid()
+	if a.ownPane && !paneIsOwn(ctx, st, a.resID, pid) {
+		fmt.Fprintln(os.Stderr, "skc-supervisor helper: the fence names another pane for this reservation; not starting the agent")
+		return helperGaveUp, row, 0, "", false
+	}
 	cgroup := enterCgroup(a.cgroup)
 	inc, err = fence.Incarnation(pid)
 	if err == nil {
@@ -156,11 +179,28 @@ func startHelper(ctx context.Context, st fence.Fence, a helperArgs) (code int, r
 		fmt.Fprintln(os.Stderr, "skc-supervisor helper: record start:", err)
 		return helperGaveUp, row, 0, "", false
 	}
-	if !waitPublished(ctx, st, row, a.wake) {
+	if !waitPublished(ctx, st, row, a.wake, a.ownPane) {
 		fmt.Fprintln(os.Stderr, "skc-supervisor helper: not published for this reservation; not starting the agent")
 		return helperGaveUp, row, 0, "", false
 	}
 	return 0, row, pid, inc, true
+}
+
+// paneIsOwn reports whether the fence records pid as the reservation's pane:
+// a claim records the standby as spawned before it hands it the reservation,
+// so a hand-off meant for this standby always finds itself there (or, once
+// the row is released, in the published record).
+func paneIsOwn(ctx context.Context, st fence.Fence, resID string, pid int) bool {
+	var row fence.Reservation
+	var still bool
+	if err := retryFence(ctx, func() (err error) { row, still, err = st.Reservation(ctx, resID); return err }); err != nil {
+		return false
+	}
+	if still {
+		return row.PanePID == pid
+	}
+	pub, ok, err := st.PublishedByReservation(ctx, resID)
+	return err == nil && ok && pub.PanePID == pid
 }
 
 // enterCgroup moves the helper into its generation's cgroup before it starts
@@ -205,18 +245,22 @@ func retryFence(ctx context.Context, f func() error) error {
 // waitPublished re-reads the fence until this reservation's generation is the
 // identity's published one (true), or the reservation is gone without publishing —
 // released or reclaimed by someone else (false). A wake-up proves nothing, so the
-// fence is the only evidence read.
-func waitPublished(ctx context.Context, st fence.Fence, row fence.Reservation, wake <-chan os.Signal) bool {
+// fence is the only evidence read. ownPane (a claimed standby) also requires the
+// published pane to be this process.
+func waitPublished(ctx context.Context, st fence.Fence, row fence.Reservation, wake <-chan os.Signal, ownPane bool) bool {
 	t := time.NewTimer(helperPoll)
 	defer t.Stop()
+	mine := func(pub fence.Published) bool {
+		return pub.Generation == row.Generation && !pub.Ended && (!ownPane || pub.PanePID == os.Getpid())
+	}
 	for {
 		if pub, ok, err := st.PublishedByReservation(ctx, row.ID); err == nil && ok {
-			return pub.Generation == row.Generation && !pub.Ended
+			return mine(pub)
 		}
 		if _, still, err := st.Reservation(ctx, row.ID); err == nil && !still {
 			// Released between the two reads after publishing, or gone for good.
 			pub, ok, err := st.PublishedByReservation(ctx, row.ID)
-			return err == nil && ok && pub.Generation == row.Generation && !pub.Ended
+			return err == nil && ok && mine(pub)
 		}
 		t.Reset(helperPoll)
 		select {

@@ -51,6 +51,8 @@ func TestMain(m *testing.M) {
 			os.Exit(createChild(os.Args[2:]))
 		case "faultchild":
 			os.Exit(faultChild(os.Args[2:]))
+		case "poolchild":
+			os.Exit(poolChild(os.Args[2:]))
 		}
 	}
 	os.Exit(m.Run())
@@ -129,6 +131,7 @@ type env struct {
 	closed bool
 
 	noCgroup bool // Config.NoCgroup: hold generations by the pane's session only
+	poolSize int  // Config.PoolSize: the warm pool (0: off)
 
 	wrapFence func(fence.Fence) fence.Fence // what the Manager uses of store; nil: store itself
 
@@ -218,7 +221,8 @@ func (e *env) open(ctx context.Context, fault string) error {
 		mgrFence = e.wrapFence(e.store)
 	}
 	e.m, err = New(Config{Home: e.home, Tmux: e.client, Census: e.census, Fence: mgrFence,
-		Verdicts: e.w, HelperPath: exe, Metrics: e.reg, Fault: fault, Log: log, NoCgroup: e.noCgroup})
+		Verdicts: e.w, HelperPath: exe, Metrics: e.reg, Fault: fault, Log: log, NoCgroup: e.noCgroup,
+		PoolSize: e.poolSize})
 	return err
 }
 

@@ -66,6 +66,10 @@ type Config struct {
 	// NoCgroup: hold generations by the pane's session only, even where a
 	// cgroup v2 per generation could be made (tests of that fallback).
 	NoCgroup bool
+	// PoolSize is how many standby panes the warm pool keeps spawned for
+	// creates to claim (pool.go); 0 turns the pool off, and then nothing of
+	// it runs.
+	PoolSize int
 }
 
 // tmuxAPI is the part of *tmuxctl.Client the Manager uses: small, so the saga's
@@ -129,6 +133,7 @@ type Manager struct {
 	stopCancel context.CancelFunc
 	stopWG     sync.WaitGroup
 	cgroupBase string // where each generation gets its cgroup; "" when none can be made
+	pool       *pool  // the warm pool; nil when off
 
 	talk talkState // inputs, output followers (talk*.go)
 
@@ -178,6 +183,10 @@ func New(cfg Config) (*Manager, error) {
 		cmdTimeout: tmuxCommandTimeout, compTimeout: compensateTimeout,
 	}
 	m.stopCtx, m.stopCancel = context.WithCancel(context.Background())
+	if cfg.PoolSize < 0 {
+		return nil, errors.New("lifecycle: PoolSize must not be negative")
+	}
+	m.pool = newPool(m, cfg.PoolSize)
 	if !cfg.NoCgroup {
 		base, err := proctree.DetectCgroupBase(cfg.Home)
 		if err != nil {
@@ -257,6 +266,9 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		m.stopWG.Wait()
 		proctree.RemoveBase(m.cgroupBase)
 	}()
+	pctx, pcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	m.pool.close(pctx)
+	pcancel()
 	done := make(chan struct{})
 	go func() { m.creates.Wait(); close(done) }()
 	select {

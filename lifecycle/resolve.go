@@ -104,7 +104,7 @@ func (m *Manager) resolveName(ctx context.Context, name string) (Target, bool, e
 			return Target{Identity: &p.Identity, Published: &p}, true, nil
 		}
 	}
-	if !found {
+	if !found || isStandby(&s) {
 		return Target{}, false, nil
 	}
 	t, err := m.targetOf(ctx, s)

@@ -26,6 +26,10 @@ func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retEr
 	defer func() {
 		if retErr != nil {
 			retErr = m.undo(ctx, a, retErr)
+			m.pool.dropHandoff(a.claimed) // a standby killed before it read it
+		}
+		if a.claimed != "" {
+			m.pool.refill()
 		}
 	}()
 	// A command that cannot start is refused while nothing exists in tmux:
@@ -43,14 +47,9 @@ func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retEr
 		return res, err
 	}
 	m.fault.hitIn(a.restart != nil, FaultHelperInvoked)
-	spawn := m.spawn
-	if kept != nil {
-		spawn = func(ctx context.Context, a *attempt) error { return m.respawn(ctx, a, kept) }
-	}
-	if err := spawn(ctx, a); err != nil {
+	if err := m.spawnOrClaim(ctx, a, kept); err != nil {
 		return res, err
 	}
-	m.fault.hitIn(a.restart != nil, FaultNewSession)
 	// What holds the generation's processes, recorded before publication:
 	// the pane's process (a session leader, the tmux server's child) by pid
 	// and start time, and the cgroup it enters. A pane process already gone
@@ -62,6 +61,9 @@ func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retEr
 		return res, err
 	}
 	m.fault.hitIn(a.restart != nil, FaultSpawned)
+	if err := m.handOff(a, patch.Cgroup); err != nil {
+		return res, err
+	}
 	if err := m.tag(ctx, a); err != nil {
 		return res, err
 	}

@@ -221,6 +221,9 @@ func (m *Manager) listViews(ctx context.Context, sc *listScratch, begin func(lis
 	}
 	v := new(View) // one for the whole list: fn must not keep it
 	for i := range snap.Sessions {
+		if isStandby(&snap.Sessions[i]) {
+			continue // the warm pool's, not a session of anyone's
+		}
 		var err error
 		if *v, err = m.listView(ctx, &snap.Sessions[i], byTmux); err != nil {
 			return CensusInfo{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)

@@ -46,7 +46,7 @@ func TestHelperWokenAfterPublish(t *testing.T) {
 	// the second follows the publish.
 	wake := make(chan os.Signal)
 	done := make(chan bool, 1)
-	go func() { done <- waitPublished(ctx, st, row, wake) }()
+	go func() { done <- waitPublished(ctx, st, row, wake, false) }()
 	wake <- syscall.SIGURG
 	advancePublish(t, st, &row, "$1", tmuxctl.ServerLife{PID: 4242, StartTime: 1700000000})
 	wake <- syscall.SIGURG

@@ -63,7 +63,7 @@ var verbs = map[string]verb{
 
 // usages is each verb's synopsis (CONTRACT.md "Verbs").
 var usages = map[string]string{
-	"serve":    "serve [--wire-log FILE] [--host-name NAME] [--fence URL]",
+	"serve":    "serve [--wire-log FILE] [--host-name NAME] [--fence URL] [--pool N]",
 	"create":   "create --state-dir DIR --session-id ID [--state-file FILE] [--cwd DIR] [--env KEY=VALUE]... [--label TEXT] [--wait DURATION] [--stop-timeout DURATION] [--restart never|on-failure|always] [--resume-arg ARG]... [--restart-delay DURATION] [--restart-burst N] [--restart-interval DURATION] [--json] -- COMMAND [ARG]...",
 	"ls":       "ls [--fleet] [--json]",
 	"show":     "show (NAME | --state-dir DIR --session-id ID) [--json]",

@@ -33,6 +33,12 @@ const (
 	controlSession  = "skc-control"
 	envFault        = "SKC_FAULT"
 	readyStatusText = "ready"
+
+	// defaultPool is serve's --pool: the warm pool's standby panes (each a
+	// waiting pane helper). maxPool bounds it: standbys are processes that
+	// wait, and a burst past the pool is served by new-session anyway.
+	defaultPool = 0
+	maxPool     = 64
 )
 
 // daemon holds what `serve` wired, in start order, so stop can undo it in
@@ -40,6 +46,7 @@ const (
 type daemon struct {
 	paths  home.Paths
 	host   fence.Host // this host in the fleet (SKC_HOST / --host-name), its rows' owner host
+	pool   int        // --pool: the warm pool's standby panes (0: off)
 	log    zerolog.Logger
 	notify *sdnotify.Notifier
 
@@ -76,8 +83,13 @@ func runServe(cli *CLI, args []string) int {
 	wireLog := fs.String("wire-log", "", "append every control-mode line to FILE")
 	hostName := fs.String("host-name", "", "SKC_HOST")
 	fs.StringVar(&o.o.Fence, "fence", "", "SKC_FENCE")
+	pool := fs.Int("pool", defaultPool, "standby panes kept ready for creates (0: off)")
 	if err := parseNoArgs(fs, args); err != nil {
 		return cli.fail(o, err)
+	}
+	if *pool < 0 || *pool > maxPool {
+		return cli.fail(o, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "pool"},
+			"serve: --pool %d: want 0 (off) to %d", *pool, maxPool))
 	}
 	host, err := cli.host(*hostName)
 	if err != nil {
@@ -99,7 +111,7 @@ func runServe(cli *CLI, args []string) int {
 		return cli.fail(o, err)
 	}
 	defer lock.Release()
-	d := &daemon{paths: p, host: host, fatal: make(chan error, 4), reg: metrics.NewRegistry(), log: logger}
+	d := &daemon{paths: p, host: host, pool: *pool, fatal: make(chan error, 4), reg: metrics.NewRegistry(), log: logger}
 	d.notify = sdnotify.FromEnv()
 	sdnotify.UnsetEnv() // the tmux server and the agents must not inherit it
 	if err := d.start(cli.ctx, *wireLog); err != nil {
@@ -211,7 +223,7 @@ func (d *daemon) startLifecycle(ctx context.Context) error {
 	}
 	d.mgr, err = lifecycle.New(lifecycle.Config{Home: d.paths.Home, Tmux: d.tmux, Census: d.census,
 		Fence: d.store, Verdicts: d.writer, HelperPath: exe, Log: &d.log, Metrics: d.reg,
-		Fault: os.Getenv(envFault)})
+		Fault: os.Getenv(envFault), PoolSize: d.pool})
 	if err != nil {
 		return err
 	}

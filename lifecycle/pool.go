@@ -1,0 +1,437 @@
+package lifecycle
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/census"
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// The warm pool (Config.PoolSize): standby panes spawned ahead of any create —
+// pty, fork and the pane helper already done — each running
+// `helper --home H --standby TOKEN` in an untagged session named
+// skc-standby-TOKEN, waiting for a hand-off. A create claims one instead of
+// sending new-session: it renames the standby to its attempt name (so from
+// then on recovery finds it exactly as it finds a spawned attempt), records it
+// as spawned in the fence, then hands it its reservation (a file only the
+// daemon writes, read by the standby once woken), tags it and publishes. The
+// standby then runs the pane helper's own path: records its start, waits for
+// its generation's publication — and, being a standby, that the fence names
+// its own pid as the pane — and execs the agent with the spec's argv, cwd and
+// env. A standby is never tagged before the fence records it as the attempt's
+// pane, and no create ever sees one as a session: it is unmanaged (no tags)
+// and not in the fence until claimed.
+//
+// Never handed out twice: a standby leaves the free list under the pool's
+// lock when claimed, and a restarted daemon removes every skc-standby-*
+// session it finds before spawning its own (a standby the dead daemon had
+// renamed is an attempt's session, resolved by recovery from live tmux).
+
+// standbyPrefix names standby sessions; attempt names are skc-<hex digest>-…,
+// so no attempt can wear it.
+const standbyPrefix = "skc-standby-"
+
+// poolRetry is how long the pool waits before trying again after a failed
+// spawn (tmux down or refusing): it must not spin against a dead server.
+const poolRetry = time.Second
+
+// standby is one spawned standby pane.
+type standby struct {
+	token   string
+	life    tmuxctl.ServerLife
+	tmuxID  string
+	paneID  string
+	panePID int
+	created time.Time
+}
+
+// pool keeps up to size standbys spawned. It is nil when the pool is off, so
+// a daemon without one pays nothing.
+type pool struct {
+	m    *Manager
+	size int
+	dir  string        // the hand-off files' directory (0700, in the home)
+	kick chan struct{} // a claim happened: refill
+
+	mu     sync.Mutex
+	free   []standby // spawned, not claimed; filled only after the sweep
+	claims int       // creates served by a standby (metrics, tests)
+	closed bool      // Shutdown began: no more standbys
+}
+
+func newPool(m *Manager, size int) *pool {
+	if size <= 0 {
+		return nil
+	}
+	p := &pool{m: m, size: size, dir: filepath.Join(m.cfg.Home, "pool"), kick: make(chan struct{}, 1)}
+	if r := m.cfg.Metrics; r != nil {
+		r.GaugeFunc("skc_pool_standbys", "Warm pool standby panes spawned and free to claim.",
+			func() float64 { return float64(m.PoolStats().Ready) })
+		r.CounterFunc("skc_pool_claims_total", "Creates served by a warm pool standby instead of new-session.",
+			func() float64 { return float64(m.PoolStats().Claims) })
+	}
+	return p
+}
+
+// take removes a live standby of the current server life from the free list;
+// ok false means none is ready (the create sends new-session instead).
+func (p *pool) take(life tmuxctl.ServerLife) (standby, bool) {
+	if p == nil {
+		return standby{}, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// No refill here: its new-session would queue in tmux (one thread) ahead
+	// of this create's own commands. The saga asks for it once it answered.
+	for len(p.free) > 0 {
+		sb := p.free[0]
+		p.free = p.free[1:]
+		if sb.life == life && pidAliveSig(sb.panePID) {
+			p.claims++
+			return sb, true
+		}
+	}
+	return standby{}, false
+}
+
+// refill asks the pool's loop to spawn what is missing; a create calls it
+// when it has answered (saga), so the spawn never delays a create's commands.
+func (p *pool) refill() {
+	if p == nil {
+		return
+	}
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run sweeps the standbys a previous daemon left, then keeps the pool full
+// until ctx ends.
+func (p *pool) run(ctx context.Context) {
+	if err := p.m.census.WaitSynced(ctx); err != nil {
+		return
+	}
+	for !p.sweep(ctx) {
+		if !sleepCtx(ctx, poolRetry) {
+			return
+		}
+	}
+	t := time.NewTicker(5 * poolRetry)
+	defer t.Stop()
+	for {
+		if !p.fill(ctx) && !sleepCtx(ctx, poolRetry) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.kick:
+		case <-t.C: // a server that died and came back: standbys of the old life are gone
+		}
+	}
+}
+
+// fill spawns standbys until the pool holds size of the current life; false
+// when a spawn failed.
+func (p *pool) fill(ctx context.Context) bool {
+	for {
+		life, ok := p.m.serverLife()
+		if !ok {
+			return false
+		}
+		p.mu.Lock()
+		kept := p.free[:0]
+		for _, sb := range p.free {
+			if sb.life == life && pidAliveSig(sb.panePID) {
+				kept = append(kept, sb)
+			}
+		}
+		p.free = kept
+		n, closed := len(p.free), p.closed
+		p.mu.Unlock()
+		if n >= p.size || closed || ctx.Err() != nil {
+			return true
+		}
+		sb, err := p.spawn(ctx, life)
+		if err != nil {
+			p.m.log.Debug().Err(err).Msg("standby not spawned")
+			return false
+		}
+		p.m.fault.hit(FaultStandbySpawned)
+		p.mu.Lock()
+		closed = p.closed
+		if !closed {
+			p.free = append(p.free, sb)
+		}
+		p.mu.Unlock()
+		if closed {
+			_, _ = p.m.commandIn(ctx, sb.life, "kill-session", "-t", sb.tmuxID)
+			return true
+		}
+	}
+}
+
+// spawn starts one standby in life.
+func (p *pool) spawn(ctx context.Context, life tmuxctl.ServerLife) (standby, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return standby{}, err
+	}
+	sb := standby{token: hex.EncodeToString(b[:]), life: life}
+	args := []string{"new-session", "-d", "-P", "-F",
+		"#{session_id}\t#{pane_pid}\t#{pane_id}\t#{session_created}",
+		"-s", standbyPrefix + sb.token, "-x", "200", "-y", "50", "--",
+		p.m.cfg.HelperPath, "helper", "--home", p.m.cfg.Home, "--standby", sb.token}
+	reply, err := p.m.commandIn(ctx, life, args...)
+	if err != nil {
+		return sb, err
+	}
+	sp, err := parseSpawn(reply)
+	if err != nil {
+		return sb, err
+	}
+	sb.tmuxID, sb.panePID, sb.paneID, sb.created = sp.id, sp.panePID, sp.paneID, sp.created
+	return sb, nil
+}
+
+// sweep removes what a previous daemon's pool left: every skc-standby-*
+// session (never handed out: this daemon never spawned them) and every
+// hand-off file whose standby is gone. It reports whether tmux answered.
+func (p *pool) sweep(ctx context.Context) bool {
+	life, ok := p.m.serverLife()
+	if !ok {
+		return false
+	}
+	reply, err := p.m.commandIn(ctx, life, "list-sessions", "-F", "#{session_id}\t#{session_name}")
+	if err != nil {
+		return false
+	}
+	for _, l := range reply.Lines {
+		id, name, _ := strings.Cut(l, "\t")
+		if strings.HasPrefix(name, standbyPrefix) {
+			if err := p.m.killConfirm(ctx, life, id); err != nil {
+				return false
+			}
+		}
+	}
+	p.sweepHandoffs()
+	return true
+}
+
+// sweepHandoffs removes the hand-off files whose standby process is gone (a
+// claim undone, or a daemon killed, before the standby read its file). A file
+// of a live standby stays: it is that standby's only way to its reservation.
+func (p *pool) sweepHandoffs() {
+	ents, err := os.ReadDir(p.dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		h, err := readHandoff(filepath.Join(p.dir, e.Name()))
+		if err != nil || !pidAliveSig(h.panePID) {
+			_ = os.Remove(filepath.Join(p.dir, e.Name()))
+		}
+	}
+}
+
+// close kills the free standbys at shutdown: the next daemon would remove
+// them anyway, and until then they are processes of ours doing nothing.
+func (p *pool) close(ctx context.Context) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	free := p.free
+	p.free, p.closed = nil, true
+	p.mu.Unlock()
+	for _, sb := range free {
+		_, _ = p.m.commandIn(ctx, sb.life, "kill-session", "-t", sb.tmuxID)
+	}
+}
+
+// handoff is what a claim hands its standby: the reservation evidence the
+// pane helper otherwise gets on its command line.
+type handoff struct {
+	resID      string
+	generation uint64
+	cgroup     string
+	panePID    int // the standby's own pid: it checks, and the sweep reads it
+}
+
+// writeHandoff writes h for the standby token, atomically (a standby never
+// reads half a file), readable by the daemon's user only.
+func (p *pool) writeHandoff(token string, h handoff) error {
+	if err := os.MkdirAll(p.dir, 0o700); err != nil {
+		return err
+	}
+	body := fmt.Sprintf("reservation=%s\ngeneration=%d\ncgroup=%s\npane_pid=%d\n", h.resID, h.generation, h.cgroup, h.panePID)
+	path := filepath.Join(p.dir, token)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(body), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// dropHandoff removes a claim's hand-off file (the claim was undone).
+func (p *pool) dropHandoff(token string) {
+	if p != nil && token != "" {
+		_ = os.Remove(filepath.Join(p.dir, token))
+	}
+}
+
+// readHandoff parses a hand-off file.
+func readHandoff(path string) (handoff, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return handoff{}, err
+	}
+	var h handoff
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(l, "=")
+		switch k {
+		case "reservation":
+			h.resID = v
+		case "generation":
+			h.generation, _ = strconv.ParseUint(v, 10, 64)
+		case "cgroup":
+			h.cgroup = v
+		case "pane_pid":
+			h.panePID, _ = strconv.Atoi(v)
+		}
+	}
+	if h.resID == "" || h.generation == 0 || h.panePID <= 0 {
+		return h, errors.New("hand-off file incomplete")
+	}
+	return h, nil
+}
+
+// validToken: a standby token is 16 lowercase hex digits (spawn's), so it is
+// safe as a file name and a session name.
+func validToken(s string) bool {
+	if len(s) != 16 {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// PoolStats is what the pool holds now.
+type PoolStats struct {
+	Size   int // the configured size (0: off)
+	Ready  int // standbys spawned and free
+	Claims int // creates served by a standby since start
+}
+
+// PoolStats reports the warm pool's state.
+func (m *Manager) PoolStats() PoolStats {
+	p := m.pool
+	if p == nil {
+		return PoolStats{}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return PoolStats{Size: p.size, Ready: len(p.free), Claims: p.claims}
+}
+
+// pidAliveSig reports whether pid exists (signal 0).
+func pidAliveSig(pid int) bool {
+	return pid > 0 && syscall.Kill(pid, 0) == nil
+}
+
+// spawnOrClaim is the saga's spawn step: respawn-pane in a kept session,
+// else a standby of the warm pool claimed (renamed to the attempt's name),
+// else new-session. A standby found gone when claimed (tmux refused the
+// rename: nothing was changed) is no loss: the attempt sends new-session.
+func (m *Manager) spawnOrClaim(ctx context.Context, a *attempt, kept *keptSession) error {
+	if kept != nil {
+		if err := m.respawn(ctx, a, kept); err != nil {
+			return err
+		}
+		m.fault.hitIn(a.restart != nil, FaultNewSession)
+		return nil
+	}
+	if life, ok := m.serverLife(); ok {
+		if sb, ok := m.pool.take(life); ok {
+			err := m.claim(ctx, a, sb)
+			if err == nil {
+				m.fault.hitIn(a.restart != nil, FaultClaimed)
+				return nil
+			}
+			if !errors.Is(err, errStandbyGone) {
+				return err
+			}
+		}
+	}
+	if err := m.spawn(ctx, a); err != nil {
+		return err
+	}
+	m.fault.hitIn(a.restart != nil, FaultNewSession)
+	return nil
+}
+
+// errStandbyGone: the claimed standby's session was not there to rename.
+var errStandbyGone = errors.New("standby gone")
+
+// claim renames the standby sb to the attempt's name: from here it is the
+// attempt's session, found by recovery by that name as a spawned one is (and
+// killed as an orphan if the attempt never publishes). Its tags come later,
+// after the fence records it as spawned.
+func (m *Manager) claim(ctx context.Context, a *attempt, sb standby) error {
+	a.life, a.sent = sb.life, true
+	reply, err := m.commandIn(ctx, sb.life, "rename-session", "-t", sb.tmuxID, a.name)
+	if err != nil {
+		var ce *tmuxctl.CommandError
+		if errors.As(err, &ce) || notSent(err) {
+			a.sent = false // refused whole, or never written: nothing was renamed
+			return errStandbyGone
+		}
+		// The rename may have happened: recovery decides by the attempt name.
+		a.uncertain = true
+		return m.spawnError(a, err)
+	}
+	a.tmuxID, a.panePID, a.paneID, a.created, a.spawned = sb.tmuxID, sb.panePID, sb.paneID, sb.created, reply.Number
+	a.claimed = sb.token
+	return nil
+}
+
+// handOff gives a claimed standby its reservation, after the fence recorded
+// the standby as the attempt's pane (so the standby finds itself there), and
+// wakes it: it records its start and waits for the publication, as a pane
+// helper started for this reservation would. cgroup is the generation's.
+func (m *Manager) handOff(a *attempt, cgroup string) error {
+	if a.claimed == "" {
+		return nil
+	}
+	h := handoff{resID: a.res.ID, generation: a.res.Generation, cgroup: cgroup, panePID: a.panePID}
+	if err := m.pool.writeHandoff(a.claimed, h); err != nil {
+		return verdict.Errorf(verdict.CodeSpawnFailed, nil, "hand-off to standby: %w", err)
+	}
+	m.fault.hitIn(a.restart != nil, FaultHandedOff)
+	m.wakeHelper(a.panePID, a.tmuxID)
+	return nil
+}
+
+// isStandby reports whether s is a warm pool's standby not yet claimed: its
+// name says so and it carries no identity. ls, show and every lookup by name
+// or id skip it, as if it were not there.
+func isStandby(s *census.Session) bool {
+	return strings.HasPrefix(s.Name, standbyPrefix) && s.Identity() == ""
+}

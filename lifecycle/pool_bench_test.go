@@ -1,0 +1,130 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+)
+
+// BenchmarkCreatePool measures the warm pool's two figures (BENCHMARKS.md,
+// "Warm pool"), each side by side with tmux in the same run, against real
+// tmux and SQLite. sequential: create → published p50/p99 with a pool of 4
+// (refilled between creates, as between creates at a person's pace),
+// interleaved with a bare new-session on the Manager's own open control
+// connection. burst32-poolN: rounds of 32 concurrent creates with a pool of 4
+// and of 32, interleaved with rounds of 32 new-session pipelined on that
+// connection; sessions/s, medians of the rounds. Run the two apart (a burst
+// round is 64 sessions):
+//
+//	go test -run '^$' -bench CreatePool/sequential -benchtime 100x ./lifecycle/
+//	go test -run '^$' -bench CreatePool/burst -benchtime 5x ./lifecycle/
+func BenchmarkCreatePool(b *testing.B) {
+	b.Run("sequential", benchPoolSequential)
+	for _, size := range []int{4, 32} {
+		b.Run(fmt.Sprintf("burst32-pool%d", size), func(b *testing.B) { benchPoolBurst(b, size) })
+	}
+}
+
+func benchPoolSequential(b *testing.B) {
+	e := startEnvWith(b, &env{poolSize: 4}, "", false)
+	waitPool(b, e, 4)
+	exe, _ := os.Executable()
+	var ours, floor []time.Duration
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		id, spec := e.identity(fmt.Sprintf("seq%d", i))
+		t0 := time.Now()
+		if _, err := e.m.Create(ctx, CreateRequest{Identity: id, Spec: spec}); err != nil {
+			b.Fatal(err)
+		}
+		ours = append(ours, time.Since(t0))
+		t0 = time.Now()
+		if _, err := e.client.Command(ctx, "new-session", "-d", "-P", "-F", "#{session_id}\t#{pane_pid}",
+			"-s", fmt.Sprintf("floor%d", i), "-x", "200", "-y", "50", "--", exe, "agent", "sleep"); err != nil {
+			b.Fatal(err)
+		}
+		floor = append(floor, time.Since(t0))
+		b.StopTimer()
+		waitPool(b, e, 4)
+		b.StartTimer()
+	}
+	b.StopTimer()
+	b.ReportMetric(ms(pct(ours, 50)), "pool-p50-ms")
+	b.ReportMetric(ms(pct(ours, 99)), "pool-p99-ms")
+	b.ReportMetric(ms(pct(floor, 50)), "new-session-p50-ms")
+	b.ReportMetric(ms(pct(floor, 99)), "new-session-p99-ms")
+	b.ReportMetric(float64(pct(ours, 50))/float64(pct(floor, 50)), "p50-ratio")
+}
+
+func benchPoolBurst(b *testing.B, size int) {
+	const par = 32
+	e := startEnvWith(b, &env{poolSize: size}, "", false)
+	exe, _ := os.Executable()
+	ctx := context.Background()
+	var ours, tmux []float64
+	b.ResetTimer()
+	for r := 0; r < b.N; r++ {
+		b.StopTimer()
+		waitPool(b, e, size)
+		b.StartTimer()
+		t0 := time.Now()
+		parallel(b, par, func(i int) error {
+			id, spec := e.identity(fmt.Sprintf("b%d-%d", r, i))
+			_, err := e.m.Create(ctx, CreateRequest{Identity: id, Spec: spec, Wait: time.Minute})
+			return err
+		})
+		ours = append(ours, par/time.Since(t0).Seconds())
+		t0 = time.Now()
+		parallel(b, par, func(i int) error {
+			_, err := e.client.Command(ctx, "new-session", "-d", "-P", "-F", "#{session_id}\t#{pane_pid}",
+				"-s", fmt.Sprintf("fb%d-%d", r, i), "-x", "200", "-y", "50", "--", exe, "agent", "sleep")
+			return err
+		})
+		tmux = append(tmux, par/time.Since(t0).Seconds())
+	}
+	b.StopTimer()
+	sort.Float64s(ours)
+	sort.Float64s(tmux)
+	b.ReportMetric(ours[(len(ours)-1)/2], "creates/s")
+	b.ReportMetric(tmux[(len(tmux)-1)/2], "new-session/s")
+	b.ReportMetric(ours[(len(ours)-1)/2]/tmux[(len(tmux)-1)/2], "rate-ratio")
+}
+
+// waitPool waits (untimed) until the pool holds n standbys.
+func waitPool(b *testing.B, e *env, n int) {
+	deadline := time.Now().Add(60 * time.Second)
+	for e.m.PoolStats().Ready < n {
+		if time.Now().After(deadline) {
+			b.Fatalf("pool never refilled: %+v", e.m.PoolStats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func parallel(b *testing.B, n int, f func(i int) error) {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) { defer wg.Done(); errs[i] = f(i) }(i)
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func pct(v []time.Duration, p int) time.Duration {
+	c := append([]time.Duration(nil), v...)
+	sort.Slice(c, func(i, j int) bool { return c[i] < c[j] })
+	return c[(len(c)-1)*p/100]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

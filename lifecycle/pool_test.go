@@ -1,0 +1,444 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// startPoolEnv starts an env whose Manager keeps a warm pool of size and
+// waits until the pool is full.
+func startPoolEnv(t *testing.T, home string, size int) *env {
+	t.Helper()
+	e := startEnvWith(t, &env{home: home, poolSize: size}, "", false)
+	waitFor(t, "the pool full", func() bool { return e.m.PoolStats().Ready == size })
+	return e
+}
+
+// paneList is one fork's read of every session: id, name, identity tag, pane pid.
+type paneRow struct{ id, name, ident, pid string }
+
+func (e *env) paneList() []paneRow {
+	out, err := tmuxtest.Command("-S", e.socket, "list-sessions", "-F",
+		"#{session_id}\t#{session_name}\t#{@skc-identity}\t#{pane_pid}").Output()
+	if err != nil {
+		return nil
+	}
+	var rows []paneRow
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Split(l, "\t")
+		if len(f) == 4 {
+			rows = append(rows, paneRow{f[0], f[1], f[2], f[3]})
+		}
+	}
+	return rows
+}
+
+// checkNoStandbyTagged fails when a standby session carries an identity, or an
+// identity's session a standby's name: a standby is never any identity's.
+func checkNoStandbyTagged(rows []paneRow) error {
+	for _, r := range rows {
+		if strings.HasPrefix(r.name, standbyPrefix) && r.ident != "" {
+			return fmt.Errorf("standby %s %s carries identity %s", r.id, r.name, r.ident)
+		}
+		if r.ident != "" && !strings.HasPrefix(r.name, "skc-"+r.ident[:12]+"-") {
+			return fmt.Errorf("session %s %s carries identity %s under another name", r.id, r.name, r.ident)
+		}
+	}
+	return nil
+}
+
+// TestPoolClaimRunsAgent: a create with a pool claims a standby, which runs
+// the agent with the request's argv, cwd and env in the standby's own pane
+// process (no process of ours left), tagged and named as its attempt; the pool
+// refills; ls and show never see a standby.
+func TestPoolClaimRunsAgent(t *testing.T) {
+	e := startPoolEnv(t, "", 2)
+	standbys := map[string]bool{}
+	for _, r := range e.paneList() {
+		if strings.HasPrefix(r.name, standbyPrefix) {
+			standbys[r.pid] = true
+		}
+	}
+	if len(standbys) != 2 {
+		t.Fatalf("standbys %v", e.paneList())
+	}
+	list, err := e.m.List(context.Background())
+	if err != nil || len(list.Sessions) != 0 {
+		t.Fatalf("ls with only standbys: %+v %v", list.Sessions, err)
+	}
+	for _, r := range e.paneList() {
+		if _, err := e.m.Show(context.Background(), Ref{Name: r.id}); verdict.CodeOf(err) != verdict.CodeNotFound {
+			t.Fatalf("show %s (a standby): %v", r.id, err)
+		}
+	}
+	id, spec := e.identity("claimed")
+	out := filepath.Join(e.home, "pwdenv")
+	spec.Argv = []string{spec.Argv[0], "agent", "pwdenv", out}
+	spec.Env = []string{"SKC_POOL_TEST=yes"}
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	if err != nil || res.Status != verdict.VerdictPublished {
+		t.Fatalf("create: %+v %v", res, err)
+	}
+	if st := e.m.PoolStats(); st.Claims != 1 {
+		t.Fatalf("pool stats %+v: the create did not claim", st)
+	}
+	if !standbys[strconv.Itoa(res.Session.PanePID)] {
+		t.Fatalf("session pane %d is not a standby's %v", res.Session.PanePID, standbys)
+	}
+	waitFor(t, "the agent's report", func() bool { _, err := os.Stat(out); return err == nil })
+	body, _ := os.ReadFile(out)
+	if !strings.HasPrefix(string(body), spec.Cwd+"\n") || !strings.Contains(string(body), "\nSKC_POOL_TEST=yes\n") {
+		t.Fatalf("agent cwd/env not applied:\n%s", body)
+	}
+	cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", res.Session.PanePID))
+	if !strings.Contains(string(cmd), "pwdenv") || strings.Contains(string(cmd), "helper") {
+		t.Fatalf("pane process is not the agent: %q", cmd)
+	}
+	if got := e.sessions(id.Digest()); len(got) != 1 || got[0] != res.Session.ID {
+		t.Fatalf("sessions %v", got)
+	}
+	waitFor(t, "the pool refilled", func() bool { return e.m.PoolStats().Ready == 2 })
+	if err := checkNoStandbyTagged(e.paneList()); err != nil {
+		t.Fatal(err)
+	}
+	var text strings.Builder
+	if err := e.reg.WriteText(&text); err != nil || !strings.Contains(text.String(), "\nskc_pool_claims_total 1\n") ||
+		!strings.Contains(text.String(), "\nskc_pool_standbys 2\n") {
+		t.Fatalf("metrics: %v\n%s", err, text.String())
+	}
+	list, err = e.m.List(context.Background())
+	if err != nil || len(list.Sessions) != 1 || list.Sessions[0].Name != res.Session.Name {
+		t.Fatalf("ls: %+v %v", list.Sessions, err)
+	}
+}
+
+// TestPoolConcurrentCreates: 32 concurrent creates with a pool of 4 — every
+// identity gets exactly one session, running its agent, and no standby is
+// ever seen as an identity's session (sampled from tmux throughout).
+func TestPoolConcurrentCreates(t *testing.T) {
+	e := startPoolEnv(t, "", 4)
+	names := burst(t, e, "c", 32)
+	checkOnePerIdentity(t, e, names)
+	if st := e.m.PoolStats(); st.Claims == 0 {
+		t.Fatalf("pool stats %+v: no create claimed a standby", st)
+	}
+	waitFor(t, "the pool refilled", func() bool { return e.m.PoolStats().Ready == 4 })
+}
+
+// burst runs n creates at once while a sampler checks tmux's sessions for a
+// tagged standby; it returns the identities' names.
+func burst(t *testing.T, e *env, prefix string, n int) []string {
+	t.Helper()
+	stop := make(chan struct{})
+	var bad atomic.Value
+	var sampler sync.WaitGroup
+	sampler.Add(1)
+	go func() {
+		defer sampler.Done()
+		for {
+			if err := checkNoStandbyTagged(e.paneList()); err != nil {
+				bad.Store(err.Error())
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	names := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range names {
+		names[i] = fmt.Sprintf("%s%02d", prefix, i)
+		id, spec := e.identity(names[i])
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			req := CreateRequest{Identity: id, Spec: spec, Wait: 30 * time.Second}
+			_, errs[i] = e.m.Create(context.Background(), req)
+			for try := 0; retryableBurst(errs[i]) && try < 10; try++ {
+				// A fence busy beyond its bound on a loaded machine (the
+				// same without a pool): a client retries.
+				_, errs[i] = e.m.Create(context.Background(), req)
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(stop)
+	sampler.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("create %s: %v", names[i], err)
+		}
+	}
+	if v := bad.Load(); v != nil {
+		t.Fatal(v)
+	}
+	return names
+}
+
+// retryableBurst: what a client retries (503: the fence stayed busy, or too
+// many creates in flight).
+func retryableBurst(err error) bool {
+	c := verdict.CodeOf(err)
+	return err != nil && (c == verdict.CodeFenceUnavailable || c == verdict.CodeBusy || c == verdict.CodeIdentityFenceContended)
+}
+
+// checkOnePerIdentity: each identity has exactly one session, whose pane runs
+// the agent (the helper exec'd it), and ls shows exactly these sessions.
+func checkOnePerIdentity(t *testing.T, e *env, names []string) {
+	t.Helper()
+	for _, n := range names {
+		id, _ := e.identity(n)
+		got := e.sessions(id.Digest())
+		if len(got) != 1 {
+			t.Fatalf("identity %s: sessions %v", n, got)
+		}
+	}
+	rows := e.paneList()
+	if err := checkNoStandbyTagged(rows); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if r.ident == "" {
+			continue
+		}
+		waitFor(t, "agent of "+r.name, func() bool {
+			b, _ := os.ReadFile("/proc/" + r.pid + "/cmdline")
+			return strings.Contains(string(b), "\x00agent\x00")
+		})
+	}
+	list, err := e.m.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range list.Sessions {
+		if strings.HasPrefix(v.Name, standbyPrefix) {
+			t.Fatalf("ls shows a standby: %+v", v)
+		}
+	}
+}
+
+// poolChild is a daemon with a warm pool, SIGKILLed at the end:
+//
+//	poolchild burst HOME N OUT  — N concurrent creates, then the free
+//	                              standbys' "token pid" lines to OUT, then SIGKILL
+//	poolchild fault HOME POINT  — one create with SKC_FAULT=after:POINT
+func poolChild(args []string) int {
+	mode, home := args[0], args[1]
+	fault := ""
+	if mode == "fault" {
+		fault = "after:" + args[2]
+	}
+	e := &env{home: home, socket: filepath.Join(home, "tmux.sock"), poolSize: 4}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := e.open(ctx, fault); err != nil {
+		fmt.Fprintln(os.Stderr, "poolchild:", err)
+		return 2
+	}
+	go func() { _ = e.m.Run(ctx) }()
+	for e.m.PoolStats().Ready < 4 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if mode == "fault" {
+		id, spec := e.identity("crash")
+		_, err := e.m.Create(ctx, CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+		fmt.Fprintln(os.Stderr, "poolchild: survived the fault point:", err)
+		return 3
+	}
+	n, _ := strconv.Atoi(args[2])
+	var wg sync.WaitGroup
+	var failed atomic.Bool
+	for i := 0; i < n; i++ {
+		id, spec := e.identity(fmt.Sprintf("k%02d", i))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := CreateRequest{Identity: id, Spec: spec, Wait: 30 * time.Second}
+			_, err := e.m.Create(ctx, req)
+			for try := 0; retryableBurst(err) && try < 10; try++ {
+				_, err = e.m.Create(ctx, req)
+			}
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "poolchild: create:", err)
+				failed.Store(true)
+			}
+		}()
+	}
+	wg.Wait()
+	if failed.Load() {
+		return 4
+	}
+	for e.m.PoolStats().Ready < 4 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	e.m.pool.mu.Lock()
+	var b strings.Builder
+	for _, sb := range e.m.pool.free {
+		fmt.Fprintf(&b, "%s %d\n", sb.token, sb.panePID)
+	}
+	e.m.pool.mu.Unlock()
+	_ = os.WriteFile(args[3], []byte(b.String()), 0o600)
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {}
+}
+
+// TestPoolSIGKILLedDaemon: a daemon with a pool of 4 runs 32 creates at once
+// and is SIGKILLed with a full pool; the next daemon removes every standby it
+// left (never hands one out), keeps the 32 sessions, and serves 32 more
+// creates, each identity with exactly one session.
+func TestPoolSIGKILLedDaemon(t *testing.T) {
+	home := newHome(t)
+	exe, _ := os.Executable()
+	outFile := filepath.Join(home, "standbys")
+	cmd := exec.Command(exe, "poolchild", "burst", home, "32", outFile)
+	cmd.Stderr = os.Stderr
+	err := cmd.Run()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("pool child did not die of SIGKILL: %v", err)
+	}
+	b, err := os.ReadFile(outFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := map[string]string{} // pid → token
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		tok, pid, _ := strings.Cut(l, " ")
+		old[pid] = tok
+	}
+	if len(old) != 4 {
+		t.Fatalf("standbys left: %q", b)
+	}
+	e := startEnvWith(t, &env{home: home, poolSize: 4}, "", false)
+	if err := e.m.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the pool full again", func() bool { return e.m.PoolStats().Ready == 4 })
+	for pid, tok := range old {
+		for _, r := range e.paneList() {
+			if r.pid == pid || r.name == standbyPrefix+tok {
+				t.Fatalf("a dead daemon's standby %s (pid %s) is still there: %+v", tok, pid, r)
+			}
+		}
+		p, _ := strconv.Atoi(pid)
+		waitFor(t, "old standby gone", func() bool { return !pidAlive(p) })
+	}
+	names := burst(t, e, "r", 32)
+	first := make([]string, 32)
+	for i := range first {
+		first[i] = fmt.Sprintf("k%02d", i)
+	}
+	checkOnePerIdentity(t, e, append(first, names...))
+	for _, r := range e.paneList() {
+		if _, ok := old[r.pid]; ok {
+			t.Fatalf("session %+v runs in a dead daemon's standby", r)
+		}
+	}
+}
+
+// TestPoolFaultPoints: a daemon with a pool SIGKILLed at every point of a
+// claimed create (and at the pool's own refill point); the next daemon's
+// recovery and sweep leave exactly one session for the identity after a
+// create, and no standby of the dead daemon.
+func TestPoolFaultPoints(t *testing.T) {
+	points := []string{FaultReserved, FaultHelperInvoked, FaultClaimed, FaultSpawned, FaultHandedOff,
+		FaultTagged, FaultPublish, FaultPublished, FaultStandbySpawned}
+	for _, point := range points {
+		t.Run(point, func(t *testing.T) { testPoolFaultPoint(t, point) })
+	}
+}
+
+func testPoolFaultPoint(t *testing.T, point string) {
+	home := newHome(t)
+	exe, _ := os.Executable()
+	cmd := exec.Command(exe, "poolchild", "fault", home, point)
+	cmd.Stderr = os.Stderr
+	err := cmd.Run()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("pool child did not die of SIGKILL at %s: %v", point, err)
+	}
+	// What the dead daemon left, read before the next one starts (its pool
+	// sweeps and refills at once).
+	var left []paneRow
+	for _, r := range (&env{socket: filepath.Join(home, "tmux.sock")}).paneList() {
+		if strings.HasPrefix(r.name, standbyPrefix) {
+			left = append(left, r)
+		}
+	}
+	if len(left) == 0 {
+		t.Fatalf("crash at %s: no standby left to check", point)
+	}
+	e := startEnvWith(t, &env{home: home, poolSize: 4}, "", false)
+	if err := e.m.Recover(context.Background()); err != nil {
+		t.Fatalf("recover: %v", err)
+	}
+	waitFor(t, "the pool full again", func() bool { return e.m.PoolStats().Ready == 4 })
+	id, spec := e.identity("crash")
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("create after crash at %s: %v", point, err)
+	}
+	if got := e.sessions(id.Digest()); len(got) != 1 || got[0] != res.Session.ID {
+		t.Fatalf("after crash at %s: sessions %v, create %+v", point, got, res)
+	}
+	published := point == FaultPublish || point == FaultPublished
+	if published != (res.Status == verdict.VerdictExisting) {
+		t.Fatalf("after crash at %s: create answered %s", point, res.Status)
+	}
+	for _, r := range left {
+		if r.pid == strconv.Itoa(res.Session.PanePID) {
+			t.Fatalf("after crash at %s: the dead daemon's standby %+v was handed out", point, r)
+		}
+		for _, now := range e.paneList() {
+			if now.id == r.id {
+				t.Fatalf("after crash at %s: the dead daemon's standby %+v is still there", point, r)
+			}
+		}
+	}
+	if err := checkNoStandbyTagged(e.paneList()); err != nil {
+		t.Fatal(err)
+	}
+	checkPoolRecovered(t, e, point, id, res)
+}
+
+// checkPoolRecovered: one recovery verdict (none when no create had begun), no
+// row left, and the session's agent running.
+func checkPoolRecovered(t *testing.T, e *env, point string, id fence.Identity, res CreateResult) {
+	t.Helper()
+	recoveries := 0
+	for _, r := range e.verdicts(id) {
+		if r.Action == verdict.ActionRecover {
+			recoveries++
+		}
+	}
+	want := 1
+	if point == FaultStandbySpawned {
+		want = 0 // no create had begun
+	}
+	if recoveries != want {
+		t.Fatalf("after crash at %s: %d recovery verdicts", point, recoveries)
+	}
+	if rows, _ := e.store.Reservations(context.Background()); len(rows) != 0 {
+		t.Fatalf("after crash at %s: rows left %+v", point, rows)
+	}
+	waitFor(t, "the agent running", func() bool {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", res.Session.PanePID))
+		return strings.Contains(string(b), "\x00agent\x00")
+	})
+}
