@@ -151,15 +151,8 @@ func (s *Server) handleFence(w http.ResponseWriter, r *http.Request) {
 
 // handleRelease is POST /v1/fence/release {"reservation_id": "…"}.
 func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
-	body, ok := readBody(w, r)
-	if !ok {
-		return
-	}
 	var req ReleaseRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		writeError(w, invalid("body", "want {\"reservation_id\": \"…\"}: %v", err))
+	if !readStrict(w, r, &req, `{"reservation_id": "…"}`) {
 		return
 	}
 	if len(req.ReservationID) != 32 || strings.Trim(req.ReservationID, "0123456789abcdef") != "" {
@@ -177,15 +170,8 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 // handleForget is POST /v1/fence/forget {"host": "…"}; the fence validates
 // the name (invalid_request, details.field host).
 func (s *Server) handleForget(w http.ResponseWriter, r *http.Request) {
-	body, ok := readBody(w, r)
-	if !ok {
-		return
-	}
 	var req ForgetRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		writeError(w, invalid("body", "want {\"host\": \"…\"}: %v", err))
+	if !readStrict(w, r, &req, `{"host": "…"}`) {
 		return
 	}
 	if req.Host == "" {
@@ -198,6 +184,23 @@ func (s *Server) handleForget(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// readStrict reads a small JSON body into v, refusing unknown fields; on
+// failure it has answered invalid_request (details.field body, the shape
+// wanted in the message) and reports false.
+func readStrict(w http.ResponseWriter, r *http.Request, v any, want string) bool {
+	body, ok := readBody(w, r)
+	if !ok {
+		return false
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeError(w, invalid("body", "want %s: %v", want, err))
+		return false
+	}
+	return true
 }
 
 func (s *Server) handlePing(w http.ResponseWriter, r *http.Request) {
