@@ -14,7 +14,7 @@ import (
 func (s *Store) RegisterHost(ctx context.Context) error {
 	_, err := s.pool.Exec(ctx, `INSERT INTO hosts (name, machine_id, boot_id, seen_at) VALUES ($1, $2, $3, $4)
 		ON CONFLICT (name) DO UPDATE SET machine_id = excluded.machine_id, boot_id = excluded.boot_id,
-		seen_at = excluded.seen_at, forgotten_at = 0`, s.host.Name, s.host.MachineID, s.host.BootID, nanos(s.now()))
+		seen_at = excluded.seen_at, forgotten_at = 0`, s.host.Name, s.host.MachineID, s.host.BootID, fence.Nanos(s.now()))
 	return s.dbErrOrNil("register_host", err)
 }
 
@@ -49,7 +49,7 @@ func (s *Store) ForgetHost(ctx context.Context, host string, describe func(fence
 		if len(out.Published) > 0 {
 			t.touch(host)
 		}
-		t.exec(`UPDATE hosts SET forgotten_at = $1 WHERE name = $2`, nanos(endedAt), host)
+		t.exec(`UPDATE hosts SET forgotten_at = $1 WHERE name = $2`, fence.Nanos(endedAt), host)
 		t.queueVerdict(describe(out), s.host.Name, &rec)
 		return nil
 	})
@@ -110,7 +110,7 @@ func (s *Store) forgetGenerations(t *tx, host string, at time.Time) ([]fence.Pub
 		}
 		tag, err := t.Exec(t.ctx, `UPDATE identities SET ended = true, ended_at = $1
 			WHERE state_dir = $2 AND session_id = $3 AND generation = $4 AND host = $5 AND NOT ended`,
-			nanos(at), p.Identity.StateDir, p.Identity.SessionID, int64(p.Generation), host)
+			fence.Nanos(at), p.Identity.StateDir, p.Identity.SessionID, int64(p.Generation), host)
 		if err != nil {
 			return nil, err
 		}

@@ -31,7 +31,7 @@ func (s *Store) RecordHelperStart(ctx context.Context, resID string, pid int, in
 			generation, helper_pid, helper_incarnation, started_at, cgroup) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 			ON CONFLICT (reservation_id) DO UPDATE SET helper_pid = excluded.helper_pid,
 			helper_incarnation = excluded.helper_incarnation, cgroup = excluded.cgroup`,
-			resID, s.host.Name, id.StateDir, id.SessionID, int64(gen), pid, incarnation, nanos(s.now()), cgroup)
+			resID, s.host.Name, id.StateDir, id.SessionID, int64(gen), pid, incarnation, fence.Nanos(s.now()), cgroup)
 		t.exec(`UPDATE reservations SET helper_pid = $1 WHERE reservation_id = $2`, pid, resID)
 		return nil
 	})
@@ -105,7 +105,7 @@ func (s *Store) RecordPostmortem(ctx context.Context, pm fence.Postmortem) error
 			started_at = CASE WHEN excluded.started_at > 0 THEN excluded.started_at ELSE p.started_at END,
 			ended_at = excluded.ended_at`,
 			pm.ReservationID, s.host.Name, pm.Identity.StateDir, pm.Identity.SessionID, int64(pm.Generation),
-			pm.HelperPID, pm.HelperIncarnation, status, pm.Signal, nanos(pm.StartedAt), nanos(pm.EndedAt))
+			pm.HelperPID, pm.HelperIncarnation, status, pm.Signal, fence.Nanos(pm.StartedAt), fence.Nanos(pm.EndedAt))
 		return nil
 	})
 }
@@ -147,7 +147,7 @@ func (s *Store) Postmortem(ctx context.Context, id fence.Identity, gen uint64) (
 		pm.ExitStatus = &v
 	}
 	pm.Generation = uint64(g)
-	pm.StartedAt, pm.EndedAt = fromNanos(started), fromNanos(ended)
+	pm.StartedAt, pm.EndedAt = fence.FromNanos(started), fence.FromNanos(ended)
 	return pm, true, nil
 }
 

@@ -42,27 +42,13 @@ func scanRow(sc pgx.Row) (row, error) {
 		return row{}, fmt.Errorf("fence: reservation %s: spec: %w", r.ID, err)
 	}
 	r.PaneStart = uint64(paneStart)
-	r.ClaimedAt, r.UpdatedAt, r.LeaseUntil = fromNanos(claimed), fromNanos(updated), fromNanos(lease)
+	r.ClaimedAt, r.UpdatedAt, r.LeaseUntil = fence.FromNanos(claimed), fence.FromNanos(updated), fence.FromNanos(lease)
 	return r, nil
-}
-
-func nanos(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-func fromNanos(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
 }
 
 // storedTime is t as the tables return it: whole nanoseconds, UTC, no
 // monotonic reading, zero kept zero.
-func storedTime(t time.Time) time.Time { return fromNanos(nanos(t)) }
+func storedTime(t time.Time) time.Time { return fence.FromNanos(fence.Nanos(t)) }
 
 type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
@@ -119,43 +105,17 @@ func scanPub(sc pgx.Row) (pub, error) {
 		return p, err
 	}
 	p.PaneStart = uint64(paneStart)
-	p.PublishedAt, p.EndedAt, p.Restart.Due = fromNanos(at), fromNanos(endedAt), fromNanos(due)
+	p.PublishedAt, p.EndedAt, p.Restart.Due = fence.FromNanos(at), fence.FromNanos(endedAt), fence.FromNanos(due)
 	if since != 0 {
-		p.Stopping = &fence.Stop{Since: fromNanos(since), Deadline: fromNanos(deadline), Reason: reason, Killed: killed}
+		p.Stopping = &fence.Stop{Since: fence.FromNanos(since), Deadline: fence.FromNanos(deadline), Reason: reason, Killed: killed}
 	}
 	if specJSON != "" {
 		if err := json.Unmarshal([]byte(specJSON), &p.Spec); err != nil {
 			return p, fmt.Errorf("fence: identity spec: %w", err)
 		}
 	}
-	p.Restart.Starts, err = decodeStarts(startsJSON)
+	p.Restart.Starts, err = fence.DecodeStarts(startsJSON)
 	return p, err
-}
-
-// encodeStarts and decodeStarts keep the recent start times as a JSON array
-// of unix nanoseconds (as the SQLite engine does).
-func encodeStarts(ts []time.Time) string {
-	ns := make([]int64, len(ts))
-	for i, t := range ts {
-		ns[i] = nanos(t)
-	}
-	b, _ := json.Marshal(ns)
-	return string(b)
-}
-
-func decodeStarts(s string) ([]time.Time, error) {
-	if s == "" {
-		return nil, nil
-	}
-	var ns []int64
-	if err := json.Unmarshal([]byte(s), &ns); err != nil {
-		return nil, fmt.Errorf("fence: identity starts: %w", err)
-	}
-	out := make([]time.Time, len(ns))
-	for i, n := range ns {
-		out[i] = fromNanos(n)
-	}
-	return out, nil
 }
 
 func pubFor(ctx context.Context, q querier, id fence.Identity, lock string) (pub, bool, error) {
@@ -234,7 +194,7 @@ func (s *Store) insertRow(t *tx, id fence.Identity, spec fence.Spec, pid int, in
 		generation, claimed_at, updated_at, lease_until)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
 		id.StateDir, id.SessionID, resID, spec.StateFile, string(specJSON), s.host.Name, s.host.MachineID,
-		s.host.BootID, pid, inc, int(fence.PhaseReserved), int64(gen), nanos(now), nanos(now), nanos(r.LeaseUntil))
+		s.host.BootID, pid, inc, int(fence.PhaseReserved), int64(gen), fence.Nanos(now), fence.Nanos(now), fence.Nanos(r.LeaseUntil))
 	t.exec(`INSERT INTO specs (reservation_id, state_dir, session_id, generation, spec_json)
 		VALUES ($1, $2, $3, $4, $5)`, resID, id.StateDir, id.SessionID, int64(gen), string(specJSON))
 	return r, nil

@@ -27,7 +27,7 @@ func (s *Store) BeginStop(ctx context.Context, id fence.Identity, gen uint64, re
 	var ok bool
 	err = s.write(ctx, "begin_stop", lockOn{digest: id.Digest()}, func(t *tx) error {
 		t.touch(s.host.Name)
-		args := append(s.genArgs(id, gen), nanos(s.now()), nanos(deadline), reason)
+		args := append(s.genArgs(id, gen), fence.Nanos(s.now()), fence.Nanos(deadline), reason)
 		if _, err := t.Exec(t.ctx, `UPDATE identities SET stop_since = $6, stop_deadline = $7, stop_reason = $8
 			WHERE `+localGen+` AND NOT ended AND stop_since = 0`, args...); err != nil {
 			return err
@@ -101,7 +101,7 @@ func (s *Store) ReleaseStuck(ctx context.Context, resID string, allowed func(fen
 			t.touch(host)
 			t.exec(`UPDATE identities SET ended = true, ended_at = $1
 				WHERE state_dir = $2 AND session_id = $3 AND generation = $4 AND NOT ended`,
-				nanos(endedAt), p.Identity.StateDir, p.Identity.SessionID, int64(p.Generation))
+				fence.Nanos(endedAt), p.Identity.StateDir, p.Identity.SessionID, int64(p.Generation))
 			t.exec(`DELETE FROM specs WHERE reservation_id = $1`, resID)
 		}
 		t.queueVerdict(describe(out), s.host.Name, &rec)
@@ -156,7 +156,7 @@ func (s *Store) SetRestart(ctx context.Context, id fence.Identity, gen uint64, f
 	err = s.write(ctx, "set_restart", lockOn{digest: id.Digest()}, func(t *tx) error {
 		ok = false
 		due = storedTime(fence.RestartDue(next, s.now()))
-		args := append(s.genArgs(id, gen), next.State, nanos(due), next.Reason, next.Failures, from)
+		args := append(s.genArgs(id, gen), next.State, fence.Nanos(due), next.Reason, next.Failures, from)
 		tag, err := t.Exec(t.ctx, `UPDATE identities SET restart_state = $6, restart_due = $7, restart_reason = $8,
 			failures = $9 WHERE `+localGen+` AND ended AND restart_state = $10`, args...)
 		if err != nil || tag.RowsAffected() != 1 {
@@ -185,7 +185,7 @@ func (s *Store) RestartsDue(ctx context.Context, before time.Time) ([]fence.Publ
 	args := []any{s.host.Name, s.host.MachineID}
 	if !before.IsZero() {
 		q += ` AND restart_due <= $3`
-		args = append(args, nanos(before))
+		args = append(args, fence.Nanos(before))
 	}
 	out, err := s.pubs(ctx, "restarts_due", q+` ORDER BY restart_due`, args...)
 	if len(out) == 0 {

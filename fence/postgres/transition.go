@@ -45,7 +45,7 @@ func (s *Store) Advance(ctx context.Context, r *fence.Reservation, to fence.Phas
 			pane_pid = $4, server_pid = $5, server_start = $6, updated_at = $7, lease_until = $8,
 			pane_start = $9, cgroup = $10 WHERE reservation_id = $11`,
 			int(cur.Phase), cur.AttemptName, cur.TmuxID, cur.PanePID, cur.ServerPID, cur.ServerStart,
-			nanos(cur.UpdatedAt), nanos(cur.LeaseUntil), int64(cur.PaneStart), cur.Cgroup, cur.ID)
+			fence.Nanos(cur.UpdatedAt), fence.Nanos(cur.LeaseUntil), int64(cur.PaneStart), cur.Cgroup, cur.ID)
 		return nil
 	})
 	if err == nil {
@@ -81,7 +81,7 @@ func (s *Store) advanceFast(ctx context.Context, r *fence.Reservation, to fence.
 			AND pane_start = $22 AND cgroup = $23
 			RETURNING `+resCols,
 			r.ID, int(w.Phase), w.AttemptName, w.TmuxID, w.PanePID, w.ServerPID, w.ServerStart,
-			int64(w.PaneStart), w.Cgroup, nanos(w.UpdatedAt), nanos(w.LeaseUntil),
+			int64(w.PaneStart), w.Cgroup, fence.Nanos(w.UpdatedAt), fence.Nanos(w.LeaseUntil),
 			pid, inc, s.host.Name, s.host.MachineID, int(r.Phase), r.AttemptName, r.TmuxID, r.PanePID,
 			r.ServerPID, r.ServerStart, int64(r.PaneStart), r.Cgroup)
 		return nil
@@ -114,7 +114,7 @@ func (s *Store) Abandon(ctx context.Context, resID string) error {
 	defer fence.Untrack(resID) // even if the write fails: in memory the attempt is abandoned
 	return s.write(ctx, "abandon", lockOn{resID: resID}, func(t *tx) error {
 		t.exec(`UPDATE reservations SET abandoned = true, updated_at = $1 WHERE reservation_id = $2`,
-			nanos(s.now()), resID)
+			fence.Nanos(s.now()), resID)
 		return nil
 	})
 }
@@ -204,11 +204,11 @@ func (s *Store) publishRow(t *tx, cur fence.Reservation, old fence.Published, ok
 		restart_reason = '', restarts = excluded.restarts, failures = excluded.failures,
 		starts_json = excluded.starts_json`,
 		p.Identity.StateDir, p.Identity.SessionID, int64(p.Generation), p.ReservationID, p.Host,
-		p.HostMachineID, p.SessionName, p.TmuxID, p.ServerPID, p.ServerStart, p.StateFile, p.Label, nanos(now),
+		p.HostMachineID, p.SessionName, p.TmuxID, p.ServerPID, p.ServerStart, p.StateFile, p.Label, fence.Nanos(now),
 		p.PanePID, int64(p.PaneStart), p.BootID, p.Cgroup, p.StopTimeoutMS,
-		string(specJSON), p.Restart.Restarts, p.Restart.Failures, encodeStarts(p.Restart.Starts))
+		string(specJSON), p.Restart.Restarts, p.Restart.Failures, fence.EncodeStarts(p.Restart.Starts))
 	t.exec(`UPDATE reservations SET phase = $1, updated_at = $2 WHERE reservation_id = $3`,
-		int(fence.PhasePublished), nanos(now), cur.ID)
+		int(fence.PhasePublished), fence.Nanos(now), cur.ID)
 	return p, nil
 }
 
@@ -238,7 +238,7 @@ func (s *Store) MarkEndedNext(ctx context.Context, id fence.Identity, gen uint64
 		endedAt = storedTime(s.now())
 		tag, err := t.Exec(t.ctx, `UPDATE identities SET ended = true, ended_at = $1
 			WHERE state_dir = $2 AND session_id = $3 AND generation = $4 AND NOT ended AND host = $5 AND machine_id = $6`,
-			nanos(endedAt), id.StateDir, id.SessionID, int64(gen), s.host.Name, s.host.MachineID)
+			fence.Nanos(endedAt), id.StateDir, id.SessionID, int64(gen), s.host.Name, s.host.MachineID)
 		if err != nil || tag.RowsAffected() != 1 {
 			return err
 		}
@@ -248,7 +248,7 @@ func (s *Store) MarkEndedNext(ctx context.Context, id fence.Identity, gen uint64
 		if next.State != "" {
 			t.exec(`UPDATE identities SET restart_state = $1, restart_due = $2,
 				restart_reason = $3, failures = $4 WHERE state_dir = $5 AND session_id = $6`,
-				next.State, nanos(fence.RestartDue(next, endedAt)), next.Reason, next.Failures,
+				next.State, fence.Nanos(fence.RestartDue(next, endedAt)), next.Reason, next.Failures,
 				id.StateDir, id.SessionID)
 		}
 		t.queueVerdict(rec, s.host.Name, &out)

@@ -12,7 +12,7 @@ import (
 
 // storedTime is t as the tables return it: whole nanoseconds, UTC, no
 // monotonic reading, zero kept zero.
-func storedTime(t time.Time) time.Time { return fromNanos(nanos(t)) }
+func storedTime(t time.Time) time.Time { return fence.FromNanos(fence.Nanos(t)) }
 
 // storedPub is p with its publication time as the table returns it.
 func storedPub(p fence.Published) fence.Published {

@@ -132,7 +132,7 @@ func forgetGenerations(ctx context.Context, q queryer, host string, at time.Time
 	for _, p := range pubs {
 		if _, err := q.ExecContext(ctx, `UPDATE identities SET ended = 1, ended_at = ?
 			WHERE state_dir = ? AND session_id = ? AND generation = ? AND ended = 0`,
-			nanos(at), p.Identity.StateDir, p.Identity.SessionID, p.Generation); err != nil {
+			fence.Nanos(at), p.Identity.StateDir, p.Identity.SessionID, p.Generation); err != nil {
 			return nil, err
 		}
 		if _, err := q.ExecContext(ctx, `DELETE FROM specs WHERE reservation_id = ?`, p.ReservationID); err != nil {

@@ -41,7 +41,7 @@ func (s *Store) RecordHelperStart(ctx context.Context, resID string, pid int, in
 			generation, helper_pid, helper_incarnation, started_at, cgroup) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (reservation_id) DO UPDATE SET helper_pid = excluded.helper_pid,
 			helper_incarnation = excluded.helper_incarnation, cgroup = excluded.cgroup`,
-			resID, id.StateDir, id.SessionID, gen, pid, incarnation, nanos(now), cgroup); err != nil {
+			resID, id.StateDir, id.SessionID, gen, pid, incarnation, fence.Nanos(now), cgroup); err != nil {
 			return err
 		}
 		_, err = q.ExecContext(ctx, `UPDATE reservations SET helper_pid = ? WHERE reservation_id = ?`, pid, resID)
@@ -130,7 +130,7 @@ func (s *Store) RecordPostmortem(ctx context.Context, pm fence.Postmortem) error
 			started_at = CASE WHEN excluded.started_at > 0 THEN excluded.started_at ELSE started_at END,
 			ended_at = excluded.ended_at`,
 			pm.ReservationID, pm.Identity.StateDir, pm.Identity.SessionID, pm.Generation, pm.HelperPID,
-			pm.HelperIncarnation, status, pm.Signal, nanos(pm.StartedAt), nanos(pm.EndedAt))
+			pm.HelperIncarnation, status, pm.Signal, fence.Nanos(pm.StartedAt), fence.Nanos(pm.EndedAt))
 		return err
 	})
 }
@@ -173,7 +173,7 @@ func (s *Store) Postmortem(ctx context.Context, id fence.Identity, gen uint64) (
 		v := int(status.Int64)
 		pm.ExitStatus = &v
 	}
-	pm.StartedAt, pm.EndedAt = fromNanos(started), fromNanos(ended)
+	pm.StartedAt, pm.EndedAt = fence.FromNanos(started), fence.FromNanos(ended)
 	return pm, true, nil
 }
 

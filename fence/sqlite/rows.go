@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
 )
@@ -36,22 +35,8 @@ func scanReservation(sc scanner) (fence.Reservation, error) {
 	if err := json.Unmarshal([]byte(spec), &r.Spec); err != nil {
 		return fence.Reservation{}, fmt.Errorf("fence: reservation %s: spec: %w", r.ID, err)
 	}
-	r.ClaimedAt, r.UpdatedAt, r.LeaseUntil = fromNanos(claimed), fromNanos(updated), fromNanos(lease)
+	r.ClaimedAt, r.UpdatedAt, r.LeaseUntil = fence.FromNanos(claimed), fence.FromNanos(updated), fence.FromNanos(lease)
 	return r, nil
-}
-
-func nanos(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-func fromNanos(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
 }
 
 // rowFor returns the identity's reservation row, if any.
@@ -95,43 +80,17 @@ func scanPublished(sc scanner) (fence.Published, error) {
 	if err != nil {
 		return p, err
 	}
-	p.PublishedAt, p.EndedAt, p.Restart.Due = fromNanos(at), fromNanos(endedAt), fromNanos(due)
+	p.PublishedAt, p.EndedAt, p.Restart.Due = fence.FromNanos(at), fence.FromNanos(endedAt), fence.FromNanos(due)
 	if since != 0 {
-		p.Stopping = &fence.Stop{Since: fromNanos(since), Deadline: fromNanos(deadline), Reason: reason, Killed: killed}
+		p.Stopping = &fence.Stop{Since: fence.FromNanos(since), Deadline: fence.FromNanos(deadline), Reason: reason, Killed: killed}
 	}
 	if specJSON != "" {
 		if err := json.Unmarshal([]byte(specJSON), &p.Spec); err != nil {
 			return p, fmt.Errorf("fence: identity spec: %w", err)
 		}
 	}
-	p.Restart.Starts, err = decodeStarts(startsJSON)
+	p.Restart.Starts, err = fence.DecodeStarts(startsJSON)
 	return p, err
-}
-
-// encodeStarts and decodeStarts keep the recent start times as a JSON array
-// of unix nanoseconds.
-func encodeStarts(ts []time.Time) string {
-	ns := make([]int64, len(ts))
-	for i, t := range ts {
-		ns[i] = nanos(t)
-	}
-	b, _ := json.Marshal(ns)
-	return string(b)
-}
-
-func decodeStarts(s string) ([]time.Time, error) {
-	if s == "" {
-		return nil, nil
-	}
-	var ns []int64
-	if err := json.Unmarshal([]byte(s), &ns); err != nil {
-		return nil, fmt.Errorf("fence: identity starts: %w", err)
-	}
-	out := make([]time.Time, len(ns))
-	for i, n := range ns {
-		out[i] = fromNanos(n)
-	}
-	return out, nil
 }
 
 func publishedFor(ctx context.Context, q queryer, id fence.Identity) (fence.Published, bool, error) {
@@ -192,7 +151,7 @@ func (s *Store) insertRow(ctx context.Context, q queryer, id fence.Identity, spe
 		spec_json, owner_pid, owner_incarnation, phase, generation, claimed_at, updated_at, lease_until,
 		host, host_machine_id, host_boot_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		id.StateDir, id.SessionID, resID, spec.StateFile, string(specJSON), pid, inc, int(fence.PhaseReserved),
-		gen, nanos(now), nanos(now), nanos(r.LeaseUntil), host.Name, host.MachineID, host.BootID)
+		gen, fence.Nanos(now), fence.Nanos(now), fence.Nanos(r.LeaseUntil), host.Name, host.MachineID, host.BootID)
 	if err != nil {
 		return r, err
 	}

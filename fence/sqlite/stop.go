@@ -25,7 +25,7 @@ func (s *Store) BeginStop(ctx context.Context, id fence.Identity, gen uint64, re
 	err = s.write(ctx, "begin_stop", func(q queryer) error {
 		if _, err := q.ExecContext(ctx, `UPDATE identities SET stop_since = ?, stop_deadline = ?, stop_reason = ?
 			WHERE state_dir = ? AND session_id = ? AND generation = ? AND ended = 0 AND stop_since = 0`,
-			nanos(s.now()), nanos(deadline), reason, id.StateDir, id.SessionID, gen); err != nil {
+			fence.Nanos(s.now()), fence.Nanos(deadline), reason, id.StateDir, id.SessionID, gen); err != nil {
 			return err
 		}
 		var err error
@@ -113,7 +113,7 @@ func (s *Store) ReleaseStuck(ctx context.Context, resID string, allowed func(fen
 			endedAt = s.now()
 			if _, err := q.ExecContext(ctx, `UPDATE identities SET ended = 1, ended_at = ?
 				WHERE state_dir = ? AND session_id = ? AND generation = ? AND ended = 0`,
-				nanos(endedAt), p.Identity.StateDir, p.Identity.SessionID, p.Generation); err != nil {
+				fence.Nanos(endedAt), p.Identity.StateDir, p.Identity.SessionID, p.Generation); err != nil {
 				return err
 			}
 			if _, err := q.ExecContext(ctx, `DELETE FROM specs WHERE reservation_id = ?`, resID); err != nil {
@@ -159,7 +159,7 @@ func (s *Store) SetRestart(ctx context.Context, id fence.Identity, gen uint64, f
 		due = fence.RestartDue(next, s.now())
 		res, err := q.ExecContext(ctx, `UPDATE identities SET restart_state = ?, restart_due = ?, restart_reason = ?,
 			failures = ? WHERE state_dir = ? AND session_id = ? AND generation = ? AND ended = 1 AND restart_state = ?`,
-			next.State, nanos(due), next.Reason, next.Failures, id.StateDir, id.SessionID, gen, from)
+			next.State, fence.Nanos(due), next.Reason, next.Failures, id.StateDir, id.SessionID, gen, from)
 		if err != nil {
 			return err
 		}
@@ -186,7 +186,7 @@ func (s *Store) RestartsDue(ctx context.Context, before time.Time) ([]fence.Publ
 	args := []any{}
 	if !before.IsZero() {
 		q += ` AND restart_due <= ?`
-		args = append(args, nanos(before))
+		args = append(args, fence.Nanos(before))
 	}
 	rows, err := s.r.QueryContext(ctx, q+` ORDER BY restart_due`, args...)
 	if err != nil {

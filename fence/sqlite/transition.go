@@ -38,7 +38,7 @@ func (s *Store) Advance(ctx context.Context, r *fence.Reservation, to fence.Phas
 			pane_pid = ?, server_pid = ?, server_start = ?, updated_at = ?, lease_until = ?,
 			pane_start = ?, cgroup = ? WHERE reservation_id = ?`,
 			int(cur.Phase), cur.AttemptName, cur.TmuxID, cur.PanePID, cur.ServerPID, cur.ServerStart,
-			nanos(cur.UpdatedAt), nanos(cur.LeaseUntil), cur.PaneStart, cur.Cgroup, cur.ID)
+			fence.Nanos(cur.UpdatedAt), fence.Nanos(cur.LeaseUntil), cur.PaneStart, cur.Cgroup, cur.ID)
 		return err
 	})
 	if err == nil {
@@ -73,7 +73,7 @@ func (s *Store) Abandon(ctx context.Context, resID string) error {
 	return s.write(ctx, "abandon", func(q queryer) error {
 		now := s.now()
 		_, err := q.ExecContext(ctx, `UPDATE reservations SET abandoned = 1, updated_at = ? WHERE reservation_id = ?`,
-			nanos(now), resID)
+			fence.Nanos(now), resID)
 		return err
 	})
 }
@@ -161,15 +161,15 @@ func (s *Store) publishRow(ctx context.Context, q queryer, cur fence.Reservation
 		restarts = excluded.restarts, failures = excluded.failures, starts_json = excluded.starts_json,
 		host = excluded.host, host_machine_id = excluded.host_machine_id`,
 		pub.Identity.StateDir, pub.Identity.SessionID, pub.Generation, pub.ReservationID, pub.SessionName,
-		pub.TmuxID, pub.ServerPID, pub.ServerStart, pub.StateFile, pub.Label, nanos(now),
+		pub.TmuxID, pub.ServerPID, pub.ServerStart, pub.StateFile, pub.Label, fence.Nanos(now),
 		pub.PanePID, pub.PaneStart, pub.BootID, pub.Cgroup, pub.StopTimeoutMS,
-		string(specJSON), pub.Restart.Restarts, pub.Restart.Failures, encodeStarts(pub.Restart.Starts),
+		string(specJSON), pub.Restart.Restarts, pub.Restart.Failures, fence.EncodeStarts(pub.Restart.Starts),
 		pub.Host, pub.HostMachineID)
 	if err != nil {
 		return fence.Published{}, err
 	}
 	_, err = q.ExecContext(ctx, `UPDATE reservations SET phase = ?, updated_at = ? WHERE reservation_id = ?`,
-		int(fence.PhasePublished), nanos(now), cur.ID)
+		int(fence.PhasePublished), fence.Nanos(now), cur.ID)
 	return pub, err
 }
 
@@ -201,7 +201,7 @@ func (s *Store) MarkEndedNext(ctx context.Context, id fence.Identity, gen uint64
 		endedAt = now
 		res, err := q.ExecContext(ctx, `UPDATE identities SET ended = 1, ended_at = ?
 			WHERE state_dir = ? AND session_id = ? AND generation = ? AND ended = 0`,
-			nanos(now), id.StateDir, id.SessionID, gen)
+			fence.Nanos(now), id.StateDir, id.SessionID, gen)
 		if err != nil {
 			return err
 		}
@@ -218,7 +218,7 @@ func (s *Store) MarkEndedNext(ctx context.Context, id fence.Identity, gen uint64
 		if next.State != "" {
 			if _, err := q.ExecContext(ctx, `UPDATE identities SET restart_state = ?, restart_due = ?,
 				restart_reason = ?, failures = ? WHERE state_dir = ? AND session_id = ?`,
-				next.State, nanos(fence.RestartDue(next, now)), next.Reason, next.Failures, id.StateDir, id.SessionID); err != nil {
+				next.State, fence.Nanos(fence.RestartDue(next, now)), next.Reason, next.Failures, id.StateDir, id.SessionID); err != nil {
 				return err
 			}
 		}
