@@ -67,6 +67,12 @@ type Fence interface {
 	// transaction with the row's move to phase published and rec's append;
 	// rec is returned with its sequence. NewPublished has the rules.
 	Publish(ctx context.Context, r *Reservation, rec verdict.Record) (Published, verdict.Record, error)
+	// PublishRelease is Publish and Release in one transaction, for a row at
+	// phase spawned or tagged: a claimed warm-pool standby's saga, whose tags
+	// are set by the time it publishes and whose row has nothing left to do
+	// once published (lifecycle, "The warm pool"). The row is gone when it
+	// returns nil, and r is at phase published.
+	PublishRelease(ctx context.Context, r *Reservation, rec verdict.Record) (Published, verdict.Record, error)
 	// RecoverAbandoned resolves a dead owner's row (or our own abandoned one)
 	// as Recover describes.
 	RecoverAbandoned(ctx context.Context, ab Reservation, insp Inspector) (RecoverResult, error)

@@ -53,6 +53,20 @@ func CheckAdvance(r *Reservation, to Phase, p Patch) error {
 	return CheckPatch(r.ID, to, p)
 }
 
+// CheckPublishPhase refuses to publish the row cur unless it is at phase
+// tagged — or, with release (PublishRelease: a claimed standby's saga, which
+// sets its tags after spawned and records no tagged step), at spawned.
+func CheckPublishPhase(cur Reservation, release bool) error {
+	if cur.Phase == PhaseTagged || release && cur.Phase == PhaseSpawned {
+		return nil
+	}
+	want := "tagged"
+	if release {
+		want = "spawned or tagged"
+	}
+	return Invalid("phase", "publish needs phase %s; reservation %s is at %s", want, cur.ID, cur.Phase)
+}
+
 // ApplyPatch moves the row r to phase to at now, renewing its diagnostic lease,
 // and records p's non-zero evidence.
 func ApplyPatch(r *Reservation, to Phase, p Patch, now time.Time, lease time.Duration) {

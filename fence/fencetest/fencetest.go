@@ -67,6 +67,7 @@ var suite = []struct {
 	{"VerdictsFor", testVerdictsFor},
 	{"RestartBookkeeping", testRestartBookkeeping},
 	{"HelperSpecOutlivesRelease", testHelperSpecOutlivesRelease},
+	{"PublishRelease", testPublishRelease},
 	{"SequenceSurvivesRestart", testSequenceSurvivesRestart},
 	{"Postmortem", testPostmortem},
 	{"CancelledCallerNeverWedgesWriter", testCancelledCallerNeverWedgesWriter},

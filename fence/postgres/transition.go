@@ -135,6 +135,16 @@ func (s *Store) Release(ctx context.Context, resID string) error {
 // Publish publishes r's generation for its identity (fence.Fence.Publish), in
 // one transaction with the row's move to phase published and rec's append.
 func (s *Store) Publish(ctx context.Context, r *fence.Reservation, rec verdict.Record) (fence.Published, verdict.Record, error) {
+	return s.publish(ctx, r, rec, false)
+}
+
+// PublishRelease is Publish and Release in one transaction, for a row at
+// phase spawned or tagged (fence.Fence.PublishRelease).
+func (s *Store) PublishRelease(ctx context.Context, r *fence.Reservation, rec verdict.Record) (fence.Published, verdict.Record, error) {
+	return s.publish(ctx, r, rec, true)
+}
+
+func (s *Store) publish(ctx context.Context, r *fence.Reservation, rec verdict.Record, release bool) (fence.Published, verdict.Record, error) {
 	if r == nil {
 		return fence.Published{}, verdict.Record{}, fence.Invalid("reservation", "nil reservation")
 	}
@@ -157,12 +167,15 @@ func (s *Store) Publish(ctx context.Context, r *fence.Reservation, rec verdict.R
 		if err != nil {
 			return err
 		}
-		if cur.Phase != fence.PhaseTagged {
-			return fence.Invalid("phase", "publish needs phase tagged; reservation %s is at %s", cur.ID, cur.Phase)
+		if err := fence.CheckPublishPhase(cur, release); err != nil {
+			return err
 		}
 		cur.StartReason = r.StartReason
 		if p, err = s.publishRow(t, cur, old.Published, hadOld); err != nil {
 			return err
+		}
+		if release {
+			deleteRowLater(t, r.ID)
 		}
 		t.touch(s.host.Name)
 		t.queueVerdict(rec, s.host.Name, &out)
@@ -170,6 +183,9 @@ func (s *Store) Publish(ctx context.Context, r *fence.Reservation, rec verdict.R
 	})
 	if err != nil {
 		return fence.Published{}, verdict.Record{}, err
+	}
+	if release {
+		fence.Untrack(r.ID)
 	}
 	r.Phase, r.UpdatedAt = fence.PhasePublished, p.PublishedAt
 	s.cache.put(p)

@@ -97,6 +97,16 @@ func (s *Store) Release(ctx context.Context, resID string) error {
 // appended to the verdict log with its sequence. The row must be ours and at
 // phase tagged. The caller Releases the row next.
 func (s *Store) Publish(ctx context.Context, r *fence.Reservation, rec verdict.Record) (fence.Published, verdict.Record, error) {
+	return s.publish(ctx, r, rec, false)
+}
+
+// PublishRelease is Publish and Release in one transaction, for a row at
+// phase spawned or tagged (fence.Fence.PublishRelease).
+func (s *Store) PublishRelease(ctx context.Context, r *fence.Reservation, rec verdict.Record) (fence.Published, verdict.Record, error) {
+	return s.publish(ctx, r, rec, true)
+}
+
+func (s *Store) publish(ctx context.Context, r *fence.Reservation, rec verdict.Record, release bool) (fence.Published, verdict.Record, error) {
 	if r == nil {
 		return fence.Published{}, verdict.Record{}, fence.Invalid("reservation", "nil reservation")
 	}
@@ -113,18 +123,24 @@ func (s *Store) Publish(ctx context.Context, r *fence.Reservation, rec verdict.R
 		if err != nil {
 			return err
 		}
-		if cur.Phase != fence.PhaseTagged {
-			return fence.Invalid("phase", "publish needs phase tagged; reservation %s is at %s", cur.ID, cur.Phase)
+		if err := fence.CheckPublishPhase(cur, release); err != nil {
+			return err
 		}
 		cur.StartReason = r.StartReason
 		if pub, err = s.publishRow(ctx, q, cur); err != nil {
 			return err
 		}
-		rec, err = appendVerdict(ctx, q, rec, s.now())
+		if rec, err = appendVerdict(ctx, q, rec, s.now()); err != nil || !release {
+			return err
+		}
+		_, err = deleteRow(ctx, q, r.ID)
 		return err
 	})
 	if err != nil {
 		return fence.Published{}, verdict.Record{}, err
+	}
+	if release {
+		fence.Untrack(r.ID)
 	}
 	r.Phase, r.UpdatedAt = fence.PhasePublished, pub.PublishedAt
 	s.cache.Put(storedPub(pub))
