@@ -77,6 +77,7 @@ type Config struct {
 type tmuxAPI interface {
 	Command(ctx context.Context, args ...string) (tmuxctl.Reply, error)
 	CommandIn(ctx context.Context, life tmuxctl.ServerLife, args ...string) (tmuxctl.Reply, error)
+	PipelineIn(ctx context.Context, life tmuxctl.ServerLife, cmds [][]string) ([]tmuxctl.Reply, []error)
 	Info() (tmuxctl.ServerInfo, bool)
 }
 
@@ -302,6 +303,14 @@ func (m *Manager) commandIn(ctx context.Context, life tmuxctl.ServerLife, args .
 	cctx, cancel := context.WithTimeout(ctx, m.cmdTimeout)
 	defer cancel()
 	return m.tmux.CommandIn(cctx, life, args...)
+}
+
+// pipelineIn sends cmds in order in one round trip (tmuxctl.Client.PipelineIn),
+// all within one command timeout.
+func (m *Manager) pipelineIn(ctx context.Context, life tmuxctl.ServerLife, cmds [][]string) ([]tmuxctl.Reply, []error) {
+	cctx, cancel := context.WithTimeout(ctx, m.cmdTimeout)
+	defer cancel()
+	return m.tmux.PipelineIn(cctx, life, cmds)
 }
 
 // timedOut reports a tmux command that got no answer before its deadline: tmux

@@ -15,24 +15,25 @@ import (
 	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/census"
+	"github.com/skc-supervisor/skc-supervisor/proctree"
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
-	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
 // The warm pool (Config.PoolSize): standby panes spawned ahead of any create —
-// pty, fork and the pane helper already done — each running
-// `helper --home H --standby TOKEN` in an untagged session named
+// pty, fork and the pane helper already done, remain-on-exit set — each
+// running `helper --home H --standby TOKEN` in an untagged session named
 // skc-standby-TOKEN, waiting for a hand-off. A create claims one instead of
-// sending new-session: it renames the standby to its attempt name (so from
-// then on recovery finds it exactly as it finds a spawned attempt), records it
-// as spawned in the fence, then hands it its reservation (a file only the
-// daemon writes, read by the standby once woken), tags it and publishes. The
-// standby then runs the pane helper's own path: records its start, waits for
-// its generation's publication — and, being a standby, that the fence names
-// its own pid as the pane — and execs the agent with the spec's argv, cwd and
-// env. A standby is never tagged before the fence records it as the attempt's
-// pane, and no create ever sees one as a session: it is unmanaged (no tags)
-// and not in the fence until claimed.
+// sending new-session (pool_claim.go): it records the standby as its spawned
+// pane in the fence (attempt name, tmux id, pane pid: all known before the
+// claim), then renames and tags it in one round trip while it writes the
+// standby's hand-off (its reservation, in a file only the daemon writes), and
+// publishes and releases in one transaction. The standby then runs the pane
+// helper's own path: records its start, waits for its generation's
+// publication — and, being a standby, that the fence names its own pid as
+// the pane — and execs the agent with the spec's argv, cwd and env. A
+// standby is never tagged before the fence records it as the attempt's pane,
+// and no create ever sees one as a session: it is unmanaged (no tags) and not
+// in the fence until claimed.
 //
 // Never handed out twice: a standby leaves the free list under the pool's
 // lock when claimed, and a restarted daemon removes every skc-standby-*
@@ -54,7 +55,10 @@ type standby struct {
 	tmuxID  string
 	paneID  string
 	panePID int
-	created time.Time
+	// paneStart is the pane process's start time, read when it was spawned:
+	// a claim records it as the generation's hold without a /proc read.
+	paneStart uint64
+	created   time.Time
 }
 
 // pool keeps up to size standbys spawned. It is nil when the pool is off, so
@@ -67,6 +71,7 @@ type pool struct {
 
 	mu     sync.Mutex
 	free   []standby // spawned, not claimed; filled only after the sweep
+	dead   []standby // found dead by take: fill removes their sessions
 	claims int       // creates served by a standby (metrics, tests)
 	closed bool      // Shutdown began: no more standbys
 }
@@ -102,8 +107,22 @@ func (p *pool) take(life tmuxctl.ServerLife) (standby, bool) {
 			p.claims++
 			return sb, true
 		}
+		if sb.life == life {
+			p.dead = append(p.dead, sb) // fill removes its session
+		}
 	}
 	return standby{}, false
+}
+
+// removeDead kills the sessions of standbys whose pane process died: their
+// sessions stay (remain-on-exit) until removed. Errors are left to the
+// next daemon's sweep, which removes every standby.
+func (p *pool) removeDead(ctx context.Context, life tmuxctl.ServerLife, dead []standby) {
+	for _, sb := range dead {
+		if sb.life == life {
+			_, _ = p.m.commandIn(ctx, life, "kill-session", "-t", sb.tmuxID)
+		}
+	}
 }
 
 // refill asks the pool's loop to spawn what is missing; a create calls it
@@ -154,14 +173,21 @@ func (p *pool) fill(ctx context.Context) bool {
 		}
 		p.mu.Lock()
 		kept := p.free[:0]
+		dead := p.dead
+		p.dead = nil
 		for _, sb := range p.free {
-			if sb.life == life && pidAliveSig(sb.panePID) {
+			switch {
+			case sb.life != life: // its server is gone, and the session with it
+			case pidAliveSig(sb.panePID):
 				kept = append(kept, sb)
+			default:
+				dead = append(dead, sb)
 			}
 		}
 		p.free = kept
 		n, closed := len(p.free), p.closed
 		p.mu.Unlock()
+		p.removeDead(ctx, life, dead)
 		if n >= p.size || closed || ctx.Err() != nil {
 			return true
 		}
@@ -204,6 +230,14 @@ func (p *pool) spawn(ctx context.Context, life tmuxctl.ServerLife) (standby, err
 		return sb, err
 	}
 	sb.tmuxID, sb.panePID, sb.paneID, sb.created = sp.id, sp.panePID, sp.paneID, sp.created
+	// remain-on-exit now, not at the claim: it is the same for every
+	// generation (tag), and one command fewer between a claim and its
+	// publication. A standby without it is not handed out.
+	if _, err := p.m.commandIn(ctx, life, "set-option", "-w", "-t", sb.tmuxID, "remain-on-exit", "on"); err != nil {
+		_, _ = p.m.commandIn(ctx, life, "kill-session", "-t", sb.tmuxID)
+		return sb, fmt.Errorf("standby remain-on-exit: %w", err)
+	}
+	sb.paneStart, _ = proctree.ChildStartTime(sb.panePID, life.PID)
 	return sb, nil
 }
 
@@ -354,79 +388,6 @@ func (m *Manager) PoolStats() PoolStats {
 // pidAliveSig reports whether pid exists (signal 0).
 func pidAliveSig(pid int) bool {
 	return pid > 0 && syscall.Kill(pid, 0) == nil
-}
-
-// spawnOrClaim is the saga's spawn step: respawn-pane in a kept session,
-// else a standby of the warm pool claimed (renamed to the attempt's name),
-// else new-session. A standby found gone when claimed (tmux refused the
-// rename: nothing was changed) is no loss: the attempt sends new-session.
-func (m *Manager) spawnOrClaim(ctx context.Context, a *attempt, kept *keptSession) error {
-	if kept != nil {
-		if err := m.respawn(ctx, a, kept); err != nil {
-			return err
-		}
-		m.fault.hitIn(a.restart != nil, FaultNewSession)
-		return nil
-	}
-	if life, ok := m.serverLife(); ok {
-		if sb, ok := m.pool.take(life); ok {
-			err := m.claim(ctx, a, sb)
-			if err == nil {
-				m.fault.hitIn(a.restart != nil, FaultClaimed)
-				return nil
-			}
-			if !errors.Is(err, errStandbyGone) {
-				return err
-			}
-		}
-	}
-	if err := m.spawn(ctx, a); err != nil {
-		return err
-	}
-	m.fault.hitIn(a.restart != nil, FaultNewSession)
-	return nil
-}
-
-// errStandbyGone: the claimed standby's session was not there to rename.
-var errStandbyGone = errors.New("standby gone")
-
-// claim renames the standby sb to the attempt's name: from here it is the
-// attempt's session, found by recovery by that name as a spawned one is (and
-// killed as an orphan if the attempt never publishes). Its tags come later,
-// after the fence records it as spawned.
-func (m *Manager) claim(ctx context.Context, a *attempt, sb standby) error {
-	a.life, a.sent = sb.life, true
-	reply, err := m.commandIn(ctx, sb.life, "rename-session", "-t", sb.tmuxID, a.name)
-	if err != nil {
-		var ce *tmuxctl.CommandError
-		if errors.As(err, &ce) || notSent(err) {
-			a.sent = false // refused whole, or never written: nothing was renamed
-			return errStandbyGone
-		}
-		// The rename may have happened: recovery decides by the attempt name.
-		a.uncertain = true
-		return m.spawnError(a, err)
-	}
-	a.tmuxID, a.panePID, a.paneID, a.created, a.spawned = sb.tmuxID, sb.panePID, sb.paneID, sb.created, reply.Number
-	a.claimed = sb.token
-	return nil
-}
-
-// handOff gives a claimed standby its reservation, after the fence recorded
-// the standby as the attempt's pane (so the standby finds itself there), and
-// wakes it: it records its start and waits for the publication, as a pane
-// helper started for this reservation would. cgroup is the generation's.
-func (m *Manager) handOff(a *attempt, cgroup string) error {
-	if a.claimed == "" {
-		return nil
-	}
-	h := handoff{resID: a.res.ID, generation: a.res.Generation, cgroup: cgroup, panePID: a.panePID}
-	if err := m.pool.writeHandoff(a.claimed, h); err != nil {
-		return verdict.Errorf(verdict.CodeSpawnFailed, nil, "hand-off to standby: %w", err)
-	}
-	m.fault.hitIn(a.restart != nil, FaultHandedOff)
-	m.wakeHelper(a.panePID, a.tmuxID)
-	return nil
 }
 
 // isStandby reports whether s is a warm pool's standby not yet claimed: its

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -353,12 +354,15 @@ func TestPoolSIGKILLedDaemon(t *testing.T) {
 }
 
 // TestPoolFaultPoints: a daemon with a pool SIGKILLed at every point of a
-// claimed create (and at the pool's own refill point); the next daemon's
-// recovery and sweep leave exactly one session for the identity after a
-// create, and no standby of the dead daemon.
+// claimed create, in its saga's order (pool_claim.go: reserved, spawned,
+// handed-off, claimed — renamed and tagged —, published and released), and at
+// the pool's own refill point; the next daemon's recovery and sweep leave
+// exactly one session for the identity after a create, and no standby of the
+// dead daemon. A claim passes no helper_invoked, new-session, tagged or
+// publish point (TestPoolClaimSkipsPoints).
 func TestPoolFaultPoints(t *testing.T) {
-	points := []string{FaultReserved, FaultHelperInvoked, FaultClaimed, FaultSpawned, FaultHandedOff,
-		FaultTagged, FaultPublish, FaultPublished, FaultStandbySpawned}
+	points := []string{FaultReserved, FaultSpawned, FaultHandedOff, FaultClaimed, FaultPublished,
+		FaultStandbySpawned}
 	for _, point := range points {
 		t.Run(point, func(t *testing.T) { testPoolFaultPoint(t, point) })
 	}
@@ -397,7 +401,7 @@ func testPoolFaultPoint(t *testing.T, point string) {
 	if got := e.sessions(id.Digest()); len(got) != 1 || got[0] != res.Session.ID {
 		t.Fatalf("after crash at %s: sessions %v, create %+v", point, got, res)
 	}
-	published := point == FaultPublish || point == FaultPublished
+	published := point == FaultPublished
 	if published != (res.Status == verdict.VerdictExisting) {
 		t.Fatalf("after crash at %s: create answered %s", point, res.Status)
 	}
@@ -428,8 +432,8 @@ func checkPoolRecovered(t *testing.T, e *env, point string, id fence.Identity, r
 		}
 	}
 	want := 1
-	if point == FaultStandbySpawned {
-		want = 0 // no create had begun
+	if point == FaultStandbySpawned || point == FaultPublished {
+		want = 0 // no create had begun, or its row went with its publication
 	}
 	if recoveries != want {
 		t.Fatalf("after crash at %s: %d recovery verdicts", point, recoveries)
@@ -441,4 +445,22 @@ func checkPoolRecovered(t *testing.T, e *env, point string, id fence.Identity, r
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", res.Session.PanePID))
 		return strings.Contains(string(b), "\x00agent\x00")
 	})
+}
+
+// TestPoolClaimSkipsPoints: a create served by a standby records no
+// helper_invoked or tagged phase, sends no new-session and publishes and
+// releases in one transaction, so a daemon set to die at those points lives
+// through the claimed create and it publishes.
+func TestPoolClaimSkipsPoints(t *testing.T) {
+	for _, point := range []string{FaultHelperInvoked, FaultNewSession, FaultTagged, FaultPublish} {
+		t.Run(point, func(t *testing.T) {
+			home := newHome(t)
+			exe, _ := os.Executable()
+			out, err := exec.Command(exe, "poolchild", "fault", home, point).CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 3 || !strings.Contains(string(out), "survived the fault point: <nil>") {
+				t.Fatalf("a claimed create at %s: %v\n%s", point, err, out)
+			}
+		})
+	}
 }

@@ -21,14 +21,15 @@ import (
 // saga runs the steps after the reservation, each recorded in the fence before the
 // next starts, in the order of model/saga.pml: helper_invoked (before
 // new-session) → new-session → spawned → tags → tagged → publish → published →
-// release. A failure compensates in reverse (see undo).
+// release. A create that claims a warm pool's standby runs the shorter
+// claimSaga instead (pool_claim.go). A failure compensates in reverse (see undo).
 func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retErr error) {
 	defer func() {
 		if retErr != nil {
 			retErr = m.undo(ctx, a, retErr)
 			m.pool.dropHandoff(a.claimed) // a standby killed before it read it
 		}
-		if a.claimed != "" {
+		if a.pooled {
 			m.pool.refill()
 		}
 	}()
@@ -43,13 +44,24 @@ func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retEr
 	if kept != nil { // a restart (or a create) in the kept session: its name stays
 		a.name, invoked.AttemptName, invoked.Kept = kept.name, kept.name, true
 	}
+	if kept == nil {
+		if sb, ok := m.takeStandby(); ok {
+			return m.claimSaga(ctx, a, sb)
+		}
+	}
 	if err := m.advance(ctx, a, fence.PhaseHelperInvoked, invoked); err != nil {
 		return res, err
 	}
 	m.fault.hitIn(a.restart != nil, FaultHelperInvoked)
-	if err := m.spawnOrClaim(ctx, a, kept); err != nil {
+	if err := m.spawnOrRespawn(ctx, a, kept); err != nil {
 		return res, err
 	}
+	return m.afterSpawn(ctx, a)
+}
+
+// afterSpawn is the saga from new-session (or respawn-pane) on: spawned,
+// tags, tagged, publish, release.
+func (m *Manager) afterSpawn(ctx context.Context, a *attempt) (res CreateResult, retErr error) {
 	// What holds the generation's processes, recorded before publication:
 	// the pane's process (a session leader, the tmux server's child) by pid
 	// and start time, and the cgroup it enters. A pane process already gone
@@ -61,9 +73,6 @@ func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retEr
 		return res, err
 	}
 	m.fault.hitIn(a.restart != nil, FaultSpawned)
-	if err := m.handOff(a, patch.Cgroup); err != nil {
-		return res, err
-	}
 	if err := m.tag(ctx, a); err != nil {
 		return res, err
 	}
@@ -319,8 +328,13 @@ func (m *Manager) publish(ctx context.Context, a *attempt) (CreateResult, error)
 	rec := m.publishedRecord(a)
 	var pub fence.Published
 	var filed verdict.Record
+	together := a.claimed != "" // a claimed standby: publish and release are one transaction
 	err := whileBusy(ctx, func() (err error) {
-		pub, filed, err = m.fence.Publish(ctx, &a.res, rec)
+		if together {
+			pub, filed, err = m.fence.PublishRelease(ctx, &a.res, rec)
+		} else {
+			pub, filed, err = m.fence.Publish(ctx, &a.res, rec)
+		}
 		return err
 	})
 	if err != nil {
@@ -331,7 +345,9 @@ func (m *Manager) publish(ctx context.Context, a *attempt) (CreateResult, error)
 		return CreateResult{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "publish: %w", err)
 	}
 	m.verdicts.Filed(filed)
-	m.fault.hitIn(a.restart != nil, FaultPublish)
+	if !together {
+		m.fault.hitIn(a.restart != nil, FaultPublish)
+	}
 	if a.restart != nil {
 		m.dropSuperseded(ctx, pub) // a session kept and not reused
 	} else if pub.Superseded != nil && pub.Superseded.Restart.State == fence.RestartExited {
@@ -344,8 +360,10 @@ func (m *Manager) publish(ctx context.Context, a *attempt) (CreateResult, error)
 	// further Advance to published would only re-confirm ownership, one more
 	// write transaction per create, so there is none. Release pins the id.
 	m.fault.hitIn(a.restart != nil, FaultPublished)
-	if err := m.fence.Release(fctx, a.res.ID); err != nil {
-		m.log.Warn().Err(err).Str("reservation", a.res.ID).Msg("release after publish failed")
+	if !together {
+		if err := m.fence.Release(fctx, a.res.ID); err != nil {
+			m.log.Warn().Err(err).Str("reservation", a.res.ID).Msg("release after publish failed")
+		}
 	}
 	m.wakeHelper(a.panePID, a.tmuxID)
 	m.endIfDeadAtPublish(pub)

@@ -1,0 +1,183 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/proctree"
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// The saga of a create served by a warm pool's standby (model/saga.pml,
+// -DPOOL; docs/architecture.md, "The warm pool"). Everything a claim needs
+// to know of its pane — tmux id, pane pid and start time, server life — is
+// known before the claim, so it is recorded first, and the rest is two
+// steps:
+//
+//  1. spawned, straight from reserved, in one fence transaction: the
+//     attempt name with the standby's evidence. From here the row says a
+//     child exists (Reserve sends a dead owner's row to recovery), and
+//     recovery finds it by the attempt name or by the standby's tmux id in
+//     its server life — an orphan either way until published, killed and
+//     proven gone before the row is reclaimed.
+//  2. rename-session and the four @skc-* tags, pipelined on the control
+//     connection (one round trip; each names the session by its id, so
+//     their order on the wire does not matter), while the hand-off file is
+//     written beside them. The standby already carries remain-on-exit (set
+//     when it was spawned: it is not identity-specific).
+//  3. publish and release in one transaction (fence PublishRelease).
+//
+// Three fence transactions (reserve, spawned, publish) and one tmux round
+// trip, instead of six and two. The standby is woken once published; if it
+// reads its hand-off earlier (its own poll), it records its start and waits
+// at the same gate as any pane helper: its generation published, and the
+// fence naming its own pid as the pane.
+
+// takeStandby takes a free standby of the current server life, if any.
+func (m *Manager) takeStandby() (standby, bool) {
+	life, ok := m.serverLife()
+	if !ok {
+		return standby{}, false
+	}
+	return m.pool.take(life)
+}
+
+// claimSaga runs the attempt a in the standby sb. A standby found gone at
+// the rename (tmux refused every command: nothing was changed) is no loss:
+// the attempt sends new-session under its own name and goes on as any
+// create, its row already past helper_invoked.
+func (m *Manager) claimSaga(ctx context.Context, a *attempt, sb standby) (CreateResult, error) {
+	a.pooled, a.claimed = true, sb.token
+	a.life, a.tmuxID, a.panePID, a.paneID, a.created, a.paneStart =
+		sb.life, sb.tmuxID, sb.panePID, sb.paneID, sb.created, sb.paneStart
+	cgroup := proctree.GenerationCgroup(m.cgroupBase, a.res.ID)
+	patch := fence.Patch{AttemptName: a.name, TmuxID: sb.tmuxID, PanePID: sb.panePID,
+		ServerPID: sb.life.PID, ServerStart: sb.life.StartTime, PaneStart: sb.paneStart, Cgroup: cgroup}
+	if err := m.advance(ctx, a, fence.PhaseSpawned, patch); err != nil {
+		return CreateResult{}, err
+	}
+	a.sent = true // the recorded session exists (undo kills it by id)
+	m.fault.hitIn(a.restart != nil, FaultSpawned)
+	err := m.renameAndTag(ctx, a, cgroup)
+	if errors.Is(err, errStandbyGone) {
+		m.pool.dropHandoff(a.claimed)
+		a.claimed = ""
+		if err := m.spawn(ctx, a); err != nil {
+			return CreateResult{}, err
+		}
+		m.fault.hitIn(a.restart != nil, FaultNewSession)
+		return m.afterSpawn(ctx, a)
+	}
+	if err != nil {
+		return CreateResult{}, err
+	}
+	m.fault.hitIn(a.restart != nil, FaultClaimed)
+	if err := m.admitCreated(a); err != nil {
+		return CreateResult{}, err
+	}
+	return m.publish(ctx, a)
+}
+
+// errStandbyGone: the claimed standby's session was not there to rename.
+var errStandbyGone = errors.New("standby gone")
+
+// renameAndTag renames the claimed standby to the attempt's name and sets
+// its tags: five commands in one pipeline (one round trip; the rename first
+// on the wire, so tmux never shows a standby's name with an identity's tags),
+// while the hand-off file is written. It returns errStandbyGone when tmux
+// refused all five (the session is gone; ids are never reused in a server
+// life, so nothing was changed anywhere).
+func (m *Manager) renameAndTag(ctx context.Context, a *attempt, cgroup string) error {
+	tags := a.tags()
+	cmds := make([][]string, 0, len(tags)+1)
+	cmds = append(cmds, []string{"rename-session", "-t", a.tmuxID, a.name})
+	for _, t := range tags {
+		cmds = append(cmds, []string{"set-option", "-t", a.tmuxID, t[0], t[1]})
+	}
+	var replies []tmuxctl.Reply
+	var errs []error
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		replies, errs = m.pipelineIn(ctx, a.life, cmds)
+	}()
+	herr := m.handOff(a, cgroup) // beside the round trip, not after it
+	<-sent
+	if err := claimError(a, cmds, errs); err != nil {
+		return err
+	}
+	if herr != nil {
+		return herr
+	}
+	a.spawned = replies[0].Number // census.AdmitCreated orders its lists by it
+	return nil
+}
+
+// claimError classifies the five replies of renameAndTag: nil when all
+// succeeded, errStandbyGone when tmux refused all, otherwise the first
+// failure — an unanswered command makes the attempt uncertain (undo abandons
+// the row to recovery, which decides from live tmux).
+func claimError(a *attempt, cmds [][]string, errs []error) error {
+	refused := 0
+	var first error
+	firstAt := 0
+	for i, err := range errs {
+		var ce *tmuxctl.CommandError
+		switch {
+		case err == nil:
+			continue
+		case errors.As(err, &ce):
+			refused++
+		case timedOut(err):
+			a.uncertain = true
+		}
+		if first == nil {
+			first, firstAt = err, i
+		}
+	}
+	switch {
+	case first == nil:
+		return nil
+	case refused == len(errs):
+		return errStandbyGone
+	case a.uncertain:
+		return verdict.Errorf(verdict.CodeTmuxUnavailable, map[string]any{"command": cmds[firstAt][0]},
+			"tmux did not answer %s for the claimed standby: %w", cmds[firstAt][0], first)
+	}
+	var ce *tmuxctl.CommandError
+	if errors.As(first, &ce) {
+		return verdict.Errorf(verdict.CodeTagFailed, map[string]any{"tmux": ce.Lines}, "%s: %w", cmds[firstAt][0], first)
+	}
+	return verdict.Errorf(verdict.CodeTagFailed, nil, "%s: %w", cmds[firstAt][0], first)
+}
+
+// handOff gives a claimed standby its reservation, after the fence recorded
+// the standby as the attempt's pane (so the standby finds itself there). It
+// does not wake the standby: publish does, so the standby's own fence work
+// (its start, its look at the publication) does not compete with the
+// create's; a standby that finds the file by its own poll first waits at its
+// gate. cgroup is the generation's.
+func (m *Manager) handOff(a *attempt, cgroup string) error {
+	h := handoff{resID: a.res.ID, generation: a.res.Generation, cgroup: cgroup, panePID: a.panePID}
+	if err := m.pool.writeHandoff(a.claimed, h); err != nil {
+		return verdict.Errorf(verdict.CodeSpawnFailed, nil, "hand-off to standby: %w", err)
+	}
+	m.fault.hitIn(a.restart != nil, FaultHandedOff)
+	return nil
+}
+
+// spawnOrRespawn is the spawn step of a create or restart not served by a
+// standby: respawn-pane in a kept session, else new-session.
+func (m *Manager) spawnOrRespawn(ctx context.Context, a *attempt, kept *keptSession) error {
+	if kept != nil {
+		if err := m.respawn(ctx, a, kept); err != nil {
+			return err
+		}
+	} else if err := m.spawn(ctx, a); err != nil {
+		return err
+	}
+	m.fault.hitIn(a.restart != nil, FaultNewSession)
+	return nil
+}
