@@ -119,7 +119,7 @@ rnd=0
 [ "$nc" -ge 3 ] && rnd=1
 max() { if [ "$1" -ge "$2" ]; then echo "$1"; else echo "$2"; fi; }
 
-only=${MODEL_ONLY:-default NO_PUBLIVE RECLAIM_FIRST NO_GATE SESSION_IS_AGENT PRESERVE_RELEASES RESTART RESPAWN_FIRST RESTART_TWO_STEPS RESTART_AT_RESERVED RESTART_BUILT CREATE_NEW_SESSION POOL POOL_NO_GATE}
+only=${MODEL_ONLY:-default NO_PUBLIVE RECLAIM_FIRST NO_GATE SESSION_IS_AGENT PRESERVE_RELEASES RESTART RESPAWN_FIRST RESTART_TWO_STEPS RESTART_AT_RESERVED RESTART_BUILT CREATE_NEW_SESSION POOL POOL_NO_GATE POOL_RENAME_FIRST}
 for c in $only; do
 	case $c in
 	default) check_holds default "$nc" ;;
@@ -138,6 +138,9 @@ for c in $only; do
 	# next daemon's sweep; POOL_NO_GATE lets a standby start its agent at the hand-off.
 	POOL) check_holds POOL "$nc" -DPOOL ;;
 	POOL_NO_GATE) check_caught POOL_NO_GATE "$nc" -DPOOL -DPOOL_NO_GATE ;;
+	# POOL_RENAME_FIRST records spawned after the claim's rename and tags: a second
+	# creator reclaims the crashed one's row without a census (needs two creators).
+	POOL_RENAME_FIRST) check_caught POOL_RENAME_FIRST "$(max "$nc" 2)" -DPOOL -DPOOL_RENAME_FIRST ;;
 	RESPAWN_FIRST | RESTART_TWO_STEPS | RESTART_AT_RESERVED)
 		check_caught "$c" 1 -DRESTART -DND=0 "-D$c" ;;
 	*) die "unknown check '$c'" ;;
