@@ -191,6 +191,7 @@ func (p *pool) fill(ctx context.Context) bool {
 		if n >= p.size || closed || ctx.Err() != nil {
 			return true
 		}
+		p.awaitQuiet(ctx)
 		sb, err := p.spawn(ctx, life)
 		if err != nil {
 			p.m.log.Debug().Err(err).Msg("standby not spawned")
@@ -206,6 +207,25 @@ func (p *pool) fill(ctx context.Context) bool {
 		if closed {
 			_, _ = p.m.commandIn(ctx, sb.life, "kill-session", "-t", sb.tmuxID)
 			return true
+		}
+	}
+}
+
+// poolQuietWait bounds how long a refill waits for the creates in flight to
+// answer before it spawns anyway: under a steady stream of creates the pool
+// must still refill.
+const poolQuietWait = 500 * time.Millisecond
+
+// awaitQuiet waits, up to poolQuietWait, until no create is in flight. A
+// spawn is a new-session — tmux's fork, pty and exec, in its one thread —
+// and in a burst of creates every one of them would queue ahead of the
+// burst's own renames and tags: the burst is what the pool is for, so the
+// refill comes after it.
+func (p *pool) awaitQuiet(ctx context.Context) {
+	deadline := time.Now().Add(poolQuietWait)
+	for len(p.m.slots) > 0 && time.Now().Before(deadline) {
+		if !sleepCtx(ctx, 5*time.Millisecond) {
+			return
 		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/fence"
 )
 
 // BenchmarkCreatePool measures the warm pool's two figures (BENCHMARKS.md,
@@ -50,6 +52,7 @@ func benchPoolSequential(b *testing.B) {
 		}
 		floor = append(floor, time.Since(t0))
 		b.StopTimer()
+		benchRemove(b, e, []fence.Identity{id}, []string{fmt.Sprintf("floor%d", i)})
 		waitPool(b, e, 4)
 		b.StartTimer()
 	}
@@ -86,6 +89,14 @@ func benchPoolBurst(b *testing.B, size int) {
 			return err
 		})
 		tmux = append(tmux, par/time.Since(t0).Seconds())
+		b.StopTimer()
+		ids, floors := make([]fence.Identity, par), make([]string, par)
+		for i := range ids {
+			ids[i], _ = e.identity(fmt.Sprintf("b%d-%d", r, i))
+			floors[i] = fmt.Sprintf("fb%d-%d", r, i)
+		}
+		benchRemove(b, e, ids, floors)
+		b.StartTimer()
 	}
 	b.StopTimer()
 	sort.Float64s(ours)
@@ -93,6 +104,23 @@ func benchPoolBurst(b *testing.B, size int) {
 	b.ReportMetric(ours[(len(ours)-1)/2], "creates/s")
 	b.ReportMetric(tmux[(len(tmux)-1)/2], "new-session/s")
 	b.ReportMetric(ours[(len(ours)-1)/2]/tmux[(len(tmux)-1)/2], "rate-ratio")
+}
+
+// benchRemove (untimed) kills the sessions a round made — the identities'
+// through the Manager's kill (their stop proven and recorded), the floor's
+// by name — so every round starts from the same few sessions, and a run
+// needs no more ptys than one round (the machine's are shared).
+func benchRemove(b *testing.B, e *env, ids []fence.Identity, floors []string) {
+	ctx := context.Background()
+	parallel(b, len(ids), func(i int) error {
+		_, err := e.m.Kill(ctx, Ref{Identity: &ids[i]})
+		return err
+	})
+	for _, n := range floors {
+		if _, err := e.client.Command(ctx, "kill-session", "-t", "="+n); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 // waitPool waits (untimed) until the pool holds n standbys.
