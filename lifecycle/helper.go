@@ -84,11 +84,10 @@ func RunHelper(args []string, open OpenFence) int {
 	signal.Notify(wake, wakeSignal)
 	defer signal.Stop(wake)
 	a.wake = wake
-	if a.standby != "" {
-		if code, ok := awaitHandoff(&a); !ok {
-			return code
-		}
-	}
+	// A standby opens the fence before its hand-off, while it waits: the
+	// creates of a burst wake their standbys together, and each opening its
+	// fence then (files, connections, the schema check) would compete with
+	// the burst's own writes. An open fence between transactions holds no lock.
 	var st fence.Fence
 	err = retryFence(context.Background(), func() (err error) {
 		st, err = open(a.home)
@@ -97,6 +96,12 @@ func RunHelper(args []string, open OpenFence) int {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "skc-supervisor helper:", err)
 		return helperNoFence
+	}
+	if a.standby != "" {
+		if code, ok := awaitHandoff(&a); !ok {
+			st.Close()
+			return code
+		}
 	}
 	return runHelper(context.Background(), st, a, func() (fence.Fence, error) { return open(a.home) })
 }

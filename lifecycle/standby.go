@@ -9,8 +9,9 @@ import (
 
 // awaitHandoff is a standby's wait (pool.go): it polls for its hand-off file,
 // at once when the daemon wakes it and every helperPoll otherwise, and fills
-// a with the reservation it was handed. A standby costs nothing but this wait:
-// it holds no fence open (no SQLite locks or descriptors) until claimed. It
+// a with the reservation it was handed. A standby costs nothing but this wait
+// and its open fence (RunHelper opens it first: descriptors, no lock held
+// between transactions, closed before the agent is exec'd). It
 // ends only with a hand-off, or when its session is killed (the hangup's
 // default action). ok false: a file not meant for this process (its pane pid
 // is another's), which the standby refuses to run.
