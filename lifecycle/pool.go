@@ -71,7 +71,7 @@ type pool struct {
 
 	mu     sync.Mutex
 	free   []standby // spawned, not claimed; filled only after the sweep
-	dead   []standby // found dead by take: fill removes their sessions
+	dead   []standby // found dead by take, or discarded: fill removes their sessions
 	claims int       // creates served by a standby (metrics, tests)
 	closed bool      // Shutdown began: no more standbys
 }
@@ -112,6 +112,15 @@ func (p *pool) take(life tmuxctl.ServerLife) (standby, bool) {
 		}
 	}
 	return standby{}, false
+}
+
+// discard hands a standby taken off the free list but never claimed (the
+// claim's first fence write failed) to the next refill, which removes its
+// session: it is not handed out again.
+func (p *pool) discard(sb standby) {
+	p.mu.Lock()
+	p.dead = append(p.dead, sb)
+	p.mu.Unlock()
 }
 
 // removeDead kills the sessions of standbys whose pane process died: their

@@ -49,16 +49,19 @@ func (m *Manager) takeStandby() (standby, bool) {
 // the attempt sends new-session under its own name and goes on as any
 // create, its row already past helper_invoked.
 func (m *Manager) claimSaga(ctx context.Context, a *attempt, sb standby) (CreateResult, error) {
-	a.pooled, a.claimed = true, sb.token
-	a.life, a.tmuxID, a.panePID, a.paneID, a.created, a.paneStart =
-		sb.life, sb.tmuxID, sb.panePID, sb.paneID, sb.created, sb.paneStart
+	a.pooled = true
 	cgroup := proctree.GenerationCgroup(m.cgroupBase, a.res.ID)
 	patch := fence.Patch{AttemptName: a.name, TmuxID: sb.tmuxID, PanePID: sb.panePID,
 		ServerPID: sb.life.PID, ServerStart: sb.life.StartTime, PaneStart: sb.paneStart, Cgroup: cgroup}
 	if err := m.advance(ctx, a, fence.PhaseSpawned, patch); err != nil {
+		// Not the attempt's (or, if the write landed after all, an orphan
+		// recovery finds absent): the next refill removes it, fence or not.
+		m.pool.discard(sb)
 		return CreateResult{}, err
 	}
-	a.sent = true // the recorded session exists (undo kills it by id)
+	a.claimed, a.sent = sb.token, true // the recorded session exists: undo kills it by id
+	a.life, a.tmuxID, a.panePID, a.paneID, a.created, a.paneStart =
+		sb.life, sb.tmuxID, sb.panePID, sb.paneID, sb.created, sb.paneStart
 	m.fault.hitIn(a.restart != nil, FaultSpawned)
 	err := m.renameAndTag(ctx, a, cgroup)
 	if errors.Is(err, errStandbyGone) {

@@ -464,3 +464,51 @@ func TestPoolClaimSkipsPoints(t *testing.T) {
 		})
 	}
 }
+
+// failSpawnedFence refuses (fence_unavailable, writing nothing) the first
+// Advance to spawned: a claim's first write after its reservation.
+type failSpawnedFence struct {
+	fence.Fence
+	left atomic.Int64
+}
+
+func (f *failSpawnedFence) Advance(ctx context.Context, r *fence.Reservation, to fence.Phase, p fence.Patch) error {
+	if to == fence.PhaseSpawned && f.left.Add(-1) >= 0 {
+		return verdict.Errorf(verdict.CodeFenceUnavailable, nil, "test: the fence refuses the claim's write")
+	}
+	return f.Fence.Advance(ctx, r, to, p)
+}
+
+// TestPoolClaimFenceFailure: a claim whose spawned write fails leaves the
+// standby it took to the refill, which removes its session — never handed
+// out again, never left standing — and the next create is served.
+func TestPoolClaimFenceFailure(t *testing.T) {
+	ff := &failSpawnedFence{}
+	ff.left.Store(1)
+	e := startEnvWith(t, &env{poolSize: 2, wrapFence: func(f fence.Fence) fence.Fence { ff.Fence = f; return ff }}, "", false)
+	waitFor(t, "the pool full", func() bool { return e.m.PoolStats().Ready == 2 })
+	before := map[string]bool{}
+	for _, r := range e.paneList() {
+		before[r.id] = true
+	}
+	id, spec := e.identity("failclaim")
+	if _, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec}); verdict.CodeOf(err) != verdict.CodeFenceUnavailable {
+		t.Fatalf("create with the claim's write refused: %v", err)
+	}
+	waitFor(t, "the taken standby removed and the pool full", func() bool {
+		still := 0
+		for _, r := range e.paneList() {
+			if before[r.id] {
+				still++
+			}
+		}
+		return still == len(before)-1 && e.m.PoolStats().Ready == 2
+	})
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec})
+	if err != nil || res.Status != verdict.VerdictPublished {
+		t.Fatalf("create after: %+v %v", res, err)
+	}
+	if got := e.sessions(id.Digest()); len(got) != 1 {
+		t.Fatalf("sessions %v", got)
+	}
+}
