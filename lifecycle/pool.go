@@ -38,7 +38,8 @@ import (
 // Never handed out twice: a standby leaves the free list under the pool's
 // lock when claimed, and a restarted daemon removes every skc-standby-*
 // session it finds before spawning its own (a standby the dead daemon had
-// renamed is an attempt's session, resolved by recovery from live tmux).
+// recorded as an attempt's pane is that attempt's session, resolved by
+// recovery from live tmux by its $id, or by the attempt name once renamed).
 
 // standbyPrefix names standby sessions; attempt names are skc-<hex digest>-…,
 // so no attempt can wear it.
