@@ -10,18 +10,20 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
-// expiringTmux refuses the state tag only once the caller's context has expired,
-// and never answers kill-session (it blocks until its context ends): a create
-// whose caller gave up mid-saga, compensating against a stuck tmux.
+// expiringTmux ends the caller's context when the saga reaches the state tag and
+// then refuses the tag, and never answers kill-session (it blocks until its
+// context ends): a create whose caller gave up mid-saga, compensating against a
+// stuck tmux. The caller is cancelled at that step rather than by a short timer
+// so that a slow machine cannot expire it earlier, in the fence's reservation.
 type expiringTmux struct {
 	tmuxAPI
-	caller context.Context
+	giveUp context.CancelFunc
 }
 
 func (x *expiringTmux) CommandIn(ctx context.Context, life tmuxctl.ServerLife, args ...string) (tmuxctl.Reply, error) {
 	switch {
 	case args[0] == "set-option" && args[3] == TagState:
-		<-x.caller.Done()
+		x.giveUp()
 		return tmuxctl.Reply{}, &tmuxctl.CommandError{Command: "set-option", Lines: []string{"refused"}}
 	case args[0] == "kill-session":
 		<-ctx.Done()
@@ -39,9 +41,9 @@ func TestUndoAfterCallerAndCompensationDeadlines(t *testing.T) {
 	e := startEnv(t, "", "", false)
 	real := e.m.tmux
 	e.m.compTimeout = 300 * time.Millisecond // no Create has run yet
-	caller, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	caller, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	e.m.tmux = &expiringTmux{tmuxAPI: real, caller: caller}
+	e.m.tmux = &expiringTmux{tmuxAPI: real, giveUp: cancel}
 	id, spec := e.identity("expired")
 	if _, err := e.m.Create(caller, CreateRequest{Identity: id, Spec: spec}); verdict.CodeOf(err) != verdict.CodeTagFailed {
 		t.Fatalf("create: %v", err)
