@@ -133,6 +133,11 @@ func TestCreateWhileStopping(t *testing.T) {
 	if ve == nil || ve.Code != verdict.CodeIdentityReservedLive || ve.Details["stopping"] != true {
 		t.Fatalf("create while stopping: %v", err)
 	}
+	// The refusal says that the wait ran out (the timer's tick was once read
+	// twice, and the message said "the request ended … (<nil>)").
+	if !strings.Contains(ve.Message, "waited 10ms") || strings.Contains(ve.Message, "<nil>") {
+		t.Fatalf("create while stopping: message %q", ve.Message)
+	}
 	kr := <-killed
 	if kr.Verdict.Reason != verdict.ReasonKilledByRequest || kr.Verdict.Evidence["sigkill_sent"] != true ||
 		kr.Verdict.Exit == nil || kr.Verdict.Exit.Signal != "SIGKILL" {
