@@ -275,3 +275,46 @@ func testRecoveryAbsent(t *testing.T, atStart bool) {
 		t.Fatalf("verdicts %v: want generation 1 ended after SIGKILL, then the row reclaimed", verdictNames(e.verdicts(id)))
 	}
 }
+
+// TestRecoveryAtStartDecidesAfterStop: a daemon that starts while a dead
+// creator's published generation is stopping (its session killed by hand, its
+// agent ignoring the hangup) writes no unresolved verdict for the row — the
+// stop is under way, not stuck — and, once the stop has proven the agent gone,
+// reclaims and releases the row by itself, with no create needed.
+func TestRecoveryAtStartDecidesAfterStop(t *testing.T) {
+	home := newHome(t)
+	exe, _ := os.Executable()
+	cmd := exec.Command(exe, "faultchild", home, FaultPublish, "later", "agent", "ignore")
+	cmd.Stderr = os.Stderr
+	_ = cmd.Run()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() {
+		t.Fatalf("fault child did not die at %s", FaultPublish)
+	}
+	e := startEnv(t, home, "", false)
+	id, _ := e.identity("later")
+	rows, err := e.store.Reservations(context.Background())
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("rows after the crash: %+v %v", rows, err)
+	}
+	row := rows[0]
+	var agent int
+	waitFor(t, "generation 1's agent", func() bool { agent = agentPID(row.PanePID); return agent != 0 && isReady(agent) })
+	if out, err := execTmux(e, "kill-session", "-t", row.TmuxID); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if err := e.m.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the row decided after the stop", func() bool {
+		rows, err := e.store.Reservations(context.Background())
+		return err == nil && len(rows) == 0
+	})
+	if liveNonZombie(agent) {
+		t.Fatalf("row released while generation 1's agent %d is alive", agent)
+	}
+	recs := e.verdicts(id)
+	if count(recs, verdict.VerdictUnresolved) != 0 || count(recs, verdict.VerdictReclaimed) != 1 ||
+		count(recs, verdict.VerdictEnded) != 1 {
+		t.Fatalf("verdicts %v: want generation 1 ended, the row reclaimed, nothing unresolved", verdictNames(recs))
+	}
+}
