@@ -437,6 +437,9 @@ func (m *Manager) awaitStop(ctx context.Context, req CreateRequest, pub fence.Pu
 			err = unavailable(err)
 		}
 	default:
+		if err = m.unprovenBefore(pub); err != nil {
+			break
+		}
 		if waited {
 			err = stoppingError(pub, verdict.CodeIdentityReservedLive,
 				"generation %d is stopping: its processes are not proven gone yet (waited %v)", req.Wait)

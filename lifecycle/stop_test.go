@@ -199,6 +199,12 @@ func TestUnprovableStopAndRelease(t *testing.T) {
 	if ve := verdict.AsError(err); ve == nil || ve.Code != verdict.CodeIdentityReservedUnknown || ve.Details["stopping"] != true {
 		t.Fatalf("create of a blocked identity: %v", err)
 	}
+	// A wait shorter than the retry's proof wait after SIGKILL: still the
+	// unresolved refusal, not "not proven gone yet" (identity_reserved_live).
+	_, err = e.createSpec(t, "stuck", 10*time.Millisecond, time.Second, "agent", "sleep")
+	if ve := verdict.AsError(err); ve == nil || ve.Code != verdict.CodeIdentityReservedUnknown || ve.Details["stopping"] != true {
+		t.Fatalf("create with a short wait of a blocked identity: %v", err)
+	}
 	rec, err := e.m.Release(context.Background(), pub.ReservationID)
 	if err != nil || rec.Verdict != verdict.VerdictReleased || rec.Session == nil || rec.Session.Generation != 1 {
 		t.Fatalf("release: %+v %v", rec, err)
