@@ -197,6 +197,12 @@ func readStrict(w http.ResponseWriter, r *http.Request, v any, want string) bool
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			// Name the field, as a create's body does (details.field).
+			writeError(w, invalid(te.Field, "has the wrong type (%s); want %s", typeName(err), want))
+			return false
+		}
 		writeError(w, invalid("body", "want %s: %v", want, err))
 		return false
 	}

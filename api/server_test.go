@@ -288,7 +288,7 @@ func TestForgetEndpoint(t *testing.T) {
 		{"no host", `{}`, "host"},
 		{"empty host", `{"host":""}`, "host"},
 		{"unknown field", `{"host":"a","bogus":1}`, "body"},
-		{"wrong type", `{"host":1}`, "body"},
+		{"wrong type", `{"host":1}`, "host"}, // named, as create names its fields
 		{"empty", ``, "body"},
 	} {
 		st, b := h.raw(t, "POST", "/v1/fence/forget", c.body, nil)
@@ -339,5 +339,23 @@ func TestFleetQueries(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("follow ended with %v", err)
+	}
+}
+
+// TestReleaseAndForgetBodies: the operator endpoints refuse a bad body with
+// invalid_request naming the field when there is one (a wrong type), the body
+// otherwise.
+func TestReleaseAndForgetBodies(t *testing.T) {
+	h := start(t, os.Getuid())
+	for _, c := range []struct{ path, body, field string }{
+		{"/v1/fence/release", `{"reservation_id":1}`, "reservation_id"},
+		{"/v1/fence/release", `{"reservation_id":"x","more":1}`, "body"},
+		{"/v1/fence/release", `nonsense`, "body"},
+		{"/v1/fence/release", ``, "body"},
+		{"/v1/fence/release", `{}`, "reservation_id"},
+		{"/v1/fence/forget", `{"host":["a"]}`, "host"},
+	} {
+		st, b := rawRequest(t, h.socket, "POST", c.path, c.body, nil)
+		wantErr(t, st, b, http.StatusBadRequest, "invalid", verdict.CodeInvalidRequest, c.field)
 	}
 }

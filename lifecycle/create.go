@@ -414,12 +414,16 @@ func (m *Manager) awaitStop(ctx context.Context, req CreateRequest, pub fence.Pu
 	run := m.stopGeneration(pub, cause)
 	t := time.NewTimer(time.Until(start.Add(req.Wait)))
 	defer t.Stop()
+	// The timer's tick is consumed by the select that sees it, so whether
+	// the wait ran out is remembered here, not read from t.C a second time.
+	waited := false
 	select {
 	case <-run.done: // a finished stop wins over a wait that is also over
 	default:
 		select {
 		case <-run.done:
 		case <-t.C:
+			waited = true
 		case <-ctx.Done():
 		}
 	}
@@ -433,10 +437,15 @@ func (m *Manager) awaitStop(ctx context.Context, req CreateRequest, pub fence.Pu
 		if verdict.CodeOf(err) != verdict.CodeIdentityReservedUnknown {
 			err = unavailable(err)
 		}
-	case <-t.C:
-		err = stoppingError(pub, verdict.CodeIdentityReservedLive,
-			"generation %d is stopping: its processes are not proven gone yet (waited %v)", req.Wait)
 	default:
+		if err = m.unprovenBefore(pub); err != nil {
+			break
+		}
+		if waited {
+			err = stoppingError(pub, verdict.CodeIdentityReservedLive,
+				"generation %d is stopping: its processes are not proven gone yet (waited %v)", req.Wait)
+			break
+		}
 		err = stoppingError(pub, verdict.CodeIdentityReservedLive,
 			"generation %d is stopping; the request ended before its processes were proven gone (%v)", ctx.Err())
 	}

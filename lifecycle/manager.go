@@ -125,7 +125,7 @@ type Manager struct {
 	inflight     map[string]*attempt      // by reservation id: creates between Reserve and their verdict
 	killing      map[string]killReason    // by tmux id: sessions we are removing ourselves
 	stops        map[string]*stopRun      // by stopKey: generations stopping (stop.go)
-	unprovenSaid map[string]bool          // by stopKey: an unresolved verdict was written (once per generation)
+	unprovenSaid map[string]error         // by stopKey: an unresolved verdict was written (once per generation), and its refusal
 	restarters   map[string]chan struct{} // by identity digest: the restarter running (restart.go), its wake
 	creates      sync.WaitGroup
 	slots        chan struct{} // admission: one token per create in flight (maxInflightCreates)
@@ -178,7 +178,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg: cfg, tmux: cfg.Tmux, census: cfg.Census, fence: cfg.Fence, host: cfg.Fence.Host(),
 		verdicts: cfg.Verdicts, log: log, fault: f, met: newMetrics(cfg.Metrics),
 		inflight: make(map[string]*attempt), killing: make(map[string]killReason),
-		stops: make(map[string]*stopRun), unprovenSaid: make(map[string]bool),
+		stops: make(map[string]*stopRun), unprovenSaid: make(map[string]error),
 		restarters: make(map[string]chan struct{}),
 		slots:      make(chan struct{}, maxInflightCreates),
 		cmdTimeout: tmuxCommandTimeout, compTimeout: compensateTimeout,

@@ -28,10 +28,11 @@ var errRecovered = errors.New("recovered: reserve again")
 func (m *Manager) recoverRow(ctx context.Context, ab fence.Reservation, spec fence.Spec, until time.Time) (*fence.Reservation, error) {
 	ab.Spec = spec
 	res, err := m.fence.RecoverAbandoned(ctx, ab, inspector{m, until})
-	if err != nil && (res.Abandoned.ID == "" || verdict.CodeOf(err) == verdict.CodeFenceLost) {
+	if err != nil && (res.Abandoned.ID == "" || verdict.CodeOf(err) == verdict.CodeFenceLost || stillStopping(err)) {
 		// Nothing was decided by us (the row changed under us — someone
-		// else recovered it first — or the owner is alive after all): no
-		// verdict; the caller's next Reserve sees the new state.
+		// else recovered it first — or the owner is alive after all, or
+		// its generation's stop is under way): no recovery verdict; the
+		// create's refusal says why, and the next Reserve sees the new state.
 		return nil, err
 	}
 	m.emit(ctx, recoveryRecord(res, err))
@@ -188,6 +189,12 @@ func (m *Manager) recoverAtStart(ctx context.Context, row fence.Reservation) err
 		return nil // a live owner's create is its own business
 	}
 	res, err := m.fence.RecoverAbandoned(ctx, row, inspector{m: m})
+	if stillStopping(err) && res.Published != nil {
+		// The row's generation is stopping, not stuck: decide the row when
+		// the stop ends (an unresolved verdict now would be a false alarm).
+		m.recoverAfterStop(row, *res.Published)
+		return nil
+	}
 	if err != nil && (res.Abandoned.ID == "" || verdict.CodeOf(err) == verdict.CodeFenceLost) {
 		if verdict.CodeOf(err) == verdict.CodeIdentityReservedLive || verdict.CodeOf(err) == verdict.CodeFenceLost {
 			return nil
@@ -202,6 +209,44 @@ func (m *Manager) recoverAtStart(ctx context.Context, row fence.Reservation) err
 		return m.fence.Release(fctx, res.Reservation.ID)
 	}
 	return nil
+}
+
+// stillStopping reports a refusal because a generation's stop is under way
+// (identity_reserved_live with details.stopping): a wait that ran out, not a
+// failure to prove anything.
+func stillStopping(err error) bool {
+	e := verdict.AsError(err)
+	return err != nil && e != nil && e.Code == verdict.CodeIdentityReservedLive && e.Details["stopping"] == true
+}
+
+// recoverAfterStop resolves a dead creator's row once the stop of its own
+// published generation (a session gone while its agent still ran) has ended,
+// in the background like the stop itself: start never waits out a grace. A
+// stop that cannot prove the processes gone writes its own unresolved verdict
+// and leaves the row for an operator or a later create; a create that decides
+// the row first makes this one find it changed (fence_lost) and write nothing.
+func (m *Manager) recoverAfterStop(row fence.Reservation, pub fence.Published) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopCtx.Err() != nil {
+		return // shutting down: the next start recovers the row
+	}
+	m.stopWG.Add(1)
+	go func() {
+		defer m.stopWG.Done()
+		run := m.stopGeneration(pub, endCause{reason: m.goneReason(pub)})
+		select {
+		case <-run.done:
+		case <-m.stopCtx.Done():
+			return
+		}
+		if run.err != nil {
+			return
+		}
+		if err := m.recoverAtStart(m.stopCtx, row); err != nil {
+			m.log.Warn().Err(err).Str("reservation", row.ID).Msg("reservation not resolved after its stop")
+		}
+	}()
 }
 
 // adoptOrEnd looks at one published, not-ended generation at start. A stop

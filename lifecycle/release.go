@@ -91,6 +91,12 @@ func (m *Manager) releasableGeneration(ctx context.Context, p fence.Published, e
 	res := proctree.Probe(m.holdOf(ctx, p))
 	ev["generation"], ev["processes"], ev["why"] = p.Generation, res.State.String(), res.Why
 	details := map[string]any{"reservation_id": p.ReservationID, "generation": p.Generation, "pids": res.PIDs}
+	if res.State == proctree.Alive && p.Stopping != nil && p.Stopping.Killed {
+		// kill is no way out here: they have outlived its SIGKILL.
+		return verdict.Errorf(verdict.CodeIdentityReservedLive, details,
+			"generation %d still has live processes %v, which outlived SIGKILL (stuck in the kernel?); "+
+				"the identity frees itself once they are gone", p.Generation, res.PIDs)
+	}
 	if res.State == proctree.Alive {
 		return verdict.Errorf(verdict.CodeIdentityReservedLive, details,
 			"generation %d still has live processes %v; `kill` it instead", p.Generation, res.PIDs)

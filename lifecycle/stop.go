@@ -185,15 +185,38 @@ func (m *Manager) unproven(ctx context.Context, p fence.Published, res proctree.
 	if killErr != nil {
 		ev["sigkill_error"] = killErr.Error()
 	}
+	err := stoppingError(p, verdict.CodeIdentityReservedUnknown, "processes of generation %d could not be proven gone (%s); "+
+		"`skc-supervisor fence release --reservation %s` clears it once you have checked", res.Why, p.ReservationID)
 	m.mu.Lock()
-	seen := m.unprovenSaid[stopKey(p)]
-	m.unprovenSaid[stopKey(p)] = true
+	_, seen := m.unprovenSaid[stopKey(p)]
+	m.unprovenSaid[stopKey(p)] = err
 	m.mu.Unlock()
 	if !seen { // a later look (a create, the reconcile) tries again, but says it once
 		m.emitUnproven(ctx, p, ev)
 	}
-	return stoppingError(p, verdict.CodeIdentityReservedUnknown, "processes of generation %d could not be proven gone (%s); "+
-		"`skc-supervisor fence release --reservation %s` clears it once you have checked", res.Why, p.ReservationID)
+	return err
+}
+
+// unprovenBefore is the refusal for a create whose wait ran out while p's
+// stop tries again after an earlier stop already failed to prove its
+// processes gone: identity_reserved_unknown, as the unresolved verdict said,
+// not "not proven gone yet" (the retry waits up to killProofWait after its
+// SIGKILL, longer than most waits). Known from this daemon's own unresolved
+// verdict, or, after a restart, from the fence: SIGKILL sent longer ago than
+// the proof waits for. Nil when neither holds.
+func (m *Manager) unprovenBefore(p fence.Published) error {
+	m.mu.Lock()
+	err := m.unprovenSaid[stopKey(p)]
+	m.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if s := p.Stopping; s != nil && s.Killed && time.Since(s.Deadline) > killProofWait {
+		return stoppingError(p, verdict.CodeIdentityReservedUnknown, "processes of generation %d were not proven gone "+
+			"%v after SIGKILL; `skc-supervisor fence release --reservation %s` clears it once you have checked",
+			killProofWait, p.ReservationID)
+	}
+	return nil
 }
 
 func (m *Manager) emitUnproven(ctx context.Context, p fence.Published, ev map[string]any) {

@@ -133,6 +133,11 @@ func TestCreateWhileStopping(t *testing.T) {
 	if ve == nil || ve.Code != verdict.CodeIdentityReservedLive || ve.Details["stopping"] != true {
 		t.Fatalf("create while stopping: %v", err)
 	}
+	// The refusal says that the wait ran out (the timer's tick was once read
+	// twice, and the message said "the request ended … (<nil>)").
+	if !strings.Contains(ve.Message, "waited 10ms") || strings.Contains(ve.Message, "<nil>") {
+		t.Fatalf("create while stopping: message %q", ve.Message)
+	}
 	kr := <-killed
 	if kr.Verdict.Reason != verdict.ReasonKilledByRequest || kr.Verdict.Evidence["sigkill_sent"] != true ||
 		kr.Verdict.Exit == nil || kr.Verdict.Exit.Signal != "SIGKILL" {
@@ -193,6 +198,12 @@ func TestUnprovableStopAndRelease(t *testing.T) {
 	_, err = e.createSpec(t, "stuck", time.Second, time.Second, "agent", "sleep")
 	if ve := verdict.AsError(err); ve == nil || ve.Code != verdict.CodeIdentityReservedUnknown || ve.Details["stopping"] != true {
 		t.Fatalf("create of a blocked identity: %v", err)
+	}
+	// A wait shorter than the retry's proof wait after SIGKILL: still the
+	// unresolved refusal, not "not proven gone yet" (identity_reserved_live).
+	_, err = e.createSpec(t, "stuck", 10*time.Millisecond, time.Second, "agent", "sleep")
+	if ve := verdict.AsError(err); ve == nil || ve.Code != verdict.CodeIdentityReservedUnknown || ve.Details["stopping"] != true {
+		t.Fatalf("create with a short wait of a blocked identity: %v", err)
 	}
 	rec, err := e.m.Release(context.Background(), pub.ReservationID)
 	if err != nil || rec.Verdict != verdict.VerdictReleased || rec.Session == nil || rec.Session.Generation != 1 {
@@ -268,5 +279,48 @@ func testRecoveryAbsent(t *testing.T, atStart bool) {
 	}
 	if !ended || !reclaimed {
 		t.Fatalf("verdicts %v: want generation 1 ended after SIGKILL, then the row reclaimed", verdictNames(e.verdicts(id)))
+	}
+}
+
+// TestRecoveryAtStartDecidesAfterStop: a daemon that starts while a dead
+// creator's published generation is stopping (its session killed by hand, its
+// agent ignoring the hangup) writes no unresolved verdict for the row — the
+// stop is under way, not stuck — and, once the stop has proven the agent gone,
+// reclaims and releases the row by itself, with no create needed.
+func TestRecoveryAtStartDecidesAfterStop(t *testing.T) {
+	home := newHome(t)
+	exe, _ := os.Executable()
+	cmd := exec.Command(exe, "faultchild", home, FaultPublish, "later", "agent", "ignore")
+	cmd.Stderr = os.Stderr
+	_ = cmd.Run()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() {
+		t.Fatalf("fault child did not die at %s", FaultPublish)
+	}
+	e := startEnv(t, home, "", false)
+	id, _ := e.identity("later")
+	rows, err := e.store.Reservations(context.Background())
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("rows after the crash: %+v %v", rows, err)
+	}
+	row := rows[0]
+	var agent int
+	waitFor(t, "generation 1's agent", func() bool { agent = agentPID(row.PanePID); return agent != 0 && isReady(agent) })
+	if out, err := execTmux(e, "kill-session", "-t", row.TmuxID); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if err := e.m.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the row decided after the stop", func() bool {
+		rows, err := e.store.Reservations(context.Background())
+		return err == nil && len(rows) == 0
+	})
+	if liveNonZombie(agent) {
+		t.Fatalf("row released while generation 1's agent %d is alive", agent)
+	}
+	recs := e.verdicts(id)
+	if count(recs, verdict.VerdictUnresolved) != 0 || count(recs, verdict.VerdictReclaimed) != 1 ||
+		count(recs, verdict.VerdictEnded) != 1 {
+		t.Fatalf("verdicts %v: want generation 1 ended, the row reclaimed, nothing unresolved", verdictNames(recs))
 	}
 }

@@ -80,6 +80,10 @@ var usages = map[string]string{
 	"doctor":   "doctor [--json]",
 	"version":  "version [--json]",
 	"helper":   "helper …",
+
+	// The sub-verbs' own, for their usage errors (not listed on their own).
+	"fence release": "fence release --reservation ID [--json]",
+	"fence forget":  "fence forget --host NAME [--json]",
 }
 
 // CLI carries the streams and the context of one invocation.

@@ -111,6 +111,25 @@ func TestExitCodesWithoutDaemon(t *testing.T) {
 	}
 }
 
+// TestSubVerbUsage: a usage error of `fence release` or `fence forget` shows
+// that sub-verb's synopsis (it once showed "usage: skc-supervisor " and nothing).
+func TestSubVerbUsage(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"fence", "release", "--json", "--reservation"}, "usage: skc-supervisor fence release --reservation ID"},
+		{[]string{"fence", "release", "--json", "--bogus"}, "usage: skc-supervisor fence release --reservation ID"},
+		{[]string{"fence", "forget", "--json", "--host"}, "usage: skc-supervisor fence forget --host NAME"},
+	} {
+		code, stdout, _ := run(t, c.args...)
+		a := oneJSON(t, stdout)
+		if code != 2 || a.Error == nil || a.Error.Details["field"] != "usage" || !strings.Contains(a.Error.Message, c.want) {
+			t.Fatalf("%q: exit %d %s; want 2 and %q", c.args, code, stdout, c.want)
+		}
+	}
+}
+
 func TestHumanErrorsGoToStderr(t *testing.T) {
 	code, stdout, stderr := run(t, "ls")
 	if code != 69 || stdout != "" || !strings.Contains(stderr, "api.sock") {
