@@ -119,6 +119,7 @@ func runCreate(cli *CLI, args []string) int {
 // the command would be read as ours.
 func commandArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	if err := fs.Parse(args); err != nil {
+		wantJSON(fs, args)
 		return nil, usageError(fs.Name(), err)
 	}
 	rest := fs.Args()
@@ -129,6 +130,7 @@ func commandArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 		return nil, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "argv"},
 			"argv: no command: give it after --, as in: skc-supervisor create … -- COMMAND [ARG]...")
 	}
+	wantJSON(fs, rest) // `create … sleep 100 --json`: the --json was meant for us
 	return nil, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "argv", "word": rest[0]},
 		"argv: %q: put -- before the command (create … -- COMMAND [ARG]...); every word after -- is the command's", rest[0])
 }
