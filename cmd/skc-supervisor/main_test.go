@@ -182,7 +182,7 @@ func TestGlobalFlagsBeforeTheVerb(t *testing.T) {
 
 func TestVersion(t *testing.T) {
 	code, stdout, _ := run(t, "version")
-	if code != 0 || !strings.HasPrefix(stdout, "skc-supervisor ") {
+	if code != 0 || !strings.HasPrefix(stdout, "skc-supervisor ") || strings.Count(stdout, "\n") != 1 {
 		t.Fatalf("%d %q", code, stdout)
 	}
 	code, stdout, _ = run(t, "version", "--json")
