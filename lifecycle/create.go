@@ -413,12 +413,14 @@ func (m *Manager) awaitStop(ctx context.Context, req CreateRequest, pub fence.Pu
 	run := m.stopGeneration(pub, cause)
 	t := time.NewTimer(time.Until(start.Add(req.Wait)))
 	defer t.Stop()
+	waited := false
 	select {
 	case <-run.done: // a finished stop wins over a wait that is also over
 	default:
 		select {
 		case <-run.done:
-		case <-t.C:
+		case <-t.C: // received: t.C holds nothing for the select below
+			waited = true
 		case <-ctx.Done():
 		}
 	}
@@ -432,10 +434,12 @@ func (m *Manager) awaitStop(ctx context.Context, req CreateRequest, pub fence.Pu
 		if verdict.CodeOf(err) != verdict.CodeIdentityReservedUnknown {
 			err = unavailable(err)
 		}
-	case <-t.C:
-		err = stoppingError(pub, verdict.CodeIdentityReservedLive,
-			"generation %d is stopping: its processes are not proven gone yet (waited %v)", req.Wait)
 	default:
+		if waited {
+			err = stoppingError(pub, verdict.CodeIdentityReservedLive,
+				"generation %d is stopping: its processes are not proven gone yet (waited %v)", req.Wait)
+			break
+		}
 		err = stoppingError(pub, verdict.CodeIdentityReservedLive,
 			"generation %d is stopping; the request ended before its processes were proven gone (%v)", ctx.Err())
 	}

@@ -133,6 +133,10 @@ func TestCreateWhileStopping(t *testing.T) {
 	if ve == nil || ve.Code != verdict.CodeIdentityReservedLive || ve.Details["stopping"] != true {
 		t.Fatalf("create while stopping: %v", err)
 	}
+	// Its wait ran out (the request did not end): the message says so.
+	if !strings.Contains(ve.Message, "not proven gone yet (waited 10ms)") {
+		t.Errorf("create while stopping: message %q, want the wait's", ve.Message)
+	}
 	kr := <-killed
 	if kr.Verdict.Reason != verdict.ReasonKilledByRequest || kr.Verdict.Evidence["sigkill_sent"] != true ||
 		kr.Verdict.Exit == nil || kr.Verdict.Exit.Signal != "SIGKILL" {
@@ -190,7 +194,10 @@ func TestUnprovableStopAndRelease(t *testing.T) {
 	if sr, err := e.m.Show(context.Background(), Ref{Identity: &id}); err != nil || sr.Session.State != StateStopping {
 		t.Fatalf("show of the blocked identity: %+v %v", sr.Session, err)
 	}
-	_, err = e.createSpec(t, "stuck", time.Second, time.Second, "agent", "sleep")
+	// The create joins a new stop run (SIGKILL, killProofWait, fence writes):
+	// a wait that outlasts it on a loaded machine, so that the answer is the
+	// run's (unknown), not the wait's (live, "not proven gone yet").
+	_, err = e.createSpec(t, "stuck", time.Minute, time.Second, "agent", "sleep")
 	if ve := verdict.AsError(err); ve == nil || ve.Code != verdict.CodeIdentityReservedUnknown || ve.Details["stopping"] != true {
 		t.Fatalf("create of a blocked identity: %v", err)
 	}
