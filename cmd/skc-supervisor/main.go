@@ -1,7 +1,7 @@
 // Command skc-supervisor is the daemon (`serve`) and its CLI. This package is
 // wiring only: flags and output here, behaviour in the packages.
 //
-// Output contract (CONTRACT.md): with --json every outcome, errors included, is
+// Output contract (docs/contract.md): with --json every outcome, errors included, is
 // exactly one JSON document on stdout; otherwise people get text on stdout and
 // messages on stderr. Exit codes come from verdict.Classify, the one table.
 package main
@@ -61,7 +61,7 @@ var verbs = map[string]verb{
 	"helper":   {runHelper, true},
 }
 
-// usages is each verb's synopsis (CONTRACT.md "Verbs").
+// usages is each verb's synopsis (docs/contract.md "Verbs").
 var usages = map[string]string{
 	"serve":    "serve [--wire-log FILE] [--host-name NAME] [--fence URL] [--pool N]",
 	"create":   "create --state-dir DIR --session-id ID [--state-file FILE] [--cwd DIR] [--env KEY=VALUE]... [--label TEXT] [--wait DURATION] [--stop-timeout DURATION] [--restart never|on-failure|always] [--resume-arg ARG]... [--restart-delay DURATION] [--restart-burst N] [--restart-interval DURATION] [--json] -- COMMAND [ARG]...",

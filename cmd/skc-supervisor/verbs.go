@@ -43,7 +43,7 @@ func (e *envFlags) check() error {
 }
 
 // absPath resolves a relative CLI path against the caller's working
-// directory (CONTRACT.md); the daemon requires absolute paths.
+// directory (docs/contract.md); the daemon requires absolute paths.
 func absPath(field, p string) (string, error) {
 	if p == "" || filepath.IsAbs(p) {
 		return p, nil
@@ -205,7 +205,7 @@ func runShow(cli *CLI, args []string) int {
 	}
 	return respond(cli, o, func(c *api.Client) (api.ShowResponse, error) {
 		res, err := c.Show(cli.ctx, ref)
-		// CONTRACT.md: "reservation" is null and "verdicts" a list, never absent.
+		// docs/contract.md: "reservation" is null and "verdicts" a list, never absent.
 		if len(res.Reservation) == 0 {
 			res.Reservation = []byte("null")
 		}

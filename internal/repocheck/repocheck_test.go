@@ -121,3 +121,32 @@ func cleanEnv() []string {
 	}
 	return env
 }
+
+// TestContractNamedByItsPath: the contract is docs/contract.md; nothing in the
+// repository sends a reader to a CONTRACT.md that is not in it.
+func TestContractNamedByItsPath(t *testing.T) {
+	r := root(t)
+	err := filepath.WalkDir(r, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && p != r && (strings.HasPrefix(d.Name(), ".") || d.Name() == "bin") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !(strings.HasSuffix(p, ".go") || strings.HasSuffix(p, ".md")) || strings.HasSuffix(p, "repocheck_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if strings.Contains(string(b), "CONTRACT.md") {
+			rel, _ := filepath.Rel(r, p)
+			t.Errorf("%s names CONTRACT.md; the repository's contract is docs/contract.md", rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
