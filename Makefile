@@ -120,9 +120,10 @@ bench-fleet: tmux build
 # helper exec'd its agent (PANE_BASELINE, a commit of this repository built from
 # `git archive` into bin/) and with this tree's; then the daemon's own memory per
 # session at PANE_MEM_N sessions (capped by free ptys and memory; the run says
-# where it measured). Writes BENCHMARKS.panes.generated.md.
+# where it measured). Writes BENCHMARKS.panes.generated.md. At 1,000 sessions
+# here and in `make bench`; `make bench-scale` measures it at 4,000.
 PANE_BASELINE ?= b0b0e87
-PANE_MEM_N    ?= 4000
+PANE_MEM_N    ?= 1000
 PANE_BASE_BIN := bin/skc-supervisor-$(PANE_BASELINE)
 bench-panes: tmux build $(PANE_BASE_BIN)
 	$(GO) run ./integration/cmd/bench -bin $(BIN) -pane-cost -before-bin $(PANE_BASE_BIN) -mem-n $(PANE_MEM_N) -out BENCHMARKS.panes.generated.md
@@ -135,10 +136,12 @@ $(PANE_BASE_BIN):
 
 # The scale run: 4,000 live supervised sessions (capped by free ptys and memory);
 # 20-40 minutes on 2 cores, most of it creating sessions. The census subscription's
-# cost to tmux is measured first at the same size (make bench runs it at 1,000).
+# cost to tmux and the daemon's memory per session are measured at the same size
+# (make bench runs both at 1,000). Every 4,000-session step is here, none in bench.
 bench-scale: tmux build
 	SKC_BENCH_SESSIONS=4000 $(GO) test -run '^$$' -bench SubscriptionCost -benchtime 2x -timeout 30m ./census/
 	$(GO) run ./integration/cmd/bench -bin $(BIN) -scale -out BENCHMARKS.scale.generated.md
+	$(MAKE) bench-panes PANE_MEM_N=4000
 
 # The long runs: the Soak tests, and the fleet race at the issue's full size
 # (TestFleetHostsRace: 50 rounds of 3 namespaced hosts x 16 racers; make test runs

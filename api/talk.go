@@ -13,7 +13,7 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
-// Talking to agents (CONTRACT.md "Talking to agents"): the types, the optional
+// Talking to agents (docs/contract.md "Talking to agents"): the types, the optional
 // Talker part of a Service, and the handlers.
 
 // ScreenResponse answers GET /v1/sessions/{name}/screen and `screen --json`.

@@ -1,6 +1,6 @@
 // Package api is the edge of the daemon: the HTTP/JSON API on api.sock (peer
 // credentials, origin refusal, body limits, strict decoding, one error shape),
-// the input validation of CONTRACT.md's limits, and the typed Go client the
+// the input validation of docs/contract.md's limits, and the typed Go client the
 // CLI uses.
 //
 // The handlers talk to a Service, not to lifecycle directly, so that the HTTP
@@ -65,7 +65,7 @@ type Ref struct {
 // IsIdentity reports whether r names an identity rather than a session name.
 func (r Ref) IsIdentity() bool { return r.Name == "" }
 
-// Session is CONTRACT.md's Session object.
+// Session is docs/contract.md's Session object.
 type Session struct {
 	Name          string    `json:"name"`
 	ID            string    `json:"id"`
@@ -97,7 +97,7 @@ type Session struct {
 	AttachHint string `json:"attach_hint,omitempty"`
 }
 
-// Create statuses (CONTRACT.md).
+// Create statuses (docs/contract.md).
 const (
 	StatusPublished = "published"
 	StatusExisting  = "existing"

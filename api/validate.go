@@ -13,7 +13,7 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
-// CONTRACT.md input limits. This file is the only place they are enforced;
+// docs/contract.md input limits. This file is the only place they are enforced;
 // lifecycle trusts what passes here.
 const (
 	MaxSessionID  = 128
@@ -34,7 +34,7 @@ const (
 	fieldStateDir = "state_dir"
 )
 
-// Validate checks req against CONTRACT.md's input limits and returns the
+// Validate checks req against docs/contract.md's input limits and returns the
 // canonical spec: paths canonicalised (see Canonical), state_file
 // defaulted to <state_dir>/<session_id>.jsonl, env sorted, wait defaulted
 // to 5s. Every violation is invalid_request with

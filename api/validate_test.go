@@ -161,7 +161,7 @@ func TestValidateRef(t *testing.T) {
 	}
 }
 
-// checkSpec asserts every CONTRACT.md limit on an accepted spec, independently
+// checkSpec asserts every docs/contract.md limit on an accepted spec, independently
 // of the code that enforced them.
 func checkSpec(t *testing.T, s CreateSpec) {
 	t.Helper()

@@ -106,7 +106,7 @@ func checkDirs(_ context.Context, cfg Config) []Result {
 
 // checkDir wants what serve creates: a real directory, ours, mode 0700.
 // serve refuses group/other-writable ones; other extra bits are a warning
-// because the state inside is private (CONTRACT.md: directories 0700).
+// because the state inside is private (docs/contract.md: directories 0700).
 func checkDir(check, dir string) Result {
 	fi, err := os.Lstat(dir)
 	switch {

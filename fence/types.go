@@ -191,7 +191,7 @@ func (r Reservation) OwnerHost() Host {
 }
 
 // reservationJSON flattens the identity and the state file into the row object
-// of CONTRACT.md's `fence --json` ({"state_dir", "session_id", "reservation_id", …}).
+// of docs/contract.md's `fence --json` ({"state_dir", "session_id", "reservation_id", …}).
 type reservationJSON struct {
 	StateDir  string `json:"state_dir"`
 	SessionID string `json:"session_id"`

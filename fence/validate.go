@@ -12,7 +12,7 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
-// Input limits of CONTRACT.md. The api package validates requests; the fence
+// Input limits of docs/contract.md. The api package validates requests; the fence
 // checks again (defence in depth) so no caller can write a row the contract
 // forbids.
 const (

@@ -2,7 +2,7 @@
 // (SKC_HOME) and its sockets (the runtime directory), checks that nobody else
 // can write there, and holds the single-instance lock.
 //
-// The rules are CONTRACT.md's "Paths and environment" table: a flag wins over
+// The rules are docs/contract.md's "Paths and environment" table: a flag wins over
 // its environment variable, which wins over the default. Directories are
 // created 0700; an existing directory that is a symlink, owned by another uid,
 // or writable by group or others is refused, because whoever can write there
@@ -22,7 +22,7 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
-// Environment variable names (CONTRACT.md).
+// Environment variable names (docs/contract.md).
 const (
 	EnvHome       = "SKC_HOME"
 	EnvRuntimeDir = "SKC_RUNTIME_DIR"
@@ -75,7 +75,7 @@ type Paths struct {
 // tests.
 type Env func(key string) string
 
-// Resolve applies CONTRACT.md's precedence (flag, then environment, then
+// Resolve applies docs/contract.md's precedence (flag, then environment, then
 // default). Relative paths are resolved against the working directory, as the
 // CLI promises.
 func Resolve(o Overrides, env Env) (Paths, error) {

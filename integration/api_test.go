@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// TestHTTPAPI walks CONTRACT.md's HTTP table on the raw socket.
+// TestHTTPAPI walks docs/contract.md's HTTP table on the raw socket.
 func TestHTTPAPI(t *testing.T) {
 	t.Parallel()
 	d := StartDaemon(t, DaemonOpts{})

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// sessionKeys are CONTRACT.md's Session fields and their JSON types.
+// sessionKeys are docs/contract.md's Session fields and their JSON types.
 var sessionKeys = map[string]string{
 	"name": "string", "id": "string", "managed": "bool", "state_dir": "string",
 	"session_id": "string", "state_file": "string", "generation": "number",
@@ -111,7 +111,7 @@ func TestNoDaemon(t *testing.T) {
 	}
 }
 
-// TestContract walks the CLI verbs of CONTRACT.md against one daemon.
+// TestContract walks the CLI verbs of docs/contract.md against one daemon.
 func TestContract(t *testing.T) {
 	t.Parallel()
 	d := StartDaemon(t, DaemonOpts{})

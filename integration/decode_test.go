@@ -9,7 +9,7 @@ import (
 )
 
 // TestTmuxctlDecode drives `skc-supervisor tmuxctl decode` with a raw
-// control-mode stream and checks every record against CONTRACT.md.
+// control-mode stream and checks every record against docs/contract.md.
 func TestTmuxctlDecode(t *testing.T) {
 	t.Parallel()
 	h := NewHome(t)

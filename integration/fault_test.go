@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// faultPoints are CONTRACT.md's SKC_FAULT points in saga order, with what a
+// faultPoints are docs/contract.md's SKC_FAULT points in saga order, with what a
 // restarted daemon must make of the abandoned attempt (DESIGN §6):
 //   - sessions: agent sessions tmux shows right after the crash;
 //   - recovery: the skc.verdict of the one recovery verdict ("" = no row left to

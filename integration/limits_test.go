@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// TestInputLimitsEdge: requests exactly at CONTRACT.md's input limits are
+// TestInputLimitsEdge: requests exactly at docs/contract.md's input limits are
 // accepted and carried byte-for-byte (no off-by-one refusals, no truncation).
 func TestInputLimitsEdge(t *testing.T) {
 	t.Parallel()

@@ -2,11 +2,17 @@ package integration
 
 import (
 	"encoding/json"
+	"io"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/creack/pty"
 )
 
 // showAnswer is `show --json`: session null when an identity's session is gone.
@@ -89,6 +95,10 @@ func TestCommandThatCannotStart(t *testing.T) {
 	if err := os.WriteFile(noExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	orphan := filepath.Join(t.TempDir(), "orphan")
+	if err := os.WriteFile(orphan, []byte("#!/no/such/interpreter\necho hi\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name, reason string
 		mod          func(*Spec)
@@ -97,6 +107,7 @@ func TestCommandThatCannotStart(t *testing.T) {
 		{"not-on-path", "executable_not_found", func(s *Spec) { s.Argv = []string{"no-such-command-skc"} }},
 		{"request-path", "executable_not_found", func(s *Spec) { s.Argv = []string{"sleep", "1"}; s.Env = []string{"PATH=/nonexistent"} }},
 		{"no-exec", "not_executable", func(s *Spec) { s.Argv = []string{noExec} }},
+		{"interpreter", "executable_not_found", func(s *Spec) { s.Argv = []string{orphan} }},
 		{"cwd", "cwd_missing", func(s *Spec) { s.Cwd = "/nonexistent/dir" }},
 	}
 	for _, c := range cases {
@@ -178,5 +189,71 @@ func TestFenceJSONEndedAtNull(t *testing.T) {
 	r := d.CLI(t, "fence", "--json")
 	if r.Code != 0 || !strings.Contains(r.Stdout, `"ended_at":null`) || strings.Contains(r.Stdout, "0001-01-01") {
 		t.Errorf("fence --json: want ended_at null for the live identity\n%s", r)
+	}
+}
+
+// TestServeOnATerminal: serve on a terminal logs in zerolog's console format
+// (no JSON lines), says where it listens and prints commands to try; the `ls`
+// it prints reaches this daemon from a shell without SKC_HOME (the home is
+// given on the command line, before the verb); Ctrl-C (SIGINT) ends it with
+// status 0.
+func TestServeOnATerminal(t *testing.T) {
+	t.Parallel()
+	h := NewHome(t)
+	cmd := exec.Command(needBinary(t), "serve")
+	cmd.Env = h.Env("TERM=xterm-256color", "NO_COLOR=1")
+	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 50, Cols: 250})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	screen := &ptyScreen{}
+	go io.Copy(screen, ptmx)
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stopped := false
+	defer func() {
+		if !stopped { // a failure before the SIGINT: end our serve by its pid
+			cmd.Process.Kill()
+			<-exited
+		}
+	}()
+	WaitFor(t, startDeadline, "serve's try-it lines", func() error {
+		if s := screen.String(); !strings.Contains(s, "stop with Ctrl-C") {
+			return errorf("screen so far: %q", s)
+		}
+		return nil
+	})
+	out := screen.String()
+	if strings.Contains(out, `"level"`) || !strings.Contains(out, "INF") || !strings.Contains(out, h.APISock()) {
+		t.Errorf("serve on a terminal: want console logs at info naming %s, got %q", h.APISock(), clip(out))
+	}
+	var lsLine string
+	for _, l := range strings.Split(out, "\n") {
+		if l = strings.TrimSpace(l); strings.HasSuffix(l, " ls") {
+			lsLine = l
+		}
+	}
+	if lsLine == "" {
+		t.Fatalf("no ls line among the try-it lines: %q", clip(out))
+	}
+	sh := exec.Command("/bin/sh", "-c", lsLine)
+	for _, kv := range h.Env() {
+		if !strings.HasPrefix(kv, "SKC_HOME=") {
+			sh.Env = append(sh.Env, kv)
+		}
+	}
+	if b, err := sh.CombinedOutput(); err != nil || !strings.Contains(string(b), "session(s)") {
+		t.Errorf("the printed %q: %v\n%s", lsLine, err, b)
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case err := <-exited:
+		stopped = true
+		if err != nil {
+			t.Errorf("serve after Ctrl-C: %v, want status 0\n%s", err, clip(screen.String()))
+		}
+	case <-time.After(waitDeadline):
+		t.Fatalf("serve did not stop after SIGINT\n%s", clip(screen.String()))
 	}
 }

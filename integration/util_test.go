@@ -65,7 +65,7 @@ func mustJSON(t testing.TB, r Result, v any) {
 	}
 }
 
-// Session is CONTRACT.md's Session object.
+// Session is docs/contract.md's Session object.
 type Session struct {
 	Name          string    `json:"name"`
 	ID            string    `json:"id"`

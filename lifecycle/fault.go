@@ -7,7 +7,7 @@ import (
 	"syscall"
 )
 
-// Fault points of the create saga (CONTRACT.md "Fault injection"). Each names the
+// Fault points of the create saga (docs/contract.md "Fault injection"). Each names the
 // moment right after a step, so a test can crash the daemon between any two steps.
 const (
 	FaultReserved      = "reserved"

@@ -60,7 +60,7 @@ func checkCommand(spec fence.Spec, path string) error {
 		case errNotExec:
 			return spawnRefused(SpawnNotExecutable, "argv", name, "cannot start %q: not an executable file", name)
 		}
-		return nil
+		return checkInterpreter(name, p)
 	}
 	for i := len(spec.Env) - 1; i >= 0; i-- {
 		if v, ok := cutEnv(spec.Env[i], "PATH"); ok {
@@ -78,7 +78,7 @@ func checkCommand(spec fence.Spec, path string) error {
 		}
 		switch p := filepath.Join(dir, name); executable(p) {
 		case nil:
-			return nil
+			return checkInterpreter(name, p)
 		case errNotExec:
 			notExec = cmp.Or(notExec, p)
 		}
@@ -87,6 +87,42 @@ func checkCommand(spec fence.Spec, path string) error {
 		return spawnRefused(SpawnNotExecutable, "argv", name, "cannot start %q: %s is not executable", name, notExec)
 	}
 	return spawnRefused(SpawnExecutableNotFound, "argv", name, "cannot start %q: not found on the agent's PATH", name)
+}
+
+// checkInterpreter refuses a script (name, found at p) whose "#!" line names
+// an absolute interpreter that is missing or not executable: the kernel's
+// exec then fails exactly as for a missing argv[0] (ENOENT, EACCES), after
+// publication. Anything it cannot read for sure (an unreadable file, a
+// relative interpreter) is left to the exec.
+func checkInterpreter(name, p string) error {
+	if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() {
+		return nil // never open a FIFO or a device: it could block
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	head := make([]byte, 256) // the kernel reads no more of a #! line
+	n, _ := f.Read(head)
+	line, _, _ := strings.Cut(string(head[:n]), "\n")
+	rest, ok := strings.CutPrefix(line, "#!")
+	// As the kernel reads it: blanks, then the interpreter up to the next
+	// blank — a CR of a CRLF file is part of the name, and fails as such.
+	interp, _, _ := strings.Cut(strings.TrimLeft(rest, " \t"), " ")
+	interp, _, _ = strings.Cut(interp, "\t")
+	if !ok || !filepath.IsAbs(interp) {
+		return nil
+	}
+	switch executable(interp) {
+	case errMissing:
+		return spawnRefused(SpawnExecutableNotFound, "argv", name,
+			"cannot start %q: its interpreter %q (#! line) does not exist", name, interp)
+	case errNotExec:
+		return spawnRefused(SpawnNotExecutable, "argv", name,
+			"cannot start %q: its interpreter %q (#! line) is not executable", name, interp)
+	}
+	return nil
 }
 
 var (

@@ -18,6 +18,11 @@ func TestCheckCommand(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(bin, "tool"), []byte("#!/bin/sh\n"), 0o700))
 	must(t, os.WriteFile(filepath.Join(bin, "plain"), []byte("text"), 0o600))
 	must(t, os.WriteFile(filepath.Join(dir, "file"), nil, 0o600))
+	must(t, os.WriteFile(filepath.Join(bin, "orphan"), []byte("#! /no/such/interp -x\necho\n"), 0o700))
+	must(t, os.WriteFile(filepath.Join(bin, "badinterp"), []byte("#!"+filepath.Join(bin, "plain")+"\n"), 0o700))
+	must(t, os.WriteFile(filepath.Join(bin, "relinterp"), []byte("#!interp\n"), 0o700))
+	must(t, os.WriteFile(filepath.Join(bin, "crlf"), []byte("#!/bin/sh\r\necho\r\n"), 0o700))
+	must(t, os.WriteFile(filepath.Join(bin, "elf"), []byte("\x7fELF\x02\x01\x01"), 0o700))
 	cases := []struct {
 		name   string
 		spec   fence.Spec
@@ -35,6 +40,12 @@ func TestCheckCommand(t *testing.T) {
 		{"no execute bit", fence.Spec{Argv: []string{"plain"}, Cwd: dir}, bin, SpawnNotExecutable},
 		{"a directory", fence.Spec{Argv: []string{bin}, Cwd: dir}, "", SpawnNotExecutable},
 		{"through a file", fence.Spec{Argv: []string{filepath.Join(dir, "file", "x")}, Cwd: dir}, "", SpawnExecutableNotFound},
+		{"a script's interpreter missing", fence.Spec{Argv: []string{"orphan"}, Cwd: dir}, bin, SpawnExecutableNotFound},
+		{"a script's interpreter missing, by path", fence.Spec{Argv: []string{"./bin/orphan"}, Cwd: dir}, "", SpawnExecutableNotFound},
+		{"a script's interpreter not executable", fence.Spec{Argv: []string{"badinterp"}, Cwd: dir}, bin, SpawnNotExecutable},
+		{"a relative interpreter is left to exec", fence.Spec{Argv: []string{"relinterp"}, Cwd: dir}, bin, ""},
+		{"a CRLF script", fence.Spec{Argv: []string{"crlf"}, Cwd: dir}, bin, SpawnExecutableNotFound},
+		{"not a script", fence.Spec{Argv: []string{"elf"}, Cwd: dir}, bin, ""},
 		{"cwd missing", fence.Spec{Argv: []string{"tool"}, Cwd: filepath.Join(dir, "gone")}, bin, SpawnCwdMissing},
 		{"cwd a file", fence.Spec{Argv: []string{"tool"}, Cwd: filepath.Join(dir, "file")}, bin, SpawnCwdMissing},
 	}

@@ -195,7 +195,10 @@ func TestUnprovableStopAndRelease(t *testing.T) {
 	if sr, err := e.m.Show(context.Background(), Ref{Identity: &id}); err != nil || sr.Session.State != StateStopping {
 		t.Fatalf("show of the blocked identity: %+v %v", sr.Session, err)
 	}
-	_, err = e.createSpec(t, "stuck", time.Second, time.Second, "agent", "sleep")
+	// The create joins a new stop run (SIGKILL, killProofWait, fence writes):
+	// a wait that outlasts it on a loaded machine, so that the answer is the
+	// run's (unknown), not the wait's (live, "not proven gone yet").
+	_, err = e.createSpec(t, "stuck", time.Minute, time.Second, "agent", "sleep")
 	if ve := verdict.AsError(err); ve == nil || ve.Code != verdict.CodeIdentityReservedUnknown || ve.Details["stopping"] != true {
 		t.Fatalf("create of a blocked identity: %v", err)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
-// Talking to agents (CONTRACT.md "Talking to agents"): screen, input, output,
+// Talking to agents (docs/contract.md "Talking to agents"): screen, input, output,
 // wait, and the output tail of ended verdicts. Every tmux command goes over the
 // daemon's one control connection, by pane id, in the server life the session
 // was published in; only a followed session's output has a client of its own

@@ -13,7 +13,7 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
-// View is CONTRACT.md's Session object; its JSON tags are the contract's names.
+// View is docs/contract.md's Session object; its JSON tags are the contract's names.
 type View struct {
 	Name          string    `json:"name"`
 	ID            string    `json:"id"`

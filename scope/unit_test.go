@@ -70,7 +70,7 @@ func TestUserUnitDirectives(t *testing.T) {
 			t.Errorf("%s is set; the unit's comments explain why it must not be", k)
 		}
 	}
-	// Exit statuses a restart cannot fix, from CONTRACT.md via verdict.
+	// Exit statuses a restart cannot fix, from docs/contract.md via verdict.
 	var codes []string
 	for _, c := range []int{verdict.ExitUsage, verdict.ExitBusy, verdict.ExitPermission} {
 		codes = append(codes, strconv.Itoa(c))

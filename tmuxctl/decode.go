@@ -7,7 +7,7 @@ import (
 	"io"
 )
 
-// decodeRecord is one line of `skc-supervisor tmuxctl decode` (CONTRACT.md).
+// decodeRecord is one line of `skc-supervisor tmuxctl decode` (docs/contract.md).
 type decodeRecord struct {
 	Type    string   `json:"type"`
 	Time    *int64   `json:"time,omitempty"`
@@ -34,7 +34,7 @@ type replyJSON struct {
 
 // Decode reads a raw control-mode byte stream (what `tmux -C` writes) from r
 // and writes one JSON record per line to w, in stream order, exactly as
-// CONTRACT.md ("`tmuxctl decode` records") specifies. Strings that are not
+// docs/contract.md ("`tmuxctl decode` records") specifies. Strings that are not
 // valid UTF-8 are written with U+FFFD for each bad byte (encoding/json's
 // rule); data_b64 carries the exact decoded bytes.
 func Decode(r io.Reader, w io.Writer) error {
@@ -77,7 +77,7 @@ func Decode(r io.Reader, w io.Writer) error {
 	return bw.Flush()
 }
 
-// recordJSON maps a Record to its CONTRACT.md JSON shape.
+// recordJSON maps a Record to its docs/contract.md JSON shape.
 func recordJSON(rec Record) any {
 	switch rec.Kind {
 	case RecordReply:

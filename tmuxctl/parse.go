@@ -8,7 +8,7 @@ import (
 // RecordKind says what a parsed Record is.
 type RecordKind int
 
-// The kinds of records the Parser emits, in CONTRACT.md's vocabulary.
+// The kinds of records the Parser emits, in docs/contract.md's vocabulary.
 const (
 	RecordReply        RecordKind = iota + 1 // a %begin … %end/%error block
 	RecordOutput                             // %output or %extended-output, decoded

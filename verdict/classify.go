@@ -84,7 +84,7 @@ const (
 	StatusError = "error"
 )
 
-// CLI exit codes (CONTRACT.md). The high ones are sysexits.h values, so shell
+// CLI exit codes (docs/contract.md). The high ones are sysexits.h values, so shell
 // scripts can tell "retry later" (75) from "start the daemon" (69).
 const (
 	// ExitOK is success (create: published or existing).
@@ -115,7 +115,7 @@ type Class struct {
 }
 
 // classes is THE table. Refusals by the fence are 409/exit 3, except the
-// contended one: CONTRACT.md gives "the fence stayed contended" exit 75 (try again
+// contended one: docs/contract.md gives "the fence stayed contended" exit 75 (try again
 // later), and its HTTP status stays 409 because the fence refused. fence_lost is a
 // conflict discovered mid-create: 409 but a failure (exit 1), not a refusal.
 var classes = map[Code]Class{

@@ -103,7 +103,7 @@ func TestClassifyTable(t *testing.T) {
 			t.Errorf("%s: HTTP %d with status %s", c, cl.HTTP, cl.Status)
 		}
 		if !containsInt([]int{1, 2, 3, 4, 69, 75, 77}, cl.Exit) {
-			t.Errorf("%s: exit %d not in CONTRACT.md", c, cl.Exit)
+			t.Errorf("%s: exit %d not in docs/contract.md", c, cl.Exit)
 		}
 		if cl.Reason == "" || strings.ToLower(cl.Reason) != cl.Reason || strings.ContainsAny(cl.Reason, " -") {
 			t.Errorf("%s: reason %q is not snake_case", c, cl.Reason)
@@ -119,7 +119,7 @@ func TestClassifyTable(t *testing.T) {
 			t.Errorf("%s: fence refusals and only they are refused", c)
 		}
 	}
-	// CONTRACT.md's fixed points.
+	// docs/contract.md's fixed points.
 	fixed := []struct {
 		code       Code
 		http, exit int

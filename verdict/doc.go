@@ -23,7 +23,7 @@
 // A Record encodes to one line of JSON in Elastic Common Schema names
 // (@timestamp in UTC with nine fractional digits; event.kind, action, outcome,
 // reason, sequence, duration in ns) with our own fields under skc.* — the shape
-// in CONTRACT.md, documented with an example line per word in
+// in docs/contract.md, documented with an example line per word in
 // docs/verdicts.md. MarshalJSON and UnmarshalJSON are exact inverses. The
 // encoder is hand-written (zerolog's escaping rules, fixed field order)
 // rather than a zerolog Event, because zerolog drops events when its global

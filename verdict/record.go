@@ -52,7 +52,7 @@ func ExitStatus(status int) *Exit { return &Exit{Status: &status} }
 // ExitSignal returns an *Exit for a process killed by the named signal.
 func ExitSignal(name string) *Exit { return &Exit{Signal: name} }
 
-// Record is one verdict: the CONTRACT.md shape, one JSON object per line of
+// Record is one verdict: the docs/contract.md shape, one JSON object per line of
 // verdicts.jsonl. MarshalJSON and UnmarshalJSON are exact inverses for every
 // record this package writes (timestamps in UTC without a monotonic reading,
 // evidence numbers as json.Number).
@@ -82,7 +82,7 @@ type Record struct {
 }
 
 // MarshalJSON encodes r as one line of JSON without a trailing newline, fields
-// in the order CONTRACT.md shows them.
+// in the order docs/contract.md shows them.
 //
 // The encoder is hand-built rather than a zerolog Event because an Event is
 // silently dropped when zerolog's global level is Disabled (tests and tools set

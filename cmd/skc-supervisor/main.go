@@ -1,7 +1,7 @@
 // Command skc-supervisor is the daemon (`serve`) and its CLI. This package is
 // wiring only: flags and output here, behaviour in the packages.
 //
-// Output contract (CONTRACT.md): with --json every outcome, errors included, is
+// Output contract (docs/contract.md): with --json every outcome, errors included, is
 // exactly one JSON document on stdout; otherwise people get text on stdout and
 // messages on stderr. Exit codes come from verdict.Classify, the one table.
 package main
@@ -61,7 +61,7 @@ var verbs = map[string]verb{
 	"helper":   {runHelper, true},
 }
 
-// usages is each verb's synopsis (CONTRACT.md "Verbs").
+// usages is each verb's synopsis (docs/contract.md "Verbs").
 var usages = map[string]string{
 	"serve":    "serve [--wire-log FILE] [--host-name NAME] [--fence URL] [--pool N]",
 	"create":   "create --state-dir DIR --session-id ID [--state-file FILE] [--cwd DIR] [--env KEY=VALUE]... [--label TEXT] [--wait DURATION] [--stop-timeout DURATION] [--restart never|on-failure|always] [--resume-arg ARG]... [--restart-delay DURATION] [--restart-burst N] [--restart-interval DURATION] [--json] -- COMMAND [ARG]...",
@@ -110,6 +110,10 @@ func main() {
 
 // Main dispatches args (without the program name) and returns the exit code.
 func (cli *CLI) Main(args []string) int {
+	args, err := hoistGlobals(args)
+	if err != nil {
+		return cli.fail(opts{}, err)
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		cli.usage()
 		if len(args) == 0 {
@@ -124,6 +128,36 @@ func (cli *CLI) Main(args []string) int {
 		return verdict.ExitUsage
 	}
 	return v.run(cli, args[1:])
+}
+
+// globalFlags are the flags every verb accepts (newFlags) that may also come
+// before the verb: `skc-supervisor --home DIR ls`, the form serve's "try it"
+// lines print. Each takes a value.
+var globalFlags = map[string]bool{"home": true, "runtime-dir": true, "tmux": true, "tmux-config": true}
+
+// hoistGlobals moves global flags written before the verb to just after it,
+// where the verb's own flag set parses them like any other flag.
+func hoistGlobals(args []string) ([]string, error) {
+	var pre []string
+	for len(args) > 0 && strings.HasPrefix(args[0], "-") {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(args[0], "-"), "=")
+		if !globalFlags[name] || strings.HasPrefix(args[0], "---") {
+			break
+		}
+		n := 1
+		if !hasValue {
+			n = 2
+		}
+		if len(args) < n {
+			return nil, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": strings.ReplaceAll(name, "-", "_")},
+				"flag needs an argument: %s", args[0])
+		}
+		pre, args = append(pre, args[:n]...), args[n:]
+	}
+	if len(pre) == 0 || len(args) == 0 {
+		return args, nil
+	}
+	return append(append([]string{args[0]}, pre...), args[1:]...), nil
 }
 
 func (cli *CLI) usage() {
@@ -168,6 +202,7 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
+			wantJSON(fs, args)
 			return nil, usageError(fs.Name(), err)
 		}
 		rest := fs.Args()
@@ -191,6 +226,32 @@ func parseNoArgs(fs *flag.FlagSet, args []string) error {
 		err = usageError(fs.Name(), fmt.Errorf("unexpected argument %q", pos[0]))
 	}
 	return err
+}
+
+// wantJSON sets fs's --json flag when args ask for it anywhere before "--":
+// a parse error stops the flag package at the bad flag, and the refusal must
+// still be the one JSON document that --json promises, wherever it was
+// written (`create --wait soon --json -- …`).
+func wantJSON(fs *flag.FlagSet, args []string) {
+	if fs.Lookup("json") == nil {
+		return
+	}
+	for _, a := range args {
+		if a == "--" {
+			return
+		}
+		if !strings.HasPrefix(a, "-") || strings.HasPrefix(a, "---") {
+			continue
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if name != "json" {
+			continue
+		}
+		if !hasValue {
+			value = "true"
+		}
+		_ = fs.Set("json", value)
+	}
 }
 
 // badValue matches the flag package's error for a value its flag refused.

@@ -91,6 +91,15 @@ func TestExitCodesWithoutDaemon(t *testing.T) {
 		{[]string{"fence", "forget", "--json", "--host", "gone", "extra"}, 2, "invalid_request", "usage"},
 		{[]string{"fence", "forget", "--json", "--host", "gone"}, 69, "daemon_unreachable", ""},
 		{[]string{"version", "--json", "extra"}, 2, "invalid_request", "usage"},
+		// --json anywhere before "--" makes the refusal JSON, also when the
+		// flag package stopped at an earlier bad flag or at the command.
+		{[]string{"create", "--state-dir", "/tmp/x", "--session-id", "a", "--wait", "soon", "--json", "--", "true"}, 2, "invalid_request", "wait"},
+		{[]string{"create", "--state-dir", "/tmp/x", "--session-id", "z2", "sleep", "100", "--json"}, 2, "invalid_request", "argv"},
+		{[]string{"verdicts", "--since", "abc", "--json"}, 2, "invalid_request", "since"},
+		{[]string{"wait", "x", "--idle", "soon", "--json=true"}, 2, "invalid_request", "idle"},
+		// Global flags may come before the verb (serve's "try it" lines).
+		{[]string{"--home", "/nonexistent-skc/h", "ls", "--json"}, 69, "daemon_unreachable", ""},
+		{[]string{"--runtime-dir=/nonexistent-skc/r", "--home", "/nonexistent-skc/h", "show", "x", "--json"}, 69, "daemon_unreachable", ""},
 	}
 	for _, c := range cases {
 		code, stdout, _ := run(t, c.args...)
@@ -160,9 +169,39 @@ func TestEveryVerbAcceptsHomeFlags(t *testing.T) {
 	}
 }
 
+// TestGlobalFlagsBeforeTheVerb: `skc-supervisor --home DIR VERB …` reaches the
+// same daemon as `VERB --home DIR …`; a global flag without its value, or
+// nothing but global flags, is a usage error.
+func TestGlobalFlagsBeforeTheVerb(t *testing.T) {
+	for _, c := range []struct {
+		in, want []string
+	}{
+		{[]string{"--home", "/h", "ls"}, []string{"ls", "--home", "/h"}},
+		{[]string{"-home=/h", "--tmux", "t", "show", "x"}, []string{"show", "-home=/h", "--tmux", "t", "x"}},
+		{[]string{"ls", "--home", "/h"}, []string{"ls", "--home", "/h"}},
+		{[]string{"--json", "ls"}, []string{"--json", "ls"}},
+		{[]string{"--home", "/h"}, nil},
+	} {
+		got, err := hoistGlobals(c.in)
+		if err != nil || strings.Join(got, "|") != strings.Join(c.want, "|") {
+			t.Errorf("%q: %q %v, want %q", c.in, got, err, c.want)
+		}
+	}
+	if _, err := hoistGlobals([]string{"--home"}); err == nil {
+		t.Error("--home without a value accepted")
+	}
+	code, stdout, stderr := run(t, "--home", "/nonexistent-skc/h", "ls")
+	if code != 69 || stdout != "" || !strings.Contains(stderr, "/nonexistent-skc/h/api.sock") {
+		t.Fatalf("exit %d stdout %q stderr %q", code, stdout, stderr)
+	}
+	if code, _, _ := run(t, "--home", "/nonexistent-skc/h"); code != 2 {
+		t.Fatalf("global flags alone: exit %d, want 2", code)
+	}
+}
+
 func TestVersion(t *testing.T) {
 	code, stdout, _ := run(t, "version")
-	if code != 0 || !strings.HasPrefix(stdout, "skc-supervisor ") {
+	if code != 0 || !strings.HasPrefix(stdout, "skc-supervisor ") || strings.Count(stdout, "\n") != 1 {
 		t.Fatalf("%d %q", code, stdout)
 	}
 	code, stdout, _ = run(t, "version", "--json")

@@ -91,19 +91,16 @@ func runVersion(cli *CLI, args []string) int {
 		return cli.fail(o, err)
 	}
 	v := buildVersion()
+	if !o.json {
+		// One line, as the contract says: `skc-supervisor VERSION`, for
+		// scripts that read it; the toolchain and tmux are in --json.
+		fmt.Fprintf(cli.stdout, "skc-supervisor %s\n", v)
+		return 0
+	}
 	if p, err := cli.paths(o); err == nil {
 		v.Tmux = tmuxVersion(p.Tmux)
 	}
-	if o.json {
-		cli.printJSON(v)
-		return 0
-	}
-	fmt.Fprintf(cli.stdout, "skc-supervisor %s\n", v)
-	fmt.Fprintf(cli.stdout, "built with %s", v.Go)
-	if v.Tmux != "" {
-		fmt.Fprintf(cli.stdout, "; %s", v.Tmux)
-	}
-	fmt.Fprintln(cli.stdout)
+	cli.printJSON(v)
 	return 0
 }
 

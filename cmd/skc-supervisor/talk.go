@@ -14,7 +14,7 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
-// The verbs that talk to agents (CONTRACT.md "Talking to agents"): screen,
+// The verbs that talk to agents (docs/contract.md "Talking to agents"): screen,
 // send, output, wait. Each names a session by NAME.
 
 // cliStdin is where `send` reads its text when none is given (tests replace it).

@@ -43,7 +43,7 @@ func (e *envFlags) check() error {
 }
 
 // absPath resolves a relative CLI path against the caller's working
-// directory (CONTRACT.md); the daemon requires absolute paths.
+// directory (docs/contract.md); the daemon requires absolute paths.
 func absPath(field, p string) (string, error) {
 	if p == "" || filepath.IsAbs(p) {
 		return p, nil
@@ -119,6 +119,7 @@ func runCreate(cli *CLI, args []string) int {
 // the command would be read as ours.
 func commandArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	if err := fs.Parse(args); err != nil {
+		wantJSON(fs, args)
 		return nil, usageError(fs.Name(), err)
 	}
 	rest := fs.Args()
@@ -129,6 +130,7 @@ func commandArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 		return nil, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "argv"},
 			"argv: no command: give it after --, as in: skc-supervisor create … -- COMMAND [ARG]...")
 	}
+	wantJSON(fs, rest) // `create … sleep 100 --json`: the --json was meant for us
 	return nil, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "argv", "word": rest[0]},
 		"argv: %q: put -- before the command (create … -- COMMAND [ARG]...); every word after -- is the command's", rest[0])
 }
@@ -203,7 +205,7 @@ func runShow(cli *CLI, args []string) int {
 	}
 	return respond(cli, o, func(c *api.Client) (api.ShowResponse, error) {
 		res, err := c.Show(cli.ctx, ref)
-		// CONTRACT.md: "reservation" is null and "verdicts" a list, never absent.
+		// docs/contract.md: "reservation" is null and "verdicts" a list, never absent.
 		if len(res.Reservation) == 0 {
 			res.Reservation = []byte("null")
 		}

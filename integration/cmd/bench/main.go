@@ -60,7 +60,7 @@ func parseFlags() options {
 	flag.IntVar(&o.fleetSessions, "fleet-sessions", 300, "fleet: sessions per daemon for the lookups (F3)")
 	flag.StringVar(&o.beforeBin, "before-bin", "", "pane-cost: the binary to compare with (before the pane helper exec'd its agent)")
 	flag.IntVar(&o.paneN, "pane-n", 20, "pane-cost: sessions whose pane trees are measured, per binary")
-	flag.IntVar(&o.memN, "mem-n", 4000, "pane-cost: sessions for the daemon's memory per session (capped by free ptys and memory)")
+	flag.IntVar(&o.memN, "mem-n", 1000, "pane-cost: sessions for the daemon's memory per session (capped by free ptys and memory)")
 	flag.IntVar(&o.creates, "creates", 100, "sequential creates per side (figures 1, 2)")
 	flag.IntVar(&o.ends, "ends", 100, "session ends measured (figure 5; at -creates sessions)")
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds of concurrent creates per side (figure 6)")
