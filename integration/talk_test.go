@@ -124,7 +124,7 @@ func checkTalkRefusals(t *testing.T, d *Daemon, name string) {
 		{"POST", in, `{"text":"a\ud800b"}`, 400, "text"},
 		{"POST", in, `{"text":"a\u0000b"}`, 400, "text"},
 		{"POST", in, `{"keys":["Enter","rm -rf"]}`, 400, "keys"},
-		{"POST", in, `{"text":"x","bogus":1}`, 400, "body"},
+		{"POST", in, `{"text":"x","bogus":1}`, 400, "bogus"},
 		{"POST", in, `{"text":"` + strings.Repeat("x", 64<<10+1) + `"}`, 400, "text"},
 		{"GET", "/v1/sessions/" + name + "/screen?lines=10001", "", 400, "lines"},
 		{"GET", "/v1/sessions/" + name + "/screen?lines=-1", "", 400, "lines"},
@@ -183,5 +183,63 @@ func checkKillTail(t *testing.T, d *Daemon, name string, lines <-chan string) {
 		case <-deadline:
 			t.Fatal("output stream did not end with the session")
 		}
+	}
+}
+
+// TestTalkByIdentityAndAfterEnd: the four verbs name a session by identity as
+// well as by NAME, and wait --exit that starts after the agent has ended
+// answers exit 0 with its ended verdict (CONTRACT: "for --exit: 0 with the
+// ended verdict"), by name and by identity.
+func TestTalkByIdentityAndAfterEnd(t *testing.T) {
+	t.Parallel()
+	d := StartDaemon(t, DaemonOpts{})
+	sd := t.TempDir()
+	id := []string{"--state-dir", sd, "--session-id", "talk-id"}
+	r := d.CLI(t, append(append([]string{"create"}, id...), "--json", "--", "sh", "-c", `echo started; read x; echo "got $x"; exit 3`)...)
+	var a Answer
+	mustJSON(t, r, &a)
+	d.NoteSession(t)
+	name := a.Session.Name
+	if r := d.CLI(t, append(append([]string{"wait"}, id...), "--text", "started", "--timeout", "30s")...); r.Code != 0 {
+		t.Fatal(r)
+	}
+	if r := d.CLI(t, append(append([]string{"screen"}, id...), "--json")...); r.Code != 0 || !strings.Contains(r.Stdout, `"started"`) {
+		t.Fatal(r)
+	}
+	if r := d.CLI(t, append(append([]string{"send"}, id...), "--enter", "--", "by", "identity")...); r.Code != 0 {
+		t.Fatal(r)
+	}
+	exitVerdict := func(r Result) {
+		t.Helper()
+		var w struct {
+			Status  string `json:"status"`
+			Verdict struct {
+				Skc struct {
+					Verdict string `json:"verdict"`
+					Exit    struct {
+						Status *int `json:"status"`
+					} `json:"exit"`
+					Output struct {
+						Tail string `json:"tail"`
+					} `json:"output"`
+				} `json:"skc"`
+			} `json:"verdict"`
+		}
+		mustJSON(t, r, &w)
+		v := w.Verdict.Skc
+		if r.Code != 0 || w.Status != "exited" || v.Verdict != "ended" || v.Exit.Status == nil || *v.Exit.Status != 3 ||
+			!strings.Contains(v.Output.Tail, "got by identity") {
+			t.Fatalf("wait --exit: %s", r)
+		}
+	}
+	exitVerdict(d.CLI(t, append(append([]string{"wait"}, id...), "--exit", "--timeout", "60s", "--json")...))
+	// The agent has ended: both names still answer with its verdict.
+	exitVerdict(d.CLI(t, "wait", name, "--exit", "--json"))
+	exitVerdict(d.CLI(t, append(append([]string{"wait"}, id...), "--exit", "--json")...))
+	if r := d.CLI(t, "wait", name+"0", "--exit"); r.Code != 4 || !strings.Contains(r.Stderr, "(not_found)") {
+		t.Fatalf("wait --exit on a name that never was: %s", r)
+	}
+	if r := d.CLI(t, append([]string{"screen"}, id...)...); r.Code != 4 {
+		t.Fatalf("screen of an ended session: %s", r)
 	}
 }
