@@ -243,3 +243,46 @@ func TestTalkByIdentityAndAfterEnd(t *testing.T) {
 		t.Fatalf("screen of an ended session: %s", r)
 	}
 }
+
+// TestTalkKeptForRestart: a session kept while its restart waits out its delay
+// shows its dead pane (screen: pane_dead true, the agent's last lines), and
+// input to it is 409 agent_not_running with details.restarting (the delay,
+// 60 s, the most there is, outlasts the checks).
+func TestTalkKeptForRestart(t *testing.T) {
+	t.Parallel()
+	d := StartDaemon(t, DaemonOpts{})
+	sd := t.TempDir()
+	r := d.CLI(t, "create", "--state-dir", sd, "--session-id", "kept", "--restart", "on-failure",
+		"--restart-delay", "60s", "--json", "--", "sh", "-c", "echo last words; exit 3")
+	var a Answer
+	mustJSON(t, r, &a)
+	d.NoteSession(t)
+	name := a.Session.Name
+	WaitFor(t, 60*time.Second, "the session waits for its restart", func() error {
+		var s Answer
+		mustJSON(t, d.CLI(t, "show", name, "--json"), &s)
+		if s.Session == nil || s.Session.State != "exited" {
+			return fmt.Errorf("show: %+v", s.Session)
+		}
+		return nil
+	})
+	var sc struct {
+		Lines    []string `json:"lines"`
+		PaneDead bool     `json:"pane_dead"`
+	}
+	// tmux's "Pane is dead" line scrolled the top row in to history.
+	r = d.CLI(t, "screen", name, "--lines", "10", "--json")
+	mustJSON(t, r, &sc)
+	if r.Code != 0 || !sc.PaneDead || !strings.Contains(strings.Join(sc.Lines, "\n"), "last words") {
+		t.Fatalf("screen of a kept session: %s", r)
+	}
+	status, b := d.Do(t, "POST", "/v1/sessions/"+name+"/input", `{"text":"x"}`, nil)
+	var ans Answer
+	_ = decodeOne(string(b), &ans)
+	if status != 409 || ans.Error == nil || ans.Error.Code != "agent_not_running" || ans.Error.Details["restarting"] != true {
+		t.Fatalf("input to a kept session: %d %s", status, b)
+	}
+	if r := d.CLI(t, "kill", name); r.Code != 0 {
+		t.Fatal(r)
+	}
+}

@@ -81,7 +81,11 @@ func (m *Manager) Screen(ctx context.Context, ref Ref, lines int, ansi bool) (Sc
 	}
 	t, err := m.talkTarget(ctx, ref)
 	if err != nil {
-		return Screen{}, err
+		// A session kept for a restart shows its dead pane (pane_dead: true).
+		var ok bool
+		if t, ok = m.keptTarget(ctx, ref, err); !ok {
+			return Screen{}, err
+		}
 	}
 	// Both commands are on the wire at once: one round trip, not two. The
 	// cursor and the lines are read in the same pass of tmux's loop unless the
