@@ -41,9 +41,20 @@ import (
 // at scale: reconcileShare) and every authority decision (Inspect re-reads
 // tmux) catch: @skc-reservation, @skc-state and @skc-control, the identity
 // beyond its last four hex digits, a pane respawned by hand.
-const subFormat = "#{S:#{session_id}/#{=-3:window_activity}/" +
+const subFormat = "#{S:#{session_id}/#{=-3:window_activity}" + wroteFlag + "/" +
 	"#{W:#{P:#{?pane_dead,#{pane_dead_status}.#{pane_dead_signal},}}}/" +
 	"#{session_attached}/#{=-4:@skc-identity}/#{@skc-generation} }"
+
+// wroteFlag follows window_activity in the list and the subscription: "+"
+// while window_activity is still the session's creation second but the pane
+// has written (its cursor has moved, or lines went to history), else nothing.
+// tmux starts window_activity at the window's creation, in whole seconds, so
+// without it an agent that prints its banner in its first second and then
+// waits would look as if it had never written. It costs tmux one comparison
+// per session, the inner test only in that first second, and no byte of the
+// value otherwise.
+const wroteFlag = "#{?#{==:#{window_activity},#{session_created}}," +
+	"#{?#{==:#{cursor_x}#{cursor_y}#{history_size},000},,+},}"
 
 // activityMod is the modulus of the activity field of subFormat (3 digits).
 const activityMod = 1000
@@ -196,17 +207,28 @@ func lastN(v string, n int) string {
 
 // actDigits is subFormat's activity field for what the census holds of s.
 func actDigits(s Session) string {
-	t := s.Activity
+	t, flag := s.Activity, ""
 	if t.IsZero() {
 		t = s.Created
+	} else if t.Unix() == s.Created.Unix() {
+		flag = "+" // written within the creation second (wroteFlag)
 	}
-	return fmt.Sprintf("%03d", t.Unix()%activityMod) // #{=-3:…} keeps leading zeros
+	return fmt.Sprintf("%03d", t.Unix()%activityMod) + flag // #{=-3:…} keeps leading zeros
+}
+
+// cutWrote splits an activity field into its value and wroteFlag.
+func cutWrote(v string) (string, bool) {
+	if w, ok := strings.CutSuffix(v, "+"); ok {
+		return w, true
+	}
+	return v, false
 }
 
 // activityAt is a session's Activity from tmux's window_activity: zero while
-// it is still the window's creation time (no output yet).
-func activityAt(act, created int64) time.Time {
-	if act <= created {
+// it is still the window's creation time and the pane has not written
+// (wrote: wroteFlag); the creation second when it has.
+func activityAt(act, created int64, wrote bool) time.Time {
+	if act < created || act == created && !wrote {
 		return time.Time{}
 	}
 	return time.Unix(act, 0).UTC()
@@ -242,8 +264,9 @@ func (c *Census) applyActivity(acts map[string]segment) {
 		if old == nil {
 			continue
 		}
-		t, ok := activityFrom(sg.act, now)
-		if !ok || !t.After(old.s.Activity) || !t.After(old.s.Created) {
+		digits, wrote := cutWrote(sg.act)
+		t, ok := activityFrom(digits, now)
+		if !ok || !t.After(old.s.Activity) || !t.After(old.s.Created) && !(wrote && t.Equal(old.s.Created)) {
 			continue
 		}
 		e := *old

@@ -126,3 +126,60 @@ func TestActivityFrom(t *testing.T) {
 		t.Error("non-digits accepted")
 	}
 }
+
+// Output within the session's creation second leaves window_activity at the
+// creation time; wroteFlag's "+" tells it apart from no output, in the
+// subscription (applied without a read) and in a list line.
+func TestActivityWithinCreationSecond(t *testing.T) {
+	f := newFake()
+	f.lines = []string{fakeLine}
+	now := time.Unix(1700000003, 0)
+	info := tmuxctl.ServerInfo{ServerLife: tmuxctl.ServerLife{PID: os.Getpid(), StartTime: 1}, ControlSessionID: "$0"}
+	c := startFakeInfo(t, f, testConfig(), info, func(c *Census) { c.now = func() time.Time { return now } })
+	sub := c.Subscribe(10)
+	defer sub.Close()
+	f.sub("$1/000//0// ")
+	eventually(t, "first value's list", func() bool { full, _ := f.counts(); return full == 2 })
+	if s, _ := c.ByID("$1"); !s.Activity.IsZero() {
+		t.Fatalf("no output yet: activity %v", s.Activity)
+	}
+	reads0 := f.readCount()
+	f.sub("$1/000+//0// ")
+	ch := next(t, sub)
+	if created := time.Unix(1700000000, 0); ch.Kind != Changed || !ch.Session.Activity.Equal(created) {
+		t.Fatalf("want $1's activity at its creation %v, got %+v", created, ch)
+	}
+	if s, _ := c.ByID("$1"); actDigits(s) != "000+" || f.readCount() != reads0 {
+		t.Fatalf("held field %q, %d reads", actDigits(s), f.readCount()-reads0)
+	}
+	// The flag gone again (the screen cleared) does not move activity back.
+	f.sub("$1/000//0// ")
+	f.sub("$1/004//0// ")
+	if ch := next(t, sub); !ch.Session.Activity.Equal(time.Unix(1700000004, 0)) {
+		t.Fatalf("want activity 1700000004, got %v", ch.Session.Activity)
+	}
+
+	var s Session
+	line := strings.Split(strings.Replace(fakeLine, "\t1700000000\t\t", "\t1700000000+\t\t", 1), "\t")
+	if !parseBase(&s, line) || !s.Activity.Equal(time.Unix(1700000000, 0)) {
+		t.Fatalf("list line with the flag: activity %v", s.Activity)
+	}
+	if !parseBase(&s, strings.Split(fakeLine, "\t")) || !s.Activity.IsZero() {
+		t.Fatalf("list line without output: activity %v", s.Activity)
+	}
+}
+
+func TestActivityAt(t *testing.T) {
+	for _, tc := range []struct {
+		act, created int64
+		wrote        bool
+		want         int64 // 0: none
+	}{
+		{100, 100, false, 0}, {100, 100, true, 100}, {99, 100, true, 0}, {101, 100, false, 101}, {101, 100, true, 101},
+	} {
+		got := activityAt(tc.act, tc.created, tc.wrote)
+		if tc.want == 0 && !got.IsZero() || tc.want != 0 && got.Unix() != tc.want {
+			t.Errorf("%+v: got %v", tc, got)
+		}
+	}
+}
