@@ -245,8 +245,9 @@ func TestTalkByIdentityAndAfterEnd(t *testing.T) {
 }
 
 // TestTalkKeptForRestart: a session kept while its restart waits out its delay
-// shows its dead pane (screen: pane_dead true, the agent's last lines), and
-// input to it is 409 agent_not_running with details.restarting (the delay,
+// shows its dead pane (screen: pane_dead true, the agent's last lines), can be
+// followed and waited on, and input to it is 409 agent_not_running with
+// details.restarting (the delay,
 // 60 s, the most there is, outlasts the checks).
 func TestTalkKeptForRestart(t *testing.T) {
 	t.Parallel()
@@ -282,7 +283,24 @@ func TestTalkKeptForRestart(t *testing.T) {
 	if status != 409 || ans.Error == nil || ans.Error.Code != "agent_not_running" || ans.Error.Details["restarting"] != true {
 		t.Fatalf("input to a kept session: %d %s", status, b)
 	}
+	// It is not gone: its (dead) pane is idle, and its output can be followed
+	// (the next generation's would come), until the kill ends the stream.
+	if r := d.CLI(t, "wait", name, "--idle", "1s", "--timeout", "30s"); r.Code != 0 || strings.TrimSpace(r.Stdout) != "idle" {
+		t.Fatalf("wait --idle on a kept session: %s", r)
+	}
+	lines := followHTTP(t, d, name)
 	if r := d.CLI(t, "kill", name); r.Code != 0 {
 		t.Fatal(r)
+	}
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case _, ok := <-lines:
+			if !ok {
+				return
+			}
+		case <-deadline:
+			t.Fatal("output stream did not end with the kill")
+		}
 	}
 }

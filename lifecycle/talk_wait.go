@@ -72,7 +72,7 @@ func (m *Manager) Wait(ctx context.Context, ref Ref, req WaitRequest) (WaitResul
 	if req.Exit {
 		return m.waitExit(ctx, ref)
 	}
-	t, err := m.talkTarget(ctx, ref)
+	t, err := m.readTarget(ctx, ref)
 	if err != nil {
 		return WaitResult{}, waitErr(ctx, err)
 	}
