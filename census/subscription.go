@@ -41,18 +41,20 @@ import (
 // at scale: reconcileShare) and every authority decision (Inspect re-reads
 // tmux) catch: @skc-reservation, @skc-state and @skc-control, the identity
 // beyond its last four hex digits, a pane respawned by hand.
-const subFormat = "#{S:#{session_id}/#{=-3:window_activity}" + wroteFlag + "/" +
+const subFormat = "#{S:#{session_id}/#{=-3:window_activity}/" +
 	"#{W:#{P:#{?pane_dead,#{pane_dead_status}.#{pane_dead_signal},}}}/" +
 	"#{session_attached}/#{=-4:@skc-identity}/#{@skc-generation} }"
 
-// wroteFlag follows window_activity in the list and the subscription: "+"
+// wroteFlag follows window_activity in the list and in reads by id: "+"
 // while window_activity is still the session's creation second but the pane
 // has written (its cursor has moved, or lines went to history), else nothing.
 // tmux starts window_activity at the window's creation, in whole seconds, so
 // without it an agent that prints its banner in its first second and then
-// waits would look as if it had never written. It costs tmux one comparison
-// per session, the inner test only in that first second, and no byte of the
-// value otherwise.
+// waits would look as if it had never written. It is not in subFormat: there
+// it cost tmux 40-50 % more per evaluation for sessions that never wrote
+// (their window_activity stays their creation time); a session the
+// subscription first shows without activity is read by id once its creation
+// second is over instead (wrotecheck.go).
 const wroteFlag = "#{?#{==:#{window_activity},#{session_created}}," +
 	"#{?#{==:#{cursor_x}#{cursor_y}#{history_size},000},,+},}"
 
@@ -79,6 +81,7 @@ type subDiff struct {
 	reads []string            // held sessions whose pane or tags changed: read by id
 	reap  bool                // a pane is dead without its status yet (reapPoke)
 	acts  map[string]segment  // held sessions whose activity moved
+	quiet []string            // sessions first shown (wrotecheck.go)
 	segs  map[string]struct{} // the value's segments (raw)
 }
 
@@ -91,6 +94,9 @@ func (c *Census) onSubscription(ctx context.Context, b *burst, text string) {
 	}
 	if len(d.acts) > 0 {
 		c.applyActivity(d.acts)
+	}
+	if len(d.quiet) > 0 {
+		c.checkWroteLater(b, d.quiet)
 	}
 	if d.reap {
 		c.reapPoke(ctx)
@@ -140,6 +146,9 @@ func (c *Census) subChanged(text string) subDiff {
 		prev, had := seen[sg.id]
 		if had && prev == f {
 			continue
+		}
+		if !had {
+			d.quiet = append(d.quiet, sg.id) // checked once its creation second is over
 		}
 		e := c.sessions[sg.id]
 		if e == nil {
@@ -207,13 +216,11 @@ func lastN(v string, n int) string {
 
 // actDigits is subFormat's activity field for what the census holds of s.
 func actDigits(s Session) string {
-	t, flag := s.Activity, ""
+	t := s.Activity
 	if t.IsZero() {
 		t = s.Created
-	} else if t.Unix() == s.Created.Unix() {
-		flag = "+" // written within the creation second (wroteFlag)
 	}
-	return fmt.Sprintf("%03d", t.Unix()%activityMod) + flag // #{=-3:…} keeps leading zeros
+	return fmt.Sprintf("%03d", t.Unix()%activityMod) // #{=-3:…} keeps leading zeros
 }
 
 // cutWrote splits an activity field into its value and wroteFlag.
@@ -264,9 +271,8 @@ func (c *Census) applyActivity(acts map[string]segment) {
 		if old == nil {
 			continue
 		}
-		digits, wrote := cutWrote(sg.act)
-		t, ok := activityFrom(digits, now)
-		if !ok || !t.After(old.s.Activity) || !t.After(old.s.Created) && !(wrote && t.Equal(old.s.Created)) {
+		t, ok := activityFrom(sg.act, now)
+		if !ok || !t.After(old.s.Activity) || !t.After(old.s.Created) {
 			continue
 		}
 		e := *old

@@ -1,6 +1,7 @@
 package census
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -128,37 +129,10 @@ func TestActivityFrom(t *testing.T) {
 }
 
 // Output within the session's creation second leaves window_activity at the
-// creation time; wroteFlag's "+" tells it apart from no output, in the
-// subscription (applied without a read) and in a list line.
+// creation time; wroteFlag's "+" in a list line tells it apart from no
+// output, and a session the subscription first shows without activity is
+// read by id once its creation second is over, which finds it.
 func TestActivityWithinCreationSecond(t *testing.T) {
-	f := newFake()
-	f.lines = []string{fakeLine}
-	now := time.Unix(1700000003, 0)
-	info := tmuxctl.ServerInfo{ServerLife: tmuxctl.ServerLife{PID: os.Getpid(), StartTime: 1}, ControlSessionID: "$0"}
-	c := startFakeInfo(t, f, testConfig(), info, func(c *Census) { c.now = func() time.Time { return now } })
-	sub := c.Subscribe(10)
-	defer sub.Close()
-	f.sub("$1/000//0// ")
-	eventually(t, "first value's list", func() bool { full, _ := f.counts(); return full == 2 })
-	if s, _ := c.ByID("$1"); !s.Activity.IsZero() {
-		t.Fatalf("no output yet: activity %v", s.Activity)
-	}
-	reads0 := f.readCount()
-	f.sub("$1/000+//0// ")
-	ch := next(t, sub)
-	if created := time.Unix(1700000000, 0); ch.Kind != Changed || !ch.Session.Activity.Equal(created) {
-		t.Fatalf("want $1's activity at its creation %v, got %+v", created, ch)
-	}
-	if s, _ := c.ByID("$1"); actDigits(s) != "000+" || f.readCount() != reads0 {
-		t.Fatalf("held field %q, %d reads", actDigits(s), f.readCount()-reads0)
-	}
-	// The flag gone again (the screen cleared) does not move activity back.
-	f.sub("$1/000//0// ")
-	f.sub("$1/004//0// ")
-	if ch := next(t, sub); !ch.Session.Activity.Equal(time.Unix(1700000004, 0)) {
-		t.Fatalf("want activity 1700000004, got %v", ch.Session.Activity)
-	}
-
 	var s Session
 	line := strings.Split(strings.Replace(fakeLine, "\t1700000000\t\t", "\t1700000000+\t\t", 1), "\t")
 	if !parseBase(&s, line) || !s.Activity.Equal(time.Unix(1700000000, 0)) {
@@ -166,6 +140,28 @@ func TestActivityWithinCreationSecond(t *testing.T) {
 	}
 	if !parseBase(&s, strings.Split(fakeLine, "\t")) || !s.Activity.IsZero() {
 		t.Fatalf("list line without output: activity %v", s.Activity)
+	}
+
+	f := newFake()
+	f.lines = []string{fakeLine}
+	c := startFake(t, f, testConfig())
+	sub := c.Subscribe(10)
+	defer sub.Close()
+	f.sub("$1/000//0// ")
+	eventually(t, "first value's list", func() bool { full, _ := f.counts(); return full == 2 })
+	created := time.Now().Unix()
+	quiet := fmt.Sprintf("$2\t%d\t0\t%%2\t101\t0\t\t\t%d\t\t\t\t\t\ttwo", created, created)
+	f.setLines(fakeLine, quiet)
+	f.notify("%sessions-changed")
+	if ch := next(t, sub); ch.Kind != Added || ch.Session.ID != "$2" || !ch.Session.Activity.IsZero() {
+		t.Fatalf("want $2 added without activity, got %+v", ch)
+	}
+	// The banner written in the creation second: only the flag shows it.
+	f.setLines(fakeLine, strings.Replace(quiet, fmt.Sprintf("\t%d\t\t", created), fmt.Sprintf("\t%d+\t\t", created), 1))
+	f.sub(fmt.Sprintf("$1/000//0// $2/%03d//0// ", created%activityMod))
+	ch := next(t, sub)
+	if ch.Kind != Changed || ch.Session.ID != "$2" || ch.Session.Activity.Unix() != created {
+		t.Fatalf("want $2's activity at its creation %d, got %+v", created, ch)
 	}
 }
 

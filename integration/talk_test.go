@@ -206,6 +206,21 @@ func TestTalkByIdentityAndAfterEnd(t *testing.T) {
 	if r := d.CLI(t, append(append([]string{"screen"}, id...), "--json")...); r.Code != 0 || !strings.Contains(r.Stdout, `"started"`) {
 		t.Fatal(r)
 	}
+	// It wrote at once (most likely within its session's first second, which
+	// tmux's window_activity does not tell from no output) and then waits:
+	// activity_at is set all the same.
+	WaitFor(t, 30*time.Second, "activity_at set", func() error {
+		var s struct {
+			Session struct {
+				ActivityAt *string `json:"activity_at"`
+			} `json:"session"`
+		}
+		mustJSON(t, d.CLI(t, append(append([]string{"show"}, id...), "--json")...), &s)
+		if s.Session.ActivityAt == nil {
+			return fmt.Errorf("activity_at null")
+		}
+		return nil
+	})
 	if r := d.CLI(t, append(append([]string{"send"}, id...), "--enter", "--", "by", "identity")...); r.Code != 0 {
 		t.Fatal(r)
 	}
