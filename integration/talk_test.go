@@ -292,6 +292,13 @@ func TestTalkKeptForRestart(t *testing.T) {
 	if r.Code != 0 || !sc.PaneDead || !strings.Contains(strings.Join(sc.Lines, "\n"), "last words") {
 		t.Fatalf("screen of a kept session: %s", r)
 	}
+	r = d.CLI(t, "screen", "--state-dir", sd, "--session-id", "kept", "--lines", "10", "--json")
+	if mustJSON(t, r, &sc); r.Code != 0 || !sc.PaneDead || !strings.Contains(strings.Join(sc.Lines, "\n"), "last words") {
+		t.Fatalf("screen of a kept session by identity: %s", r)
+	}
+	if r := d.CLI(t, "send", "--state-dir", sd, "--session-id", "kept", "--", "x"); r.Code != 1 || !strings.Contains(r.Stderr, "(agent_not_running)") {
+		t.Fatalf("send to a kept session by identity: %s", r)
+	}
 	status, b := d.Do(t, "POST", "/v1/sessions/"+name+"/input", `{"text":"x"}`, nil)
 	var ans Answer
 	_ = decodeOne(string(b), &ans)

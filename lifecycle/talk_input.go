@@ -165,6 +165,13 @@ func (m *Manager) keptTarget(ctx context.Context, ref Ref, err error) (talkTarge
 		return talkTarget{}, false
 	}
 	t, rerr := m.Resolve(ctx, ref)
+	if rerr == nil && t.Session == nil && t.Published != nil && t.Published.Ended && m.inThisLife(t.Published) {
+		// By identity: the ended generation's session, if tmux keeps it
+		// with the identity's tags.
+		if s, ok := m.census.ByID(t.Published.TmuxID); ok && s.Identity() == t.Published.Identity.Digest() {
+			t.Session = &s
+		}
+	}
 	if rerr != nil || t.Session == nil || t.Published == nil || t.Live || t.Published.TmuxID != t.Session.ID {
 		return talkTarget{}, false
 	}
