@@ -161,21 +161,19 @@ func (m *Manager) exitTarget(ctx context.Context, ref Ref) (fence.Published, boo
 // endedNamed finds the ended generation whose session was named name, while
 // it is its identity's last generation: by the reservation id in the session's
 // attempt name (one indexed read), else — a session kept over restarts wears
-// its first generation's name — by the identity rows' session names.
+// its first generation's name — by the identity rows' session names. A fence
+// that cannot answer leaves the name gone, as it was before this lookup.
 func (m *Manager) endedNamed(ctx context.Context, name string) (fence.Published, bool, error) {
 	if i := strings.LastIndexByte(name, '-'); strings.HasPrefix(name, "skc-") && i > 0 &&
 		fence.CheckReservationID(name[i+1:]) == nil {
 		pub, ok, err := m.fence.PublishedByReservation(ctx, name[i+1:])
-		if err != nil {
-			return fence.Published{}, false, err
-		}
-		if ok && pub.Ended && pub.SessionName == name {
+		if ok && err == nil && pub.Ended && pub.SessionName == name {
 			return pub, true, nil
 		}
 	}
 	pubs, err := m.fence.Identities(ctx)
 	if err != nil {
-		return fence.Published{}, false, err
+		m.log.Debug().Err(err).Str("name", name).Msg("wait --exit: ended generation by name not looked up")
 	}
 	for _, p := range pubs {
 		if p.Ended && p.SessionName == name && !m.remote(&p) {
