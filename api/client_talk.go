@@ -16,31 +16,41 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
-// sessionPath is /v1/sessions/{name}/what.
-func sessionPath(name, what string) string {
-	return "/v1/sessions/" + url.PathEscape(name) + "/" + what
+// talkPath is /v1/sessions/{name}/what, or /v1/identity/what for a ref by
+// identity, with query q (its state_dir and session_id added for an identity).
+func talkPath(ref Ref, what string, q url.Values) string {
+	p := "/v1/sessions/" + url.PathEscape(ref.Name) + "/" + what
+	if ref.Name == "" {
+		p = "/v1/identity/" + what
+		q.Set("state_dir", ref.StateDir)
+		q.Set("session_id", ref.SessionID)
+	}
+	if len(q) == 0 {
+		return p
+	}
+	return p + "?" + q.Encode()
 }
 
 // Screen reads what the session's pane shows (history lines and colours on
 // request).
-func (c *Client) Screen(ctx context.Context, name string, lines int, ansi bool) (ScreenResponse, error) {
+func (c *Client) Screen(ctx context.Context, ref Ref, lines int, ansi bool) (ScreenResponse, error) {
 	q := url.Values{"lines": {strconv.Itoa(lines)}}
 	if ansi {
 		q.Set("ansi", "1")
 	}
 	var out ScreenResponse
-	return out, c.get(ctx, http.MethodGet, sessionPath(name, "screen")+"?"+q.Encode(), nil, &out)
+	return out, c.get(ctx, http.MethodGet, talkPath(ref, "screen", q), nil, &out)
 }
 
 // Input types in to the session's agent.
-func (c *Client) Input(ctx context.Context, name string, in InputRequest) (InputResponse, error) {
+func (c *Client) Input(ctx context.Context, ref Ref, in InputRequest) (InputResponse, error) {
 	var out InputResponse
-	return out, c.get(ctx, http.MethodPost, sessionPath(name, "input"), in, &out)
+	return out, c.get(ctx, http.MethodPost, talkPath(ref, "input", url.Values{}), in, &out)
 }
 
 // Wait blocks until the condition holds (nil error), the session is gone
 // (not_found) or the timeout passes (timeout).
-func (c *Client) Wait(ctx context.Context, name string, req WaitRequest) (WaitResponse, error) {
+func (c *Client) Wait(ctx context.Context, ref Ref, req WaitRequest) (WaitResponse, error) {
 	q := url.Values{}
 	switch {
 	case req.Exit:
@@ -54,13 +64,13 @@ func (c *Client) Wait(ctx context.Context, name string, req WaitRequest) (WaitRe
 		q.Set("timeout", req.Timeout.String())
 	}
 	var out WaitResponse
-	return out, c.get(ctx, http.MethodGet, sessionPath(name, "wait")+"?"+q.Encode(), nil, &out)
+	return out, c.get(ctx, http.MethodGet, talkPath(ref, "wait", q), nil, &out)
 }
 
 // Output follows the session's output: fn gets each chunk (Data, or a gap)
 // until the session ends (nil), ctx is done (nil) or fn fails (its error).
-func (c *Client) Output(ctx context.Context, name string, fn func(OutputChunk) error) error {
-	resp, err := c.send(ctx, http.MethodGet, sessionPath(name, "output")+"?follow=1", nil)
+func (c *Client) Output(ctx context.Context, ref Ref, fn func(OutputChunk) error) error {
+	resp, err := c.send(ctx, http.MethodGet, talkPath(ref, "output", url.Values{"follow": {"1"}}), nil)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil

@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -192,7 +194,7 @@ func DecodeInput(body []byte) (InputRequest, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil {
-		return InputRequest{}, invalid("body", "not a valid input object: %v", err)
+		return InputRequest{}, invalid(inputField(err), "not a valid input object: %v", err)
 	}
 	if dec.More() {
 		return InputRequest{}, invalid("body", "more than one JSON value")
@@ -201,6 +203,23 @@ func DecodeInput(body []byte) (InputRequest, error) {
 		return InputRequest{}, invalid("text", "text contains an unpaired surrogate escape (not valid UTF-8)")
 	}
 	return in, nil
+}
+
+// inputField is the field a decoding error is about: the unknown field's name
+// (encoding/json says `json: unknown field "NAME"`), the field of a value of
+// the wrong type, else the body.
+func inputField(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		return te.Field
+	}
+	const unknown = `json: unknown field "`
+	if msg := err.Error(); strings.HasPrefix(msg, unknown) && strings.HasSuffix(msg, `"`) {
+		if f := msg[len(unknown) : len(msg)-1]; f != "" && utf8.ValidString(f) {
+			return f
+		}
+	}
+	return "body"
 }
 
 // hasReplacementChar reports whether the body itself carries U+FFFD, raw or as

@@ -3,7 +3,7 @@ package api
 import (
 	"encoding/json"
 	"net/http/httptest"
-	"strings"
+	"net/url"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -30,7 +30,10 @@ func TestDecodeInput(t *testing.T) {
 		{"{\"text\":\"raw \xef\xbf\xbd too\"}", "", "raw \ufffd too"},
 		{"{\"text\":\"a\xffb\"}", "text", ""},
 		{`{"text":"a\ud800b"}`, "text", ""},
-		{`{"keys":["C-c"],"bogus":true}`, "body", ""},
+		{`{"keys":["C-c"],"bogus":true}`, "bogus", ""},
+		{`{"text":5}`, "text", ""},
+		{`{"keys":"C-c"}`, "keys", ""},
+		{`{"text":"x","enter":"yes"}`, "enter", ""},
 		{`{"text":"a"} {"text":"b"}`, "body", ""},
 		{`[1]`, "body", ""},
 	} {
@@ -69,8 +72,11 @@ func TestParseWait(t *testing.T) {
 			t.Errorf("%s: %v, want a refusal of %s", c.query, err, c.field)
 		}
 	}
-	if !strings.Contains(sessionPath("a b/c", "screen"), "a%20b%2Fc") {
-		t.Error(sessionPath("a b/c", "screen"))
+	if p := talkPath(Ref{Name: "a b/c"}, "screen", url.Values{}); p != "/v1/sessions/a%20b%2Fc/screen" {
+		t.Error(p)
+	}
+	if p := talkPath(Ref{StateDir: "/s d", SessionID: "x"}, "wait", url.Values{"exit": {"1"}}); p != "/v1/identity/wait?exit=1&session_id=x&state_dir=%2Fs+d" {
+		t.Error(p)
 	}
 }
 

@@ -57,10 +57,11 @@ type Session struct {
 
 	// Activity is when the session's current window last had output from
 	// its pane (tmux's window_activity, whole seconds), zero when it has
-	// had none since the session was created: tmux starts the value at
-	// the window's creation, so output within the session's first second
-	// is not told apart from none. Kept live by the census subscription
-	// (within about a second), not by a read per session.
+	// had none since the session was created. tmux starts the value at the
+	// window's creation, so output within the session's first second is
+	// told apart from none by wroteFlag (the pane's cursor or history).
+	// Kept live by the census subscription (within about a second), not by
+	// a read per session.
 	Activity time.Time
 
 	// About PaneDeadStatus: tmux sets pane_dead one tick before the status,

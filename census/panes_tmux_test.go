@@ -82,6 +82,26 @@ func TestActivityFollowsOutput(t *testing.T) {
 	}
 }
 
+// A pane that writes at once and then waits has activity: tmux's
+// window_activity may still be the creation second (it usually is), which
+// wroteFlag tells apart from no output; a quiet pane beside it has none.
+func TestActivityOfABannerThenQuiet(t *testing.T) {
+	r := newRig(t, nil)
+	quiet := r.tmux("new-session", "-d", "-P", "-F", "#{session_id}", "-s", "quiet", "cat")
+	banner := r.tmux("new-session", "-d", "-P", "-F", "#{session_id}", "-s", "banner", "printf banner; exec cat")
+	eventually(t, "the banner's activity", func() bool {
+		s, ok := r.c.ByID(banner)
+		return ok && !s.Activity.IsZero()
+	})
+	tmuxAct, _ := strconv.ParseInt(r.tmux("display-message", "-p", "-t", banner, "#{window_activity}"), 10, 64)
+	if s, _ := r.c.ByID(banner); s.Activity.Unix() != tmuxAct {
+		t.Fatalf("activity %v, tmux's window_activity %d", s.Activity, tmuxAct)
+	}
+	if s, _ := r.c.ByID(quiet); !s.Activity.IsZero() {
+		t.Fatalf("a pane without output has activity %v", s.Activity)
+	}
+}
+
 // The pane-died hook alone tells a death: with the census subscription
 // removed and the reconcile an hour away, only the hook's rename of the
 // control window (panehook.go) can bring the read by id.

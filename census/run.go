@@ -67,6 +67,7 @@ func (c *Census) Run(ctx context.Context) error {
 	defer reconcile.Stop()
 	b := newBurst()
 	defer b.timer.Stop()
+	defer b.checkTimer.Stop()
 	defer c.bg.Wait()
 	defer func() {
 		if b.inflight {
@@ -112,6 +113,8 @@ func (c *Census) Run(ctx context.Context) error {
 			c.relistDone(ctx, b, err)
 		case err := <-b.readDone:
 			c.readsDone(ctx, b, err)
+		case <-b.checkTimer.C:
+			c.checksDue(ctx, b)
 		}
 	}
 }
@@ -167,12 +170,19 @@ type burst struct {
 	reads    map[string]struct{} // ids waiting for the next batch
 	reading  bool
 	readDone chan error
+
+	// Sessions to read by id once their creation second is over, unless
+	// they show activity by then (wrotecheck.go): when each is due.
+	checks     map[string]time.Time
+	checkTimer *time.Timer
 }
 
 func newBurst() *burst {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
-	return &burst{timer: t, done: make(chan error, 1), readDone: make(chan error, 1)}
+	ct := time.NewTimer(time.Hour)
+	ct.Stop()
+	return &burst{timer: t, done: make(chan error, 1), readDone: make(chan error, 1), checkTimer: ct}
 }
 
 // trigger notes that the census may be behind tmux; full is false when the

@@ -45,6 +45,19 @@ const subFormat = "#{S:#{session_id}/#{=-3:window_activity}/" +
 	"#{W:#{P:#{?pane_dead,#{pane_dead_status}.#{pane_dead_signal},}}}/" +
 	"#{session_attached}/#{=-4:@skc-identity}/#{@skc-generation} }"
 
+// wroteFlag follows window_activity in the list and in reads by id: "+"
+// while window_activity is still the session's creation second but the pane
+// has written (its cursor has moved, or lines went to history), else nothing.
+// tmux starts window_activity at the window's creation, in whole seconds, so
+// without it an agent that prints its banner in its first second and then
+// waits would look as if it had never written. It is not in subFormat: there
+// it cost tmux 40-50 % more per evaluation for sessions that never wrote
+// (their window_activity stays their creation time); a session the
+// subscription first shows without activity is read by id once its creation
+// second is over instead (wrotecheck.go).
+const wroteFlag = "#{?#{==:#{window_activity},#{session_created}}," +
+	"#{?#{==:#{cursor_x}#{cursor_y}#{history_size},000},,+},}"
+
 // activityMod is the modulus of the activity field of subFormat (3 digits).
 const activityMod = 1000
 
@@ -68,6 +81,7 @@ type subDiff struct {
 	reads []string            // held sessions whose pane or tags changed: read by id
 	reap  bool                // a pane is dead without its status yet (reapPoke)
 	acts  map[string]segment  // held sessions whose activity moved
+	quiet []string            // sessions first shown (wrotecheck.go)
 	segs  map[string]struct{} // the value's segments (raw)
 }
 
@@ -80,6 +94,9 @@ func (c *Census) onSubscription(ctx context.Context, b *burst, text string) {
 	}
 	if len(d.acts) > 0 {
 		c.applyActivity(d.acts)
+	}
+	if len(d.quiet) > 0 {
+		c.checkWroteLater(b, d.quiet)
 	}
 	if d.reap {
 		c.reapPoke(ctx)
@@ -129,6 +146,9 @@ func (c *Census) subChanged(text string) subDiff {
 		prev, had := seen[sg.id]
 		if had && prev == f {
 			continue
+		}
+		if !had {
+			d.quiet = append(d.quiet, sg.id) // checked once its creation second is over
 		}
 		e := c.sessions[sg.id]
 		if e == nil {
@@ -203,10 +223,19 @@ func actDigits(s Session) string {
 	return fmt.Sprintf("%03d", t.Unix()%activityMod) // #{=-3:…} keeps leading zeros
 }
 
+// cutWrote splits an activity field into its value and wroteFlag.
+func cutWrote(v string) (string, bool) {
+	if w, ok := strings.CutSuffix(v, "+"); ok {
+		return w, true
+	}
+	return v, false
+}
+
 // activityAt is a session's Activity from tmux's window_activity: zero while
-// it is still the window's creation time (no output yet).
-func activityAt(act, created int64) time.Time {
-	if act <= created {
+// it is still the window's creation time and the pane has not written
+// (wrote: wroteFlag); the creation second when it has.
+func activityAt(act, created int64, wrote bool) time.Time {
+	if act < created || act == created && !wrote {
 		return time.Time{}
 	}
 	return time.Unix(act, 0).UTC()

@@ -1,6 +1,7 @@
 package census
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -124,5 +125,57 @@ func TestActivityFrom(t *testing.T) {
 	}
 	if _, ok := activityFrom("x", now); ok {
 		t.Error("non-digits accepted")
+	}
+}
+
+// Output within the session's creation second leaves window_activity at the
+// creation time; wroteFlag's "+" in a list line tells it apart from no
+// output, and a session the subscription first shows without activity is
+// read by id once its creation second is over, which finds it.
+func TestActivityWithinCreationSecond(t *testing.T) {
+	var s Session
+	line := strings.Split(strings.Replace(fakeLine, "\t1700000000\t\t", "\t1700000000+\t\t", 1), "\t")
+	if !parseBase(&s, line) || !s.Activity.Equal(time.Unix(1700000000, 0)) {
+		t.Fatalf("list line with the flag: activity %v", s.Activity)
+	}
+	if !parseBase(&s, strings.Split(fakeLine, "\t")) || !s.Activity.IsZero() {
+		t.Fatalf("list line without output: activity %v", s.Activity)
+	}
+
+	f := newFake()
+	f.lines = []string{fakeLine}
+	c := startFake(t, f, testConfig())
+	sub := c.Subscribe(10)
+	defer sub.Close()
+	f.sub("$1/000//0// ")
+	eventually(t, "first value's list", func() bool { full, _ := f.counts(); return full == 2 })
+	created := time.Now().Unix()
+	quiet := fmt.Sprintf("$2\t%d\t0\t%%2\t101\t0\t\t\t%d\t\t\t\t\t\ttwo", created, created)
+	f.setLines(fakeLine, quiet)
+	f.notify("%sessions-changed")
+	if ch := next(t, sub); ch.Kind != Added || ch.Session.ID != "$2" || !ch.Session.Activity.IsZero() {
+		t.Fatalf("want $2 added without activity, got %+v", ch)
+	}
+	// The banner written in the creation second: only the flag shows it.
+	f.setLines(fakeLine, strings.Replace(quiet, fmt.Sprintf("\t%d\t\t", created), fmt.Sprintf("\t%d+\t\t", created), 1))
+	f.sub(fmt.Sprintf("$1/000//0// $2/%03d//0// ", created%activityMod))
+	ch := next(t, sub)
+	if ch.Kind != Changed || ch.Session.ID != "$2" || ch.Session.Activity.Unix() != created {
+		t.Fatalf("want $2's activity at its creation %d, got %+v", created, ch)
+	}
+}
+
+func TestActivityAt(t *testing.T) {
+	for _, tc := range []struct {
+		act, created int64
+		wrote        bool
+		want         int64 // 0: none
+	}{
+		{100, 100, false, 0}, {100, 100, true, 100}, {99, 100, true, 0}, {101, 100, false, 101}, {101, 100, true, 101},
+	} {
+		got := activityAt(tc.act, tc.created, tc.wrote)
+		if tc.want == 0 && !got.IsZero() || tc.want != 0 && got.Unix() != tc.want {
+			t.Errorf("%+v: got %v", tc, got)
+		}
 	}
 }

@@ -51,13 +51,13 @@ const (
 	listFields = baseFields + len(tagNames) + 1 // base fields, tags, name (the rest of the line)
 	// listFormat puts the name last so that it is "the rest of the line".
 	listFormat = "#{session_id}\t#{session_created}\t#{session_attached}\t" +
-		"#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{pane_dead_status}\t#{pane_dead_signal}\t#{window_activity}\t" +
+		"#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{pane_dead_status}\t#{pane_dead_signal}\t#{window_activity}" + wroteFlag + "\t" +
 		"#{@skc-control}\t#{@skc-identity}\t#{@skc-generation}\t#{@skc-reservation}\t#{@skc-state}\t" +
 		"#{session_name}"
 	// baseFormat is listFormat without tags, for sessions whose list line did
 	// not parse (a hand-set tag holding a tab or newline).
 	baseFormat = "#{session_id}\t#{session_created}\t#{session_attached}\t" +
-		"#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{pane_dead_status}\t#{pane_dead_signal}\t#{window_activity}\t" +
+		"#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{pane_dead_status}\t#{pane_dead_signal}\t#{window_activity}" + wroteFlag + "\t" +
 		"#{session_name}"
 )
 
@@ -363,11 +363,12 @@ func parseBase(s *Session, f []string) bool {
 	created, err1 := strconv.ParseInt(f[1], 10, 64)
 	attached, err2 := strconv.Atoi(f[2])
 	pid, err3 := strconv.Atoi(f[4])
-	act, err4 := strconv.ParseInt(f[8], 10, 64)
+	actField, wrote := cutWrote(f[8])
+	act, err4 := strconv.ParseInt(actField, 10, 64)
 	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || (f[5] != "0" && f[5] != "1") {
 		return false
 	}
-	s.Activity = activityAt(act, created)
+	s.Activity = activityAt(act, created, wrote)
 	s.Created = time.Unix(created, 0).UTC()
 	s.Attached = attached
 	s.PaneID = f[3]

@@ -124,7 +124,7 @@ func checkTalkRefusals(t *testing.T, d *Daemon, name string) {
 		{"POST", in, `{"text":"a\ud800b"}`, 400, "text"},
 		{"POST", in, `{"text":"a\u0000b"}`, 400, "text"},
 		{"POST", in, `{"keys":["Enter","rm -rf"]}`, 400, "keys"},
-		{"POST", in, `{"text":"x","bogus":1}`, 400, "body"},
+		{"POST", in, `{"text":"x","bogus":1}`, 400, "bogus"},
 		{"POST", in, `{"text":"` + strings.Repeat("x", 64<<10+1) + `"}`, 400, "text"},
 		{"GET", "/v1/sessions/" + name + "/screen?lines=10001", "", 400, "lines"},
 		{"GET", "/v1/sessions/" + name + "/screen?lines=-1", "", 400, "lines"},
@@ -182,6 +182,147 @@ func checkKillTail(t *testing.T, d *Daemon, name string, lines <-chan string) {
 			}
 		case <-deadline:
 			t.Fatal("output stream did not end with the session")
+		}
+	}
+}
+
+// TestTalkByIdentityAndAfterEnd: the four verbs name a session by identity as
+// well as by NAME, and wait --exit that starts after the agent has ended
+// answers exit 0 with its ended verdict (CONTRACT: "for --exit: 0 with the
+// ended verdict"), by name and by identity.
+func TestTalkByIdentityAndAfterEnd(t *testing.T) {
+	t.Parallel()
+	d := StartDaemon(t, DaemonOpts{})
+	sd := t.TempDir()
+	id := []string{"--state-dir", sd, "--session-id", "talk-id"}
+	r := d.CLI(t, append(append([]string{"create"}, id...), "--json", "--", "sh", "-c", `echo started; read x; echo "got $x"; exit 3`)...)
+	var a Answer
+	mustJSON(t, r, &a)
+	d.NoteSession(t)
+	name := a.Session.Name
+	if r := d.CLI(t, append(append([]string{"wait"}, id...), "--text", "started", "--timeout", "30s")...); r.Code != 0 {
+		t.Fatal(r)
+	}
+	if r := d.CLI(t, append(append([]string{"screen"}, id...), "--json")...); r.Code != 0 || !strings.Contains(r.Stdout, `"started"`) {
+		t.Fatal(r)
+	}
+	// It wrote at once (most likely within its session's first second, which
+	// tmux's window_activity does not tell from no output) and then waits:
+	// activity_at is set all the same.
+	WaitFor(t, 30*time.Second, "activity_at set", func() error {
+		var s struct {
+			Session struct {
+				ActivityAt *string `json:"activity_at"`
+			} `json:"session"`
+		}
+		mustJSON(t, d.CLI(t, append(append([]string{"show"}, id...), "--json")...), &s)
+		if s.Session.ActivityAt == nil {
+			return fmt.Errorf("activity_at null")
+		}
+		return nil
+	})
+	if r := d.CLI(t, append(append([]string{"send"}, id...), "--enter", "--", "by", "identity")...); r.Code != 0 {
+		t.Fatal(r)
+	}
+	exitVerdict := func(r Result) {
+		t.Helper()
+		var w struct {
+			Status  string `json:"status"`
+			Verdict struct {
+				Skc struct {
+					Verdict string `json:"verdict"`
+					Exit    struct {
+						Status *int `json:"status"`
+					} `json:"exit"`
+					Output struct {
+						Tail string `json:"tail"`
+					} `json:"output"`
+				} `json:"skc"`
+			} `json:"verdict"`
+		}
+		mustJSON(t, r, &w)
+		v := w.Verdict.Skc
+		if r.Code != 0 || w.Status != "exited" || v.Verdict != "ended" || v.Exit.Status == nil || *v.Exit.Status != 3 ||
+			!strings.Contains(v.Output.Tail, "got by identity") {
+			t.Fatalf("wait --exit: %s", r)
+		}
+	}
+	exitVerdict(d.CLI(t, append(append([]string{"wait"}, id...), "--exit", "--timeout", "60s", "--json")...))
+	// The agent has ended: both names still answer with its verdict.
+	exitVerdict(d.CLI(t, "wait", name, "--exit", "--json"))
+	exitVerdict(d.CLI(t, append(append([]string{"wait"}, id...), "--exit", "--json")...))
+	if r := d.CLI(t, "wait", name+"0", "--exit"); r.Code != 4 || !strings.Contains(r.Stderr, "(not_found)") {
+		t.Fatalf("wait --exit on a name that never was: %s", r)
+	}
+	if r := d.CLI(t, append([]string{"screen"}, id...)...); r.Code != 4 {
+		t.Fatalf("screen of an ended session: %s", r)
+	}
+}
+
+// TestTalkKeptForRestart: a session kept while its restart waits out its delay
+// shows its dead pane (screen: pane_dead true, the agent's last lines), can be
+// followed and waited on, and input to it is 409 agent_not_running with
+// details.restarting (the delay,
+// 60 s, the most there is, outlasts the checks).
+func TestTalkKeptForRestart(t *testing.T) {
+	t.Parallel()
+	d := StartDaemon(t, DaemonOpts{})
+	sd := t.TempDir()
+	r := d.CLI(t, "create", "--state-dir", sd, "--session-id", "kept", "--restart", "on-failure",
+		"--restart-delay", "60s", "--json", "--", "sh", "-c", "echo last words; exit 3")
+	var a Answer
+	mustJSON(t, r, &a)
+	d.NoteSession(t)
+	name := a.Session.Name
+	WaitFor(t, 60*time.Second, "the session waits for its restart", func() error {
+		var s Answer
+		mustJSON(t, d.CLI(t, "show", name, "--json"), &s)
+		if s.Session == nil || s.Session.State != "exited" {
+			return fmt.Errorf("show: %+v", s.Session)
+		}
+		return nil
+	})
+	var sc struct {
+		Lines    []string `json:"lines"`
+		PaneDead bool     `json:"pane_dead"`
+	}
+	// tmux's "Pane is dead" line scrolled the top row in to history.
+	r = d.CLI(t, "screen", name, "--lines", "10", "--json")
+	mustJSON(t, r, &sc)
+	if r.Code != 0 || !sc.PaneDead || !strings.Contains(strings.Join(sc.Lines, "\n"), "last words") {
+		t.Fatalf("screen of a kept session: %s", r)
+	}
+	r = d.CLI(t, "screen", "--state-dir", sd, "--session-id", "kept", "--lines", "10", "--json")
+	if mustJSON(t, r, &sc); r.Code != 0 || !sc.PaneDead || !strings.Contains(strings.Join(sc.Lines, "\n"), "last words") {
+		t.Fatalf("screen of a kept session by identity: %s", r)
+	}
+	if r := d.CLI(t, "send", "--state-dir", sd, "--session-id", "kept", "--", "x"); r.Code != 1 || !strings.Contains(r.Stderr, "(agent_not_running)") {
+		t.Fatalf("send to a kept session by identity: %s", r)
+	}
+	status, b := d.Do(t, "POST", "/v1/sessions/"+name+"/input", `{"text":"x"}`, nil)
+	var ans Answer
+	_ = decodeOne(string(b), &ans)
+	if status != 409 || ans.Error == nil || ans.Error.Code != "agent_not_running" || ans.Error.Details["restarting"] != true {
+		t.Fatalf("input to a kept session: %d %s", status, b)
+	}
+	// It is not gone: its (dead) pane is idle, and its output can be followed
+	// (the next generation's would come), until the kill ends the stream.
+	if r := d.CLI(t, "wait", name, "--idle", "1s", "--timeout", "30s"); r.Code != 0 || strings.TrimSpace(r.Stdout) != "idle" {
+		t.Fatalf("wait --idle on a kept session: %s", r)
+	}
+	lines := followHTTP(t, d, name)
+	if r := d.CLI(t, "kill", name); r.Code != 0 {
+		t.Fatal(r)
+	}
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case _, ok := <-lines:
+			if !ok {
+				return
+			}
+		case <-deadline:
+			t.Fatal("output stream did not end with the kill")
 		}
 	}
 }

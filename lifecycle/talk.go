@@ -56,6 +56,20 @@ func (m *Manager) talkTarget(ctx context.Context, ref Ref) (talkTarget, error) {
 	return talkTarget{pub: pub, sess: sess, life: m.lifeOf(pub.ServerPID, pub.ServerStart)}, nil
 }
 
+// readTarget is talkTarget for what only reads a pane (screen, output, wait
+// for idle or text): a session kept for a restart — its agent ended, its dead
+// pane still there, the next generation to start in it — can be read too.
+func (m *Manager) readTarget(ctx context.Context, ref Ref) (talkTarget, error) {
+	t, err := m.talkTarget(ctx, ref)
+	if err == nil {
+		return t, nil
+	}
+	if k, ok := m.keptTarget(ctx, ref, err); ok {
+		return k, nil
+	}
+	return talkTarget{}, err
+}
+
 // Cursor is a cursor position: column x and row y of the visible screen, from 0.
 type Cursor struct {
 	X int `json:"x"`
@@ -79,7 +93,7 @@ func (m *Manager) Screen(ctx context.Context, ref Ref, lines int, ansi bool) (Sc
 		return Screen{}, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "lines", "max": MaxScreenLines},
 			"lines must be between 0 and %d, got %d", MaxScreenLines, lines)
 	}
-	t, err := m.talkTarget(ctx, ref)
+	t, err := m.readTarget(ctx, ref)
 	if err != nil {
 		return Screen{}, err
 	}

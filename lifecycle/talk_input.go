@@ -149,15 +149,33 @@ func notRunning(name string) error {
 // ended — kept by a restart that waits out its delay or is under way — into
 // agent_not_running: the session exists, its agent does not (yet).
 func (m *Manager) keptNotRunning(ctx context.Context, ref Ref, err error) error {
-	if verdict.CodeOf(err) != verdict.CodeNotFound {
+	t, ok := m.keptTarget(ctx, ref, err)
+	if !ok {
 		return err
+	}
+	return verdict.Errorf(verdict.CodeAgentNotRunning, map[string]any{"name": t.sess.Name, "restarting": true},
+		"the agent of session %s is not running (its generation ended; a restart is due or under way)", t.sess.Name)
+}
+
+// keptTarget is, when err is the not_found of talkTarget, the session of ours
+// that ref names and that is kept after its generation ended (for a restart):
+// it has no running agent, but its pane is there to read.
+func (m *Manager) keptTarget(ctx context.Context, ref Ref, err error) (talkTarget, bool) {
+	if verdict.CodeOf(err) != verdict.CodeNotFound {
+		return talkTarget{}, false
 	}
 	t, rerr := m.Resolve(ctx, ref)
-	if rerr != nil || t.Session == nil || t.Published == nil || t.Live {
-		return err
+	if rerr == nil && t.Session == nil && t.Published != nil && t.Published.Ended && m.inThisLife(t.Published) {
+		// By identity: the ended generation's session, if tmux keeps it
+		// with the identity's tags.
+		if s, ok := m.census.ByID(t.Published.TmuxID); ok && s.Identity() == t.Published.Identity.Digest() {
+			t.Session = &s
+		}
 	}
-	return verdict.Errorf(verdict.CodeAgentNotRunning, map[string]any{"name": t.Session.Name, "restarting": true},
-		"the agent of session %s is not running (its generation ended; a restart is due or under way)", t.Session.Name)
+	if rerr != nil || t.Session == nil || t.Published == nil || t.Live || t.Published.TmuxID != t.Session.ID {
+		return talkTarget{}, false
+	}
+	return talkTarget{pub: *t.Published, sess: *t.Session, life: m.lifeOf(t.Published.ServerPID, t.Published.ServerStart)}, true
 }
 
 // inputQueue orders the inputs of one session: tickets are taken when an input

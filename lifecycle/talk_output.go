@@ -74,9 +74,10 @@ type outputFeed struct {
 }
 
 // FollowOutput subscribes to what the session's pane writes from now on. The
-// subscription ends when the session ends (Next reports ok=false) or Close.
+// subscription ends when the session ends (Next reports ok=false) or Close;
+// a session kept for a restart is followed through its next generation.
 func (m *Manager) FollowOutput(ctx context.Context, ref Ref) (*OutputSub, error) {
-	t, err := m.talkTarget(ctx, ref)
+	t, err := m.readTarget(ctx, ref)
 	if err != nil {
 		return nil, err
 	}

@@ -401,8 +401,10 @@ func checkIdleGap(t *testing.T, obs *OutputSub, begun, at time.Time, idle time.D
 	t.Logf("the agent stalled for %v while ticking; the early return was right", gap)
 }
 
-// TestTalkWaitExitAndGone: wait --exit returns the ended verdict; a wait on a
-// gone session is not_found.
+// TestTalkWaitExitAndGone: wait --exit returns the ended verdict, also when
+// it starts after the end (CONTRACT: "for --exit: 0 with the ended verdict");
+// an idle wait on a gone session, and an exit wait on a name that never was,
+// are not_found.
 func TestTalkWaitExitAndGone(t *testing.T) {
 	e := startEnv(t, "", "", false)
 	ref, _ := e.echoSession(t, "waitexit")
@@ -430,9 +432,17 @@ func TestTalkWaitExitAndGone(t *testing.T) {
 	if _, err := e.m.Wait(context.Background(), ref, WaitRequest{Idle: time.Second}); codeOf(err) != verdict.CodeNotFound {
 		t.Fatalf("wait --idle on a gone session: %v", err)
 	}
-	// --exit on a session that has ended already answers with its verdict.
-	if res, err := e.m.Wait(context.Background(), byID, WaitRequest{Exit: true}); err != nil || res.Verdict == nil {
-		t.Fatalf("wait --exit on an ended session: %+v %v", res, err)
+	// --exit on a session that has ended already answers with its verdict,
+	// by identity and by the name the session had.
+	for _, r := range []Ref{byID, ref} {
+		res, err := e.m.Wait(context.Background(), r, WaitRequest{Exit: true})
+		if err != nil || res.Status != "exited" || res.Verdict == nil || res.Verdict.Verdict != verdict.VerdictEnded ||
+			res.Verdict.Session == nil || res.Verdict.Session.Name != ref.Name {
+			t.Fatalf("wait --exit on an ended session (%+v): %+v %v", r, res, err)
+		}
+	}
+	if _, err := e.m.Wait(context.Background(), Ref{Name: ref.Name + "x"}, WaitRequest{Exit: true}); codeOf(err) != verdict.CodeNotFound {
+		t.Fatalf("wait --exit on a name that never was: %v", err)
 	}
 }
 

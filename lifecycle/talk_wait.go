@@ -72,7 +72,7 @@ func (m *Manager) Wait(ctx context.Context, ref Ref, req WaitRequest) (WaitResul
 	if req.Exit {
 		return m.waitExit(ctx, ref)
 	}
-	t, err := m.talkTarget(ctx, ref)
+	t, err := m.readTarget(ctx, ref)
 	if err != nil {
 		return WaitResult{}, waitErr(ctx, err)
 	}
@@ -103,14 +103,7 @@ func goneErr(name string) error {
 // that generation has ended already, its ended verdict is the answer at once.
 func (m *Manager) waitExit(ctx context.Context, ref Ref) (WaitResult, error) {
 	after := m.verdicts.Sequence() // before the lookup: an end right after it is seen
-	pub, ok, err := m.publishedFor(ctx, ref)
-	if err == nil && !ok && ref.Identity == nil {
-		// A $id, or the current name of a session renamed by hand: the one
-		// resolver knows them while the session is listed.
-		if t, rerr := m.Resolve(ctx, ref); rerr == nil && t.Published != nil {
-			pub, ok = *t.Published, true
-		}
-	}
+	pub, ok, err := m.exitTarget(ctx, ref)
 	switch {
 	case err == nil && ok && !pub.Ended && m.remote(&pub) && !m.inThisLife(&pub):
 		// Its ended verdict is written on its own host, not here.
@@ -146,6 +139,48 @@ func (m *Manager) waitExit(ctx context.Context, ref Ref) (WaitResult, error) {
 			}
 		}
 	}
+}
+
+// exitTarget is the generation a wait --exit on ref waits for: the one ref
+// names now, or, for a name no session wears any more, the ended generation
+// that lived in the session of that name (a wait that starts after the agent
+// ended answers with its ended verdict, as one that started before would).
+func (m *Manager) exitTarget(ctx context.Context, ref Ref) (fence.Published, bool, error) {
+	pub, ok, err := m.publishedFor(ctx, ref)
+	if err != nil || ok || ref.Identity != nil {
+		return pub, ok, err
+	}
+	// A $id, or the current name of a session renamed by hand: the one
+	// resolver knows them while the session is listed.
+	if t, rerr := m.Resolve(ctx, ref); rerr == nil && t.Published != nil {
+		return *t.Published, true, nil
+	}
+	return m.endedNamed(ctx, ref.Name)
+}
+
+// endedNamed finds the ended generation whose session was named name, while
+// it is its identity's last generation: by the reservation id in the session's
+// attempt name (one indexed read), else — a session kept over restarts wears
+// its first generation's name — by the identity rows' session names. A fence
+// that cannot answer leaves the name gone, as it was before this lookup.
+func (m *Manager) endedNamed(ctx context.Context, name string) (fence.Published, bool, error) {
+	if i := strings.LastIndexByte(name, '-'); strings.HasPrefix(name, "skc-") && i > 0 &&
+		fence.CheckReservationID(name[i+1:]) == nil {
+		pub, ok, err := m.fence.PublishedByReservation(ctx, name[i+1:])
+		if ok && err == nil && pub.Ended && pub.SessionName == name {
+			return pub, true, nil
+		}
+	}
+	pubs, err := m.fence.Identities(ctx)
+	if err != nil {
+		m.log.Debug().Err(err).Str("name", name).Msg("wait --exit: ended generation by name not looked up")
+	}
+	for _, p := range pubs {
+		if p.Ended && p.SessionName == name && !m.remote(&p) {
+			return p, true, nil
+		}
+	}
+	return fence.Published{}, false, nil
 }
 
 func endsGeneration(rec verdict.Record, pub fence.Published) bool {

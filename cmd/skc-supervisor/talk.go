@@ -15,22 +15,34 @@ import (
 )
 
 // The verbs that talk to agents (docs/contract.md "Talking to agents"): screen,
-// send, output, wait. Each names a session by NAME.
+// send, output, wait. Each names a session by NAME (its name or $id) or by
+// --state-dir DIR --session-id ID.
 
 // cliStdin is where `send` reads its text when none is given (tests replace it).
 var cliStdin io.Reader = os.Stdin
 
-// nameArg parses args with fs and returns the session NAME (the first
-// positional argument) and the rest.
-func nameArg(verbName string, fs *flag.FlagSet, args []string) (string, []string, error) {
+// talkRef parses args with fs and returns the session — NAME (the first
+// positional argument) or --state-dir DIR --session-id ID — and the other
+// positional arguments.
+func talkRef(verbName string, fs *flag.FlagSet, args []string) (api.Ref, []string, error) {
+	var ref api.Ref
+	fs.StringVar(&ref.StateDir, "state-dir", "", "")
+	fs.StringVar(&ref.SessionID, "session-id", "", "")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
-		return "", nil, err
+		return ref, nil, err
 	}
-	if len(pos) == 0 || pos[0] == "" {
-		return "", nil, usageError(verbName, errors.New("give a session NAME"))
+	if ref.StateDir == "" && ref.SessionID == "" {
+		if len(pos) == 0 || pos[0] == "" {
+			return ref, nil, usageError(verbName, errors.New("give a session NAME or --state-dir and --session-id"))
+		}
+		ref.Name, pos = pos[0], pos[1:]
 	}
-	return pos[0], pos[1:], nil
+	if ref.StateDir, err = absPath("state_dir", ref.StateDir); err != nil {
+		return ref, nil, err
+	}
+	ref, err = api.ValidateRef(ref)
+	return ref, pos, err
 }
 
 func runScreen(cli *CLI, args []string) int {
@@ -38,7 +50,7 @@ func runScreen(cli *CLI, args []string) int {
 	fs := newFlags("screen", &o, true)
 	lines := fs.Int("lines", 0, "")
 	ansi := fs.Bool("ansi", false, "")
-	name, rest, err := nameArg("screen", fs, args)
+	ref, rest, err := talkRef("screen", fs, args)
 	if err == nil && len(rest) > 0 {
 		err = usageError("screen", errors.New("one session NAME expected"))
 	}
@@ -46,7 +58,7 @@ func runScreen(cli *CLI, args []string) int {
 		return cli.fail(o, err)
 	}
 	return respond(cli, o, func(c *api.Client) (api.ScreenResponse, error) {
-		return c.Screen(cli.ctx, name, *lines, *ansi)
+		return c.Screen(cli.ctx, ref, *lines, *ansi)
 	}, func(res api.ScreenResponse) {
 		for _, l := range res.Lines {
 			fmt.Fprintln(cli.stdout, l)
@@ -66,7 +78,7 @@ func runSend(cli *CLI, args []string) int {
 	fs := newFlags("send", &o, true)
 	enter := fs.Bool("enter", false, "")
 	fs.Var(&keys, "key", "")
-	name, words, err := nameArg("send", fs, args)
+	ref, words, err := talkRef("send", fs, args)
 	if err != nil {
 		return cli.fail(o, err)
 	}
@@ -89,7 +101,7 @@ func runSend(cli *CLI, args []string) int {
 		return cli.fail(o, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "text"}, "text is not valid UTF-8"))
 	}
 	return respond(cli, o, func(c *api.Client) (api.InputResponse, error) {
-		return c.Input(cli.ctx, name, in)
+		return c.Input(cli.ctx, ref, in)
 	}, func(api.InputResponse) {})
 }
 
@@ -97,7 +109,7 @@ func runOutput(cli *CLI, args []string) int {
 	var o opts
 	fs := newFlags("output", &o, false)
 	follow := fs.Bool("follow", false, "")
-	name, rest, err := nameArg("output", fs, args)
+	ref, rest, err := talkRef("output", fs, args)
 	if err == nil && len(rest) > 0 {
 		err = usageError("output", errors.New("one session NAME expected"))
 	}
@@ -112,7 +124,7 @@ func runOutput(cli *CLI, args []string) int {
 	if !*follow {
 		// What the pane holds now, as bytes: its history and screen with
 		// colours, one line per line.
-		res, err := c.Screen(cli.ctx, name, api.MaxScreenLines, true)
+		res, err := c.Screen(cli.ctx, ref, api.MaxScreenLines, true)
 		if err != nil {
 			return cli.fail(o, err)
 		}
@@ -121,7 +133,7 @@ func runOutput(cli *CLI, args []string) int {
 		}
 		return verdict.ExitOK
 	}
-	err = c.Output(cli.ctx, name, func(ch api.OutputChunk) error {
+	err = c.Output(cli.ctx, ref, func(ch api.OutputChunk) error {
 		if ch.Data == nil {
 			more := ""
 			if ch.Unknown {
@@ -147,7 +159,7 @@ func runWait(cli *CLI, args []string) int {
 	fs.DurationVar(&req.Idle, "idle", 0, "")
 	fs.StringVar(&req.Text, "text", "", "")
 	fs.DurationVar(&req.Timeout, "timeout", 0, "")
-	name, rest, err := nameArg("wait", fs, args)
+	ref, rest, err := talkRef("wait", fs, args)
 	if err == nil && len(rest) > 0 {
 		err = usageError("wait", errors.New("one session NAME expected"))
 	}
@@ -161,7 +173,7 @@ func runWait(cli *CLI, args []string) int {
 		return cli.fail(o, err)
 	}
 	return respond(cli, o, func(c *api.Client) (api.WaitResponse, error) {
-		return c.Wait(cli.ctx, name, req)
+		return c.Wait(cli.ctx, ref, req)
 	}, func(res api.WaitResponse) { printWait(cli.stdout, res) })
 }
 
