@@ -97,6 +97,8 @@ func (c *Census) Run(ctx context.Context) error {
 			}
 		case <-c.kick:
 			c.trigger(ctx, b, true)
+		case <-c.lookKick:
+			c.onLooks(ctx, b)
 		case <-reconcile.C:
 			if c.reconcileDue(c.now()) {
 				c.trigger(ctx, b, true)
@@ -446,6 +448,9 @@ func (c *Census) awaitingDeath() bool {
 // current connection, both at once (one round trip of waiting for Run).
 // Failure is logged, not fatal: the periodic reconcile still runs.
 func (c *Census) subscribe(ctx context.Context, info tmuxctl.ServerInfo) {
+	if c.cfg.exitOnly {
+		return
+	}
 	hooked := make(chan struct{})
 	go func() { defer close(hooked); c.setPaneHook(ctx, info) }()
 	_, err := c.cl.CommandIn(ctx, info.ServerLife, "refresh-client", "-B", subName+"::"+subFormat)
