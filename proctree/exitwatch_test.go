@@ -97,7 +97,7 @@ func TestExitWatchSIGKILL(t *testing.T) {
 	if <-reapedBefore {
 		t.Fatal("Reaped true before the parent waited")
 	}
-	_ = c.Wait() // also closes os.Process's own pidfd, if it has one
+	_ = c.Wait()       // also closes os.Process's own pidfd, if it has one
 	held := openFDs(t) // the epoll fd, the eventfd, and the exit's pidfd (its callback still runs)
 	close(reap)
 	<-reapedAfter
