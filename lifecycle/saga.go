@@ -348,6 +348,7 @@ func (m *Manager) publish(ctx context.Context, a *attempt) (CreateResult, error)
 		m.log.Warn().Err(err).Str("reservation", a.res.ID).Msg("release after publish failed")
 	}
 	m.wakeHelper(a.panePID, a.tmuxID)
+	m.watchExit(pub)
 	m.endIfDeadAtPublish(pub)
 	return CreateResult{Status: verdict.VerdictPublished, Session: m.attemptView(a, pub)}, nil
 }
