@@ -131,9 +131,12 @@ type Census struct {
 	pokeAgain atomic.Bool // … and another is asked for
 
 	lookMu   sync.Mutex
-	looks    map[string]struct{} // sessions to read by id, told by PaneExited (exited.go)
-	lookKick chan struct{}       // cap 1: "looks is not empty"
-	bg       sync.WaitGroup      // goroutines Run started that outlive one event (pokes)
+	looks    map[string]struct{}  // sessions to read by id, told by PaneExited (exited.go)
+	lookKick chan struct{}        // cap 1: "looks is not empty"
+	removing map[string]time.Time // sessions their caller is killing (Removing), until when (lookMu)
+	absorb   int                  // end notifications still expected from those kills (lookMu)
+	absorbTo time.Time            // … until then
+	bg       sync.WaitGroup       // goroutines Run started that outlive one event (pokes)
 
 	relists    atomic.Int64 // full re-lists
 	idLists    atomic.Int64 // id-only lists (relistIDs)
@@ -227,6 +230,7 @@ func newCensus(cl tmuxClient, log *zerolog.Logger, cfg config) *Census {
 		syncedCh: make(chan struct{}),
 		kick:     make(chan struct{}, 1),
 		looks:    map[string]struct{}{},
+		removing: map[string]time.Time{},
 		lookKick: make(chan struct{}, 1),
 		syncMu:   newSyncLock(),
 	}

@@ -135,3 +135,90 @@ func (c *Census) onLooks(ctx context.Context, b *burst) {
 	}
 	c.startReads(ctx, b)
 }
+
+// removingFor bounds how long a Removing stands: the kill it announces is
+// sent right after, and its notifications follow its reply.
+const removingFor = 5 * time.Second
+
+// endNotes is how many notifications a one-window session's end sends that
+// would each cost an id-only list: %sessions-changed, %unlinked-window-close.
+const endNotes = 2
+
+// Removing tells the census that the caller is about to kill session id (in
+// server life life) itself, and confirms it gone on its own (lifecycle's
+// killConfirm: kill-session, then has-session until tmux says it is not
+// there). The end's notifications are then answered by a read of that one id
+// — gone: Removed, as a list would have said — instead of an id-only list,
+// which costs tmux ~80 ms at 4,000 sessions in its one thread, where every
+// later end (its reap, its read) waits behind it.
+//
+// What that gives up: a notification absorbed so may have been another's (a
+// session created or killed by hand at the same moment); the subscription
+// shows such a change within a second (a segment new to the census, or gone
+// from tmux but still held, costs an id-only list), and the reconcile is the
+// last backstop. An absorption stands for removingFor at most, and a session
+// with more windows sends more notifications than are absorbed: those list.
+func (c *Census) Removing(life tmuxctl.ServerLife, id string) {
+	if !validID(id) || !c.onLife(life) {
+		return
+	}
+	c.lookMu.Lock()
+	defer c.lookMu.Unlock()
+	until := time.Now().Add(removingFor)
+	c.removing[id] = until
+	c.absorb += endNotes
+	c.absorbTo = until
+}
+
+// absorbEnd answers an end notification (endsOnly) with reads by id of the
+// sessions being removed, when one is expected: true when it did, and the
+// notification needs no list. Run only.
+func (c *Census) absorbEnd(ctx context.Context, b *burst) bool {
+	now := time.Now()
+	c.lookMu.Lock()
+	if c.absorb <= 0 || now.After(c.absorbTo) {
+		c.absorb = 0 // expired: nothing is absorbed for kills long past
+		c.lookMu.Unlock()
+		return false
+	}
+	c.absorb--
+	for id, until := range c.removing {
+		if now.After(until) {
+			delete(c.removing, id)
+		} else {
+			c.looks[id] = struct{}{}
+		}
+	}
+	c.lookMu.Unlock()
+	c.onLooks(ctx, b)
+	return true
+}
+
+// isRemoving reports whether id is being removed by its caller (Removing).
+func (c *Census) isRemoving(id string) bool {
+	c.lookMu.Lock()
+	defer c.lookMu.Unlock()
+	_, ok := c.removing[id]
+	return ok
+}
+
+// doneRemoving forgets a removal once the session is seen gone.
+func (c *Census) doneRemoving(id string) {
+	c.lookMu.Lock()
+	defer c.lookMu.Unlock()
+	delete(c.removing, id)
+}
+
+// removedLocked drops session id, read gone by id, when its caller is
+// removing it (Removing); any other gone read is left to the lists. c.mu is
+// held.
+func (c *Census) removedLocked(id string, life tmuxctl.ServerLife) {
+	e := c.sessions[id]
+	if e == nil || e.control || !c.isRemoving(id) {
+		return
+	}
+	c.doneRemoving(id)
+	c.unindexLocked(e)
+	delete(c.sessions, id)
+	c.emitLocked(Change{Kind: Removed, Session: e.s, Reason: ReasonGone, Life: life})
+}

@@ -85,3 +85,53 @@ func TestPaneExitedReadsTheSession(t *testing.T) {
 	})
 	eventually(t, "every watch released", func() bool { return w.Len() == 0 })
 }
+
+// Sessions their caller kills after Removing are removed by a read of their
+// id: their end's notifications (%sessions-changed, %unlinked-window-close)
+// cost no list of every session. The subscription is off and the reconcile
+// an hour away (DeathsByExitOnly), so the count of lists is the whole story.
+func TestRemovingReadsInsteadOfListing(t *testing.T) {
+	cfg := testConfig()
+	cfg.reconcile = time.Hour
+	cfg.exitOnly = true
+	r := newRig(t, &cfg)
+	info, _ := r.c.Info()
+	var ids []string
+	for i := 0; i < 4; i++ {
+		ids = append(ids, r.tmux("new-session", "-d", "-P", "-F", "#{session_id}", "-s", "k"+strconv.Itoa(i), "sleep 100000"))
+	}
+	eventually(t, "every session listed", func() bool {
+		for _, id := range ids {
+			if _, ok := r.c.ByID(id); !ok {
+				return false
+			}
+		}
+		return true
+	})
+	// The creations' own lists are over once every session is held; let a
+	// trailing one (debounced) finish before counting.
+	eventually(t, "no list pending", func() bool {
+		full, idl := r.c.Relists(), r.c.idLists.Load()
+		time.Sleep(3 * cfg.maxDelay)
+		return full == r.c.Relists() && idl == r.c.idLists.Load()
+	})
+	full0, ids0 := r.c.Relists(), r.c.idLists.Load()
+	sub := r.c.Subscribe(64)
+	defer sub.Close()
+	for _, id := range ids {
+		r.c.Removing(info.ServerLife, id)
+		r.tmux("kill-session", "-t", id)
+		for {
+			ch := next(t, sub)
+			if ch.Kind == Removed && ch.Session.ID == id {
+				break
+			}
+		}
+	}
+	if full, idl := r.c.Relists()-full0, r.c.idLists.Load()-ids0; full != 0 || idl != 0 {
+		t.Fatalf("%d full and %d id-only lists for %d removals told in advance", full, idl, len(ids))
+	}
+	if r.c.isRemoving(ids[0]) {
+		t.Fatal("a removal seen gone is still pending")
+	}
+}

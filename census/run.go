@@ -381,6 +381,8 @@ func (c *Census) handle(ctx context.Context, ev tmuxctl.Event, b *burst) {
 			c.onSubscription(ctx, b, ev.Note.Text)
 		case name == "window-renamed":
 			c.onWindowRenamed(ctx, b, ev.Note.Text)
+		case endsOnly[name] && c.absorbEnd(ctx, b):
+			// The end of a session its caller is removing: read by id (Removing).
 		case relistOn[name]:
 			c.trigger(ctx, b, !endsOnly[name])
 		}
