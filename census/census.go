@@ -9,7 +9,9 @@
 // `refresh-client -B` subscription (the only way to see option changes made by
 // hand, pane output, and pane deaths under remain-on-exit — those also at once
 // through a pane-died hook, panehook.go), reads by id of the sessions either
-// shows changed, and a slow periodic reconcile.
+// shows changed, of a session whose pane process its caller saw exit
+// (PaneExited) and of one its caller is removing (Removing; exited.go), and a
+// slow periodic reconcile.
 //
 // The census is keyed by server life: a new tmux server is a new census.
 // From a disconnect until the next full sync it is unsynced, and every
