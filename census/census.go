@@ -9,7 +9,9 @@
 // `refresh-client -B` subscription (the only way to see option changes made by
 // hand, pane output, and pane deaths under remain-on-exit — those also at once
 // through a pane-died hook, panehook.go), reads by id of the sessions either
-// shows changed, and a slow periodic reconcile.
+// shows changed, of a session whose pane process its caller saw exit
+// (PaneExited) and of one its caller is removing (Removing; exited.go), and a
+// slow periodic reconcile.
 //
 // The census is keyed by server life: a new tmux server is a new census.
 // From a disconnect until the next full sync it is unsynced, and every
@@ -128,8 +130,16 @@ type Census struct {
 
 	managed, unmanaged int // sessions in the indexes, by kind (Stats)
 
-	poking atomic.Bool    // a reap poke is in flight (panehook.go)
-	bg     sync.WaitGroup // goroutines Run started that outlive one event (pokes)
+	poking    atomic.Bool // a reap poke is in flight (panehook.go)
+	pokeAgain atomic.Bool // … and another is asked for
+
+	lookMu   sync.Mutex
+	looks    map[string]struct{}  // sessions to read by id, told by PaneExited (exited.go)
+	lookKick chan struct{}        // cap 1: "looks is not empty"
+	removing map[string]time.Time // sessions their caller is killing (Removing), until when (lookMu)
+	absorb   int                  // end notifications still expected from those kills (lookMu)
+	absorbTo time.Time            // … until then
+	bg       sync.WaitGroup       // goroutines Run started that outlive one event (pokes)
 
 	relists    atomic.Int64 // full re-lists
 	idLists    atomic.Int64 // id-only lists (relistIDs)
@@ -167,6 +177,8 @@ type config struct {
 	retry      time.Duration // after a failed sync (doubling per consecutive failure)
 	retryMax   time.Duration // … up to this
 	confirmPar int           // concurrent exact tag reads
+	// exitOnly: no subscription and no pane-died hook (Options.DeathsByExitOnly).
+	exitOnly bool
 }
 
 func defaultConfig() config {
@@ -185,6 +197,29 @@ func New(client *tmuxctl.Client, log *zerolog.Logger) *Census {
 	return newCensus(client, log, defaultConfig())
 }
 
+// Options change a census from its defaults (the zero value changes nothing).
+type Options struct {
+	// Reconcile is the period of the full re-list (default 30 s; longer at
+	// scale, reconcileDue).
+	Reconcile time.Duration
+	// DeathsByExitOnly turns off the census's own sight of pane deaths — the
+	// refresh-client -B subscription (and with it activity times and hand-set
+	// tags between lists) and the pane-died hook — so that a pane's death is
+	// seen only when PaneExited tells it (or a list shows it). For tests
+	// that must show that path alone ends a generation.
+	DeathsByExitOnly bool
+}
+
+// NewWithOptions is New with opts applied.
+func NewWithOptions(client *tmuxctl.Client, log *zerolog.Logger, opts Options) *Census {
+	cfg := defaultConfig()
+	if opts.Reconcile > 0 {
+		cfg.reconcile = opts.Reconcile
+	}
+	cfg.exitOnly = opts.DeathsByExitOnly
+	return newCensus(client, log, cfg)
+}
+
 func newCensus(cl tmuxClient, log *zerolog.Logger, cfg config) *Census {
 	c := &Census{
 		cl:       cl,
@@ -197,6 +232,9 @@ func newCensus(cl tmuxClient, log *zerolog.Logger, cfg config) *Census {
 		subs:     map[*Subscription]struct{}{},
 		syncedCh: make(chan struct{}),
 		kick:     make(chan struct{}, 1),
+		looks:    map[string]struct{}{},
+		removing: map[string]time.Time{},
+		lookKick: make(chan struct{}, 1),
 		syncMu:   newSyncLock(),
 	}
 	if log != nil {

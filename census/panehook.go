@@ -58,8 +58,12 @@ func (c *Census) setPaneHook(ctx context.Context, info tmuxctl.ServerInfo) {
 // first: the pane is dead, but its status — and with it the pane-died hook —
 // waits until some other child of the server exits, which on a quiet server
 // may be never. A background `run-shell -b true` is such a child: its exit
-// makes tmux's waitpid loop reap every zombie. At most one is in flight.
+// makes tmux's waitpid loop reap every zombie. One poke is in flight at a
+// time; a request while one is in flight makes its sender send one more
+// after it (pokeLoop), since that one's child may have exited before the
+// process the request is about did.
 func (c *Census) reapPoke(ctx context.Context) {
+	c.pokeAgain.Store(true)
 	if !c.poking.CompareAndSwap(false, true) {
 		return
 	}
@@ -73,13 +77,28 @@ func (c *Census) reapPoke(ctx context.Context) {
 	c.bg.Add(1)
 	go func() {
 		defer c.bg.Done()
-		defer c.poking.Store(false)
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		if _, err := c.cl.CommandIn(pctx, life, "run-shell", "-b", "true"); err != nil {
-			c.log.Debug().Err(err).Msg("census reap poke failed")
-		}
+		c.pokeLoop(ctx, life)
 	}()
+}
+
+// pokeLoop sends reap pokes while they are asked for; its caller holds
+// c.poking, which it gives back when no request is left.
+func (c *Census) pokeLoop(ctx context.Context, life tmuxctl.ServerLife) {
+	for {
+		for c.pokeAgain.Swap(false) {
+			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			if _, err := c.cl.CommandIn(pctx, life, "run-shell", "-b", "true"); err != nil {
+				c.log.Debug().Err(err).Msg("census reap poke failed")
+			}
+			cancel()
+		}
+		c.poking.Store(false)
+		// A request that found c.poking still held after the last Swap is
+		// ours to send, unless its own caller took c.poking first.
+		if !c.pokeAgain.Load() || !c.poking.CompareAndSwap(false, true) {
+			return
+		}
+	}
 }
 
 // onWindowRenamed reads by id the session whose pane the hook reported dead

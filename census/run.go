@@ -98,6 +98,8 @@ func (c *Census) Run(ctx context.Context) error {
 			}
 		case <-c.kick:
 			c.trigger(ctx, b, true)
+		case <-c.lookKick:
+			c.onLooks(ctx, b)
 		case <-reconcile.C:
 			if c.reconcileDue(c.now()) {
 				c.trigger(ctx, b, true)
@@ -389,6 +391,8 @@ func (c *Census) handle(ctx context.Context, ev tmuxctl.Event, b *burst) {
 			c.onSubscription(ctx, b, ev.Note.Text)
 		case name == "window-renamed":
 			c.onWindowRenamed(ctx, b, ev.Note.Text)
+		case endsOnly[name] && c.absorbEnd(ctx, b):
+			// The end of a session its caller is removing: read by id (Removing).
 		case relistOn[name]:
 			c.trigger(ctx, b, !endsOnly[name])
 		}
@@ -456,6 +460,9 @@ func (c *Census) awaitingDeath() bool {
 // current connection, both at once (one round trip of waiting for Run).
 // Failure is logged, not fatal: the periodic reconcile still runs.
 func (c *Census) subscribe(ctx context.Context, info tmuxctl.ServerInfo) {
+	if c.cfg.exitOnly {
+		return
+	}
 	hooked := make(chan struct{})
 	go func() { defer close(hooked); c.setPaneHook(ctx, info) }()
 	_, err := c.cl.CommandIn(ctx, info.ServerLife, "refresh-client", "-B", subName+"::"+subFormat)

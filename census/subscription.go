@@ -316,7 +316,10 @@ func (c *Census) readsDone(ctx context.Context, b *burst, err error) {
 
 // rereadIDs reads held sessions by id (base fields and own tags, exactly)
 // and applies what changed. A session gone by then is left to the list its
-// end's notification brings; one the census no longer holds is not added.
+// end's notification brings — unless its caller is removing it (Removing),
+// whose end is answered by this read: ids are never reused within a server
+// life, so "no such session" is final. One the census no longer holds is not
+// added.
 func (c *Census) rereadIDs(ctx context.Context, ids []string) error {
 	c.syncMu.Lock()
 	defer c.syncMu.Unlock()
@@ -340,8 +343,9 @@ func (c *Census) rereadIDs(ctx context.Context, ids []string) error {
 	if c.epoch != epoch || !c.online || c.info.ServerLife != life {
 		return errStale
 	}
-	for _, e := range out {
+	for i, e := range out {
 		if e == nil {
+			c.removedLocked(ids[i], life)
 			continue
 		}
 		old := c.sessions[e.s.ID]

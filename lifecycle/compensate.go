@@ -107,6 +107,9 @@ func (m *Manager) abandon(ctx context.Context, a *attempt) string {
 // with a fresh live read. A changed server life proves the session gone: ids belong
 // to one life and the old server is dead.
 func (m *Manager) killConfirm(ctx context.Context, life tmuxctl.ServerLife, id string) error {
+	// The census answers this end's notifications with a read of id, not a
+	// list of every session: we confirm it gone ourselves (census.Removing).
+	m.census.Removing(life, id)
 	_, err := m.commandIn(ctx, life, "kill-session", "-t", id)
 	if err != nil && !isCommandError(err) {
 		if errors.Is(err, tmuxctl.ErrLifeChanged) {

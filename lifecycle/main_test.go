@@ -132,6 +132,10 @@ type env struct {
 
 	noCgroup bool // Config.NoCgroup: hold generations by the pane's session only
 	poolSize int  // Config.PoolSize: the warm pool (0: off)
+	// exitOnly: the census sees pane deaths only when the Manager's exit
+	// watch tells it (census.Options.DeathsByExitOnly), its reconcile an
+	// hour away.
+	exitOnly bool
 
 	wrapFence func(fence.Fence) fence.Fence // what the Manager uses of store; nil: store itself
 
@@ -199,6 +203,9 @@ func (e *env) open(ctx context.Context, fault string) error {
 	e.wg.Add(1)
 	go func() { defer e.wg.Done(); _ = e.client.Run(ctx) }()
 	e.census = census.New(e.client, nil)
+	if e.exitOnly {
+		e.census = census.NewWithOptions(e.client, nil, census.Options{DeathsByExitOnly: true, Reconcile: time.Hour})
+	}
 	e.wg.Add(1)
 	go func() { defer e.wg.Done(); _ = e.census.Run(ctx) }()
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)

@@ -133,8 +133,9 @@ type Manager struct {
 	stopCtx    context.Context // the stops' life: ends at Shutdown
 	stopCancel context.CancelFunc
 	stopWG     sync.WaitGroup
-	cgroupBase string // where each generation gets its cgroup; "" when none can be made
-	pool       *pool  // the warm pool; nil when off
+	cgroupBase string    // where each generation gets its cgroup; "" when none can be made
+	pool       *pool     // the warm pool; nil when off
+	exits      exitState // pane processes watched for their exit (m.mu; exitwatch.go)
 
 	talk talkState // inputs, output followers (talk*.go)
 
@@ -265,6 +266,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	defer func() {
 		m.stopCancel()
 		m.stopWG.Wait()
+		m.closeExitWatch()
 		proctree.RemoveBase(m.cgroupBase)
 	}()
 	pctx, pcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

@@ -276,6 +276,7 @@ func (m *Manager) adoptOrEnd(ctx context.Context, p fence.Published) error {
 			// predecessor made and died before waking it for.
 			m.wakeHelper(sess.PanePID, sess.ID)
 		}
+		m.watchExit(p) // the watch of the daemon before ended with it
 		m.emit(ctx, verdict.Record{
 			Action: verdict.ActionAdopt, Outcome: verdict.OutcomeSuccess,
 			Reason: verdict.ReasonDaemonRestart, Verdict: verdict.VerdictAdopted,

@@ -366,6 +366,7 @@ func (m *Manager) publish(ctx context.Context, a *attempt) (CreateResult, error)
 		}
 	}
 	m.wakeHelper(a.panePID, a.tmuxID)
+	m.watchExit(pub)
 	m.endIfDeadAtPublish(pub)
 	return CreateResult{Status: verdict.VerdictPublished, Session: m.attemptView(a, pub)}, nil
 }

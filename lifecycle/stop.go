@@ -67,6 +67,9 @@ func (m *Manager) stopGeneration(p fence.Published, cause endCause) *stopRun {
 		if r.err != nil && r.err != errInterrupted {
 			m.log.Warn().Err(r.err).Str("session", p.SessionName).Msg("generation not proven gone")
 		}
+		if r.err == nil {
+			m.unwatchExit(p) // ended (by this run or another writer): its watch has nothing left to tell
+		}
 		m.mu.Lock()
 		delete(m.stops, key)
 		m.mu.Unlock()

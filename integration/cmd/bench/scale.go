@@ -47,6 +47,7 @@ func runScale(ctx context.Context, o options, r *reaper, bin string, rep *report
 		return err
 	}
 	d.perfDir = o.perfDir
+	empty := baseCost(d)
 	defer func() {
 		// Also after an error: the daemon's own view of its requests.
 		rep.extra = append(rep.extra, "Failed creates: "+d.failureSummary()+".", serverTimesMarkdown(d))
@@ -86,15 +87,44 @@ func runScale(ctx context.Context, o options, r *reaper, bin string, rep *report
 		}
 		rep.errs = append(rep.errs, fmt.Sprintf("%d of %d sessions (%s); measured there", reached, target, why))
 	}
-	return scaleMeasure(ctx, rep, d, f, bin)
+	return scaleMeasure(ctx, rep, d, f, bin, empty)
+}
+
+// daemonCost is the daemon's resident memory and open fds at one moment.
+type daemonCost struct {
+	rssKB int64
+	fds   int
+}
+
+// baseCost reads the daemon's cost before any session exists.
+func baseCost(d *daemon) daemonCost {
+	rss, _ := d.rssKB()
+	return daemonCost{rssKB: rss, fds: openFDs(d.pid)}
+}
+
+// openFDs counts a process's open file descriptors (-1 when unreadable).
+func openFDs(pid int) int {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return -1
+	}
+	return len(ents)
 }
 
 // scaleMeasure takes the figures at the full size.
-func scaleMeasure(ctx context.Context, rep *report, d *daemon, f *follower, bin string) error {
+func scaleMeasure(ctx context.Context, rep *report, d *daemon, f *follower, bin string, empty daemonCost) error {
 	n := d.count()
 	rss, hwm := d.rssKB()
 	rep.judge(row{fig: fmt.Sprintf("daemon VmRSS (%d live sessions)", n), ours: fmt.Sprintf("%.1f MB (VmHWM %.1f MB)", float64(rss)/1024, float64(hwm)/1024),
 		base: tmuxRSS(d), ratio: "—", goal: "≤ 64 MB"}, rss <= 64<<10, fmt.Sprintf("%.1f MB", float64(rss)/1024))
+	perKB := float64(rss-empty.rssKB) / float64(max(n, 1))
+	rep.judge(row{fig: "daemon memory per session, (VmRSS at the full size − at 0) / sessions",
+		ours: fmt.Sprintf("%.1f KiB ((%.1f − %.1f) MB / %d)", perKB, float64(rss)/1024, float64(empty.rssKB)/1024, n),
+		base: "—", ratio: "—", goal: "≤ 16 KiB"}, perKB <= 16, fmt.Sprintf("%.1f KiB", perKB))
+	fds := openFDs(d.pid)
+	rep.add(row{fig: "daemon open fds per session, (fds at the full size − at 0) / sessions",
+		ours: fmt.Sprintf("%.2f (%d − %d) / %d", float64(fds-empty.fds)/float64(max(n, 1)), fds, empty.fds, n),
+		base: "—", ratio: "—", goal: "—", met: "info"})
 	rep.add(row{fig: "per-session memory outside the daemon", ours: helperMemory(d, bin), base: "—", ratio: "—", goal: "—", met: "info"})
 	if err := listLookupRows(ctx, rep, d, 30, 50, "full"); err != nil {
 		return err
@@ -109,7 +139,7 @@ func scaleMeasure(ctx context.Context, rep *report, d *daemon, f *follower, bin 
 	if err != nil {
 		return err
 	}
-	endRow(rep, ends, n, 250*time.Millisecond)
+	endRow(rep, ends, n, 100*time.Millisecond) // issue 18, goal 4
 	if err := censusRow(ctx, rep, d); err != nil {
 		return err
 	}

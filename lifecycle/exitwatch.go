@@ -1,0 +1,112 @@
+package lifecycle
+
+import (
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/proctree"
+)
+
+// exitState is the Manager's watch of its generations' pane processes.
+type exitState struct {
+	w      *proctree.ExitWatch // made at the first watch (a Manager that never publishes holds nothing)
+	closed bool                // Shutdown: no new watcher
+	failed bool                // a watch failed: said once in the log
+}
+
+// An agent's end, told the moment it happens.
+//
+// The pane's process is the agent (the helper execs it), a child of the tmux
+// server, so tmux is the one that learns of its exit — and at scale it tells
+// the census late: its pane-died hook forks a shell and a client per death,
+// the census subscription shows a death within a second, and tmux 3.3a with
+// utempter can miss the SIGCHLD, leaving the pane's status (and, when the
+// pty closed first, the death itself) unseen until another child of the
+// server exits. So every published generation of ours has its pane process
+// watched (proctree.ExitWatch: one pidfd, opened for the pid and start time
+// the fence recorded at spawn, so it is that very process), and its exit
+// makes the census look at that one session at once (census.PaneExited: it
+// lets tmux reap, poking it if need be, then reads the session by id). What
+// the census then reads is what end detection acts on, as before (onPaneDead);
+// the watch only says when to look.
+//
+// A watch is made at publication and, after a daemon restart, for every
+// generation Recover adopts; it is released when its process exits, when
+// the generation's stop is over, and at Shutdown. It costs one fd per live
+// generation, and one goroutine and two fds for all of them.
+
+// exitWatch returns the watcher, making it at the first call; nil after
+// Shutdown or where none can be made (said once).
+func (m *Manager) exitWatch() *proctree.ExitWatch {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.exits.w != nil || m.exits.closed || m.exits.failed {
+		return m.exits.w
+	}
+	w, err := proctree.NewExitWatch()
+	if err != nil {
+		m.exits.failed = true
+		m.log.Info().Err(err).Msg("pane processes not watched; ends are seen by tmux's notices only")
+	}
+	m.exits.w = w
+	return w
+}
+
+// closeExitWatch releases every watch and stops the watcher (Shutdown).
+func (m *Manager) closeExitWatch() {
+	m.mu.Lock()
+	w := m.exits.w
+	m.exits.closed = true
+	m.mu.Unlock()
+	if w != nil {
+		w.Close()
+	}
+}
+
+// watchExit watches p's pane process, when p's spawn recorded it (pid and
+// start time). A watch that cannot be made (no pidfds before Linux 5.3, the
+// fd limit) leaves the census's own paths — the pane-died hook, the
+// subscription — to tell the end, as they did before.
+func (m *Manager) watchExit(p fence.Published) {
+	if p.PanePID <= 0 || p.PaneStart == 0 || p.TmuxID == "" {
+		return
+	}
+	w := m.exitWatch()
+	if w == nil {
+		return
+	}
+	// The callback keeps the session's life and id only, not p: a few dozen
+	// bytes per watch at 4,000 of them.
+	life, id := m.lifeOf(p.ServerPID, p.ServerStart), p.TmuxID
+	err := w.Watch(stopKey(p), p.PanePID, p.PaneStart, func(e proctree.Exit) {
+		m.census.PaneExited(m.stopCtx, life, id, e.Reaped)
+	})
+	if err != nil && err != proctree.ErrWatchClosed {
+		m.mu.Lock()
+		said := m.exits.failed
+		m.exits.failed = true // no new watcher; this one keeps its watches
+		m.mu.Unlock()
+		if !said {
+			m.log.Info().Err(err).Msg("a pane process not watched (said once); its end is seen by tmux's notices")
+		}
+	}
+}
+
+// unwatchExit releases p's watch (its generation has ended).
+func (m *Manager) unwatchExit(p fence.Published) {
+	m.mu.Lock()
+	w := m.exits.w
+	m.mu.Unlock()
+	if w != nil {
+		w.Release(stopKey(p))
+	}
+}
+
+// ExitWatches returns how many pane processes are watched (one fd each).
+func (m *Manager) ExitWatches() int {
+	m.mu.Lock()
+	w := m.exits.w
+	m.mu.Unlock()
+	if w == nil {
+		return 0
+	}
+	return w.Len()
+}

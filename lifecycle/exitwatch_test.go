@@ -1,0 +1,114 @@
+package lifecycle
+
+import (
+	"context"
+	"os"
+	"syscall"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// pidfds counts this process's open pidfds (the daemon is the test binary).
+func pidfds(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && l == "anon_inode:[pidfd]" {
+			n++
+		}
+	}
+	return n
+}
+
+// startAgents creates n sessions (agent `sleep`) and returns their
+// identities and agents' pids once each helper has exec'd its agent.
+func (e *env) startAgents(t *testing.T, prefix string, n int) ([]fence.Identity, []int) {
+	t.Helper()
+	var ids []fence.Identity
+	var agents []int
+	for i := 0; i < n; i++ {
+		id, res := e.create(t, prefix+string(rune('a'+i)))
+		var agent int
+		waitFor(t, "agent start", func() bool { agent = agentPID(res.Session.PanePID); return agent != 0 })
+		ids, agents = append(ids, id), append(agents, agent)
+	}
+	return ids, agents
+}
+
+// endedBySIGKILL checks an ended verdict of an agent's own death by SIGKILL,
+// seen while it ran (not a postmortem).
+func endedBySIGKILL(t *testing.T, rec verdict.Record) {
+	t.Helper()
+	if rec.ExitKind != verdict.ExitKindExit || rec.Reason != verdict.ReasonAgentExited ||
+		rec.Exit == nil || rec.Exit.Signal != "SIGKILL" {
+		t.Fatalf("ended %+v exit %+v", rec, rec.Exit)
+	}
+}
+
+// TestSIGKILLEndedByExitWatch: agents killed by SIGKILL are ended through the
+// exit watch alone — the census has no subscription and no pane-died hook,
+// its reconcile is an hour away, and tmux sends no notification for a pane's
+// death under remain-on-exit, so without the watch no verdict could come.
+// Every wait is for a condition (generous deadline), none is timed. The
+// watches hold one pidfd each while the agents run, and every one is given
+// back once they ended; nothing is left running after the Manager stops.
+func TestSIGKILLEndedByExitWatch(t *testing.T) {
+	leaks := goleak.IgnoreCurrent()
+	e := startEnvWith(t, &env{exitOnly: true}, "", false)
+	base := pidfds(t)
+	const n = 3
+	ids, agents := e.startAgents(t, "xw", n)
+	if got := e.m.ExitWatches(); got != n {
+		t.Fatalf("%d watches for %d live agents", got, n)
+	}
+	waitFor(t, "one pidfd per watched agent", func() bool { return pidfds(t) == base+n })
+	for _, pid := range agents {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range ids {
+		endedBySIGKILL(t, e.ended(t, id))
+	}
+	waitFor(t, "every watch released", func() bool { return e.m.ExitWatches() == 0 })
+	waitFor(t, "every pidfd closed", func() bool { return pidfds(t) == base })
+	e.close()
+	goleak.VerifyNone(t, leaks)
+}
+
+// TestExitWatchRearmedAtRecover: a daemon restarted while its agents run
+// watches them again (Recover adopts them), so an agent killed afterwards is
+// ended through the watch alone, as above; a generation ended otherwise (a
+// kill request) has its watch released too.
+func TestExitWatchRearmedAtRecover(t *testing.T) {
+	home := newHome(t)
+	e := startEnvWith(t, &env{home: home, exitOnly: true}, "", false)
+	ids, agents := e.startAgents(t, "rw", 2)
+	e.close()
+	if e.m.ExitWatches() != 0 {
+		t.Fatalf("%d watches left after Shutdown", e.m.ExitWatches())
+	}
+	e2 := startEnvWith(t, &env{home: home, exitOnly: true}, "", false)
+	if err := e2.m.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := e2.m.ExitWatches(); got != 2 {
+		t.Fatalf("%d watches after Recover, want 2", got)
+	}
+	if err := syscall.Kill(agents[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	endedBySIGKILL(t, e2.ended(t, ids[0]))
+	if _, err := e2.m.Kill(context.Background(), Ref{Identity: &ids[1]}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every watch released", func() bool { return e2.m.ExitWatches() == 0 })
+}
