@@ -13,7 +13,8 @@ import (
 // transition is prepared once on it and reused: parsing and planning were about
 // a third of a transition's CPU (BENCHMARKS.md, fence). sem serialises the
 // transactions; waiting on it honours the caller's context, as waiting for the
-// pool's one connection did.
+// pool's one connection did. Writes queued while it is held run as one group
+// (group.go).
 type writer struct {
 	sem   chan struct{}
 	conn  *sql.Conn
@@ -21,16 +22,6 @@ type writer struct {
 }
 
 func newWriter() writer { return writer{sem: make(chan struct{}, 1)} }
-
-// lock waits for the writer: the caller has it until release.
-func (w *writer) lock(ctx context.Context) error {
-	select {
-	case w.sem <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
 
 // connect returns the held connection, opening one from db when none is held
 // (first use, or after a discard). Called with the writer locked.
