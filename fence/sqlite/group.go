@@ -120,9 +120,11 @@ func (s *Store) runGroup(reqs []*writeReq) {
 }
 
 // writeGroup runs reqs in one transaction, a savepoint each, and tells each
-// its outcome. If a write's failure takes the whole transaction with it (an
-// I/O error, a statement interrupted by its caller's cancellation: SQLite
-// rolls back the transaction, and ROLLBACK TO finds no savepoint), that write
+// its outcome. A write's statements run without its caller's cancellation
+// (stmtQueryer.detached); one whose caller gave up before its turn is not run.
+// If a write's failure takes the whole transaction with it (an I/O error, a
+// full disk: SQLite rolls the transaction back, and ROLLBACK TO finds no
+// savepoint), that write
 // gets its failure and the writes before it the group's loss, since none of
 // theirs was committed; the writes after it have not run and are returned,
 // to run in a new transaction.
@@ -173,7 +175,7 @@ func (s *Store) savepoint(ctx context.Context, conn *sql.Conn, r *writeReq) (own
 	if _, err := conn.ExecContext(ctx, "SAVEPOINT w"); err != nil {
 		return nil, err
 	}
-	own = r.fn(stmtQueryer{&s.wr})
+	own = r.fn(stmtQueryer{w: &s.wr, detached: true})
 	if own == nil && testHookBeforeCommit != nil {
 		testHookBeforeCommit(r.op)
 	}

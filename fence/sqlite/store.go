@@ -276,7 +276,7 @@ func (s *Store) writeAlone(ctx context.Context, op string, fn func(q queryer) er
 	if err != nil {
 		return s.dbErr(op, err)
 	}
-	err = fn(stmtQueryer{&s.wr})
+	err = fn(stmtQueryer{w: &s.wr})
 	if err == nil && testHookBeforeCommit != nil {
 		testHookBeforeCommit(op)
 	}
