@@ -124,10 +124,9 @@ func (s *Store) runGroup(reqs []*writeReq) {
 // (stmtQueryer.detached); one whose caller gave up before its turn is not run.
 // If a write's failure takes the whole transaction with it (an I/O error, a
 // full disk: SQLite rolls the transaction back, and ROLLBACK TO finds no
-// savepoint), that write
-// gets its failure and the writes before it the group's loss, since none of
-// theirs was committed; the writes after it have not run and are returned,
-// to run in a new transaction.
+// savepoint), that write gets its failure and the writes before it the
+// group's loss, since none of theirs was committed; the writes after it have
+// not run and are returned, to run in a new transaction.
 func (s *Store) writeGroup(reqs []*writeReq) (notRun []*writeReq) {
 	bg := context.WithoutCancel(reqs[0].ctx)
 	conn, err := s.begin(bg)
