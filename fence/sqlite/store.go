@@ -42,10 +42,11 @@ import (
 // funnelled through one connection.
 type Store struct {
 	path string
-	shm  string  // path's -shm file, checked before SQLite maps it (writable.go)
-	w    *sql.DB // writer: one connection, BEGIN IMMEDIATE
-	wr   writer  // that connection, held, with its prepared statements (writer.go)
-	r    *sql.DB // readers (WAL: never blocked by the writer)
+	shm  string     // path's -shm file, checked before SQLite maps it (writable.go)
+	w    *sql.DB    // writer: one connection, BEGIN IMMEDIATE
+	wr   writer     // that connection, held, with its prepared statements (writer.go)
+	wq   writeQueue // writes waiting for it, run as one group (group.go)
+	r    *sql.DB    // readers (WAL: never blocked by the writer)
 	opt  fence.Options
 	own  *fence.Owner     // this handle as a row owner: self, in-flight rows, liveness
 	rc   *fence.ReadCache // show's reads, over a readSource (readcache.go)
@@ -266,22 +267,16 @@ type queryer interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// write runs fn as one BEGIN IMMEDIATE transaction on the writer connection.
-// BEGIN, COMMIT and ROLLBACK are issued by hand so a failed COMMIT is always
-// rolled back before the connection goes back to the pool.
-func (s *Store) write(ctx context.Context, op string, fn func(q queryer) error) error {
-	if err := s.writable(op); err != nil {
-		return err
-	}
-	if err := s.wr.lock(ctx); err != nil {
-		return s.dbErr(op, err)
-	}
-	defer s.wr.release()
+// writeAlone runs fn as one BEGIN IMMEDIATE transaction of its own on the
+// writer connection, which the caller holds (write, group.go). BEGIN, COMMIT
+// and ROLLBACK are issued by hand so a failed COMMIT is always rolled back
+// before the connection is used again.
+func (s *Store) writeAlone(ctx context.Context, op string, fn func(q queryer) error) error {
 	conn, err := s.begin(ctx)
 	if err != nil {
 		return s.dbErr(op, err)
 	}
-	err = fn(stmtQueryer{&s.wr})
+	err = fn(stmtQueryer{w: &s.wr})
 	if err == nil && testHookBeforeCommit != nil {
 		testHookBeforeCommit(op)
 	}

@@ -13,7 +13,8 @@ import (
 // transition is prepared once on it and reused: parsing and planning were about
 // a third of a transition's CPU (BENCHMARKS.md, fence). sem serialises the
 // transactions; waiting on it honours the caller's context, as waiting for the
-// pool's one connection did.
+// pool's one connection did. Writes queued while it is held run as one group
+// (group.go).
 type writer struct {
 	sem   chan struct{}
 	conn  *sql.Conn
@@ -21,16 +22,6 @@ type writer struct {
 }
 
 func newWriter() writer { return writer{sem: make(chan struct{}, 1)} }
-
-// lock waits for the writer: the caller has it until release.
-func (w *writer) lock(ctx context.Context) error {
-	select {
-	case w.sem <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
 
 // connect returns the held connection, opening one from db when none is held
 // (first use, or after a discard). Called with the writer locked.
@@ -111,8 +102,21 @@ func (w *writer) close() error {
 }
 
 // stmtQueryer runs a transition's statements on the writer's connection, each
-// prepared on first use and kept.
-type stmtQueryer struct{ w *writer }
+// prepared on first use and kept. detached (a write inside a group, group.go)
+// runs them without the caller's cancellation: SQLite answers a statement
+// interrupted inside a transaction by rolling the whole transaction back,
+// which would take the group's other writes with it.
+type stmtQueryer struct {
+	w        *writer
+	detached bool
+}
+
+func (q stmtQueryer) ctx(ctx context.Context) context.Context {
+	if q.detached {
+		return context.WithoutCancel(ctx)
+	}
+	return ctx
+}
 
 func (q stmtQueryer) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	if st := q.w.stmts[query]; st != nil {
@@ -127,6 +131,7 @@ func (q stmtQueryer) stmt(ctx context.Context, query string) (*sql.Stmt, error) 
 }
 
 func (q stmtQueryer) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	ctx = q.ctx(ctx)
 	st, err := q.stmt(ctx, query)
 	if err != nil {
 		return nil, err
@@ -135,6 +140,7 @@ func (q stmtQueryer) ExecContext(ctx context.Context, query string, args ...any)
 }
 
 func (q stmtQueryer) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	ctx = q.ctx(ctx)
 	st, err := q.stmt(ctx, query)
 	if err != nil {
 		return nil, err
@@ -143,6 +149,7 @@ func (q stmtQueryer) QueryContext(ctx context.Context, query string, args ...any
 }
 
 func (q stmtQueryer) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	ctx = q.ctx(ctx)
 	st, err := q.stmt(ctx, query)
 	if err != nil {
 		// Unprepared, so the *sql.Row carries the same error to Scan.
