@@ -14,7 +14,7 @@ import (
 // %begin number).
 //
 // Why this is enough: tmux numbers every command it runs from one
-// server-wide counter, in the order it runs them (FACTS §1), and a list's
+// server-wide counter, in the order it runs them (docs/tmux-facts.md §1), and a list's
 // reply carries its number too. A list numbered before num ran before the
 // session existed, so its not showing the session proves nothing, and the
 // census keeps an admitted entry through such a list (createdAfter). A list

@@ -47,7 +47,7 @@ func BenchmarkLookup(b *testing.B) {
 }
 
 // populate creates n tagged sessions whose panes ran `true` and stay dead
-// (remain-on-exit): no pty is held (tmux/FACTS.md §10).
+// (remain-on-exit): no pty is held (docs/tmux-facts.md §10).
 func populate(b *testing.B, r *rig, n int) {
 	b.Helper()
 	info, _ := r.c.Info()

@@ -13,7 +13,7 @@ import (
 // A pane process killed by SIGKILL is in the census, dead with its signal,
 // through PaneExited alone: the subscription and the pane-died hook are off
 // (DeathsByExitOnly), the reconcile is an hour away, and tmux sends no
-// notification for a pane's death under remain-on-exit (FACTS §8), so no
+// notification for a pane's death under remain-on-exit (docs/tmux-facts.md §8), so no
 // other path can tell it. The exit is told by a real ExitWatch on the pane's
 // pid, as lifecycle does; nothing here is timed, every wait is for a
 // condition with the generous limit.

@@ -13,7 +13,7 @@ import (
 // tmux 3.3a sends no control notification when a pane dies under
 // remain-on-exit, and what its pane-died hook runs sends none either: every
 // command a hook runs, `run-shell -C` included, is queued with notifications
-// off (FACTS §8; checked again here: a hook's rename-window of another
+// off (docs/tmux-facts.md §8; checked again here: a hook's rename-window of another
 // session's window produced nothing). A command from another client does
 // notify. So the hook runs, in the background, tmux itself (the server's own
 // binary, /proc/PID/exe, on the server's socket) as a separate client that

@@ -25,8 +25,8 @@ func replayed(ctx context.Context, script chan tmuxctl.Record, exited chan struc
 	}
 }
 
-// replay plays a recorded control-mode stream (testdata/NAME, FACTS-style:
-// the bytes tmux wrote) into a census running on f, through tmuxctl's
+// replay plays a recorded control-mode stream (testdata/NAME, the bytes tmux
+// wrote, in the style of docs/tmux-facts.md's corpus) into a census running on f, through tmuxctl's
 // parser. Notifications become events in wire order; each reply block
 // answers the next command the census sends, and the census has applied
 // (or refused) what that command was part of before the stream goes on, so

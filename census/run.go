@@ -12,7 +12,7 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 )
 
-// subName names the census subscription (refresh-client -B, FACTS §6).
+// subName names the census subscription (refresh-client -B, docs/tmux-facts.md §6).
 const subName = "skc-census"
 
 // relistOn are the notifications after which the census re-lists (coalesced).
@@ -33,7 +33,7 @@ var relistOn = map[string]bool{
 	"unlinked-window-close":  true,
 }
 
-// endsOnly are the notifications a session's end or creation sends (FACTS
+// endsOnly are the notifications a session's end or creation sends (docs/tmux-facts.md
 // §8: a bare %sessions-changed, then %unlinked-window-close for an end's
 // windows or %unlinked-window-add for a new session's). A burst made only of
 // these (and of subscription changes that only add or drop sessions) is

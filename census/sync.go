@@ -12,7 +12,7 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 )
 
-// How tags are read exactly, and cheaply (tmux/FACTS.md §7.2).
+// How tags are read exactly, and cheaply (docs/tmux-facts.md §7.2).
 //
 // `#{@skc-identity}` in a session format is resolved by format_find in the
 // order server options → pane → window → global window → session → global
@@ -121,7 +121,7 @@ func (c *Census) resync(ctx context.Context) error {
 // far less than the full list (no tags or pane fields per session). A few
 // ids the census does not hold (sessions just created) are read by id, two
 // small commands each whatever the server's size; many fall back to a full
-// resync. Ids are never reused within a server life (FACTS §8), so an id
+// resync. Ids are never reused within a server life (docs/tmux-facts.md §8), so an id
 // missing from the list is a session gone.
 func (c *Census) relistIDs(ctx context.Context) error {
 	c.syncMu.Lock()

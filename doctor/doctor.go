@@ -34,7 +34,7 @@ type Config struct {
 // DefaultTimeout bounds one probe when Config.Timeout is zero.
 const DefaultTimeout = 5 * time.Second
 
-// MinTmux is the oldest tmux the supervisor supports (FACTS.md is 3.3a).
+// MinTmux is the oldest tmux the supervisor supports (docs/tmux-facts.md is 3.3a).
 var MinTmux = [2]int{3, 3}
 
 // Status is a check's outcome.

@@ -7,7 +7,7 @@
 // unit's cgroup, be counted in its TasksMax/MemoryMax, appear under it in
 // `systemctl status`, and be killed by a later `systemctl kill` or a
 // KillMode change. `systemd-run --scope` moves the tmux client into a new
-// scope unit before exec'ing it; the server it forks (FACTS.md §4: the
+// scope unit before exec'ing it; the server it forks (docs/tmux-facts.md §4: the
 // `tmux` client forks the server, which daemonises) is born there.
 //
 // A scope only moves cgroups: process attributes such as no_new_privs,

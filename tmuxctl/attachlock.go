@@ -110,7 +110,7 @@ func (l *attachLock) release() {
 
 // notifiesOthers says whether tmux tells the other control clients about
 // what command name does (session and window structure, names, attach and
-// detach: FACTS §1.2). Reads, options and subscriptions notify nobody else.
+// detach: docs/tmux-facts.md §1.2). Reads, options and subscriptions notify nobody else.
 func notifiesOthers(name string) bool {
 	switch name {
 	case "new-session", "kill-session", "rename-session", "new-window", "kill-window",

@@ -49,7 +49,7 @@ type Config struct {
 }
 
 // validControlName keeps the control session name free of anything that
-// new-session -s would format-expand or sanitise (FACTS §7.2):
+// new-session -s would format-expand or sanitise (docs/tmux-facts.md §7.2):
 // [A-Za-z0-9_-]{1,64}. A loop, not a regexp: compiling one at init cost every
 // process of this binary, the pane helpers included, a quarter of a millisecond.
 func validControlName(s string) bool {
@@ -145,7 +145,7 @@ type Conn struct {
 }
 
 // Dial starts the control client, waits for its argv command to complete
-// (3.3a reads stdin before that, FACTS §2), reads the server identity and
+// (3.3a reads stdin before that, docs/tmux-facts.md §2), reads the server identity and
 // tags the control session `@skc-control 1`. ctx bounds the whole dial
 // (Config.CommandTimeout when ctx has no deadline). When no server runs on
 // the socket, the client starts one: a new server life.

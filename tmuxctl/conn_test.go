@@ -103,7 +103,7 @@ func TestConnTimeoutKeepsFIFO(t *testing.T) {
 	cfg := testConfig(t)
 	c := dialT(t, cfg)
 	drain(c)
-	// wait-for blocks this client's command queue until signalled (FACTS §2).
+	// wait-for blocks this client's command queue until signalled (docs/tmux-facts.md §2).
 	if _, err := c.Command(bg(), "wait-for", "skc-test"); err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +312,7 @@ func TestDialErrors(t *testing.T) {
 	noChildrenLeft(t)
 }
 
-// Hook output arrives as bare lines outside any block (FACTS §1.3): it is
+// Hook output arrives as bare lines outside any block (docs/tmux-facts.md §1.3): it is
 // logged and skipped, and the FIFO stays in step.
 func TestConnBareLinesFromHooks(t *testing.T) {
 	cfg := testConfig(t)

@@ -71,7 +71,7 @@ func (c *Conn) onRecord(r Record) {
 		c.log.Debug().Str("pane", r.Pane).Int("bytes", len(r.Data)).Msg("ignored pane output")
 	case RecordUnexpected:
 		// Hook output and errors and multi-line subscription values arrive
-		// as bare lines outside blocks (FACTS §1.3): log, never fail.
+		// as bare lines outside blocks (docs/tmux-facts.md §1.3): log, never fail.
 		c.log.Warn().Str("line", quoteForLog(r.Text)).Msg("line outside any block")
 	case RecordIncomplete:
 		c.log.Warn().Uint64("number", r.Reply.Number).Msg("stream ended inside a reply block")

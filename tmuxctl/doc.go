@@ -37,7 +37,7 @@
 // Closing first removes every subscription added through Command
 // (`refresh-client -B name:…` is tracked automatically) and waits for the
 // replies: 3.3a's subscription timer dereferences the session of a client
-// that is exiting (FACTS §6; seen here as a server segfault in the
+// that is exiting (docs/tmux-facts.md §6; seen here as a server segfault in the
 // session-subscription check). Then it closes the client's stdin (after
 // queued lines), waits for %exit and the client's exit
 // (Config.CloseTimeout), and kills the client by pid only if it hangs.

@@ -32,12 +32,12 @@ type FollowEvent struct {
 // so it never changes the window size (and types nothing: its stdin carries
 // only our refresh-client commands), and is paused by tmux
 // (its queue for the pane discarded, %pause sent) instead of being dropped
-// when it falls more than N seconds behind — never "too far behind" (FACTS §5).
+// when it falls more than N seconds behind — never "too far behind" (docs/tmux-facts.md §5).
 // Being attached, it counts in #{session_attached} while it lives.
 //
 // A Follower sends no command except `refresh-client -A %P:continue` after a
 // %pause, and only after the argv command's block has closed (3.3a reads stdin
-// early, FACTS §2). It is closed by EOF on its stdin, never by a signal unless
+// early, docs/tmux-facts.md §2). It is closed by EOF on its stdin, never by a signal unless
 // it hangs (a killed control client can crash tmux 3.3a).
 type Follower struct {
 	cfg       Config

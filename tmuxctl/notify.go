@@ -11,7 +11,7 @@ type Notification struct {
 	Text string
 }
 
-// Notification names of tmux 3.3a that the supervisor acts on (FACTS §1.2).
+// Notification names of tmux 3.3a that the supervisor acts on (docs/tmux-facts.md §1.2).
 const (
 	NoteSessionsChanged     = "sessions-changed"
 	NoteSessionChanged      = "session-changed"
@@ -27,7 +27,7 @@ const (
 	NoteClientDetached      = "client-detached"
 )
 
-// Notification names that tmux 3.4 added (not sent by 3.3a; FACTS §1.2,
+// Notification names that tmux 3.4 added (not sent by 3.3a; docs/tmux-facts.md §1.2,
 // docs/tmux-versions.md). They are delivered like any other; nothing in the
 // supervisor acts on them, and Conn logs %config-error.
 const (
@@ -63,7 +63,7 @@ func (n Notification) Session() (id, name string, err error) {
 
 // Window parses the window id of `%window-add`, `%window-close`,
 // `%unlinked-window-add` and `%unlinked-window-close` (`@N`). Note the
-// names are effectively inverted in 3.3a (FACTS §1.2): treat any of them as
+// names are effectively inverted in 3.3a (docs/tmux-facts.md §1.2): treat any of them as
 // "re-query".
 func (n Notification) Window() (id string, err error) {
 	switch n.Name {
@@ -105,7 +105,7 @@ type Subscription struct {
 // Subscription parses `%subscription-changed NAME $S @W|- IDX|- %P|- … : VALUE`.
 // Fields between the pane and " : " are reserved and skipped. A value that
 // contained a newline arrives truncated here (its rest comes as bare lines
-// outside blocks, FACTS §6): keep newlines out of subscribed values.
+// outside blocks, docs/tmux-facts.md §6): keep newlines out of subscribed values.
 func (n Notification) Subscription() (Subscription, error) {
 	if n.Name != NoteSubscriptionChanged {
 		return Subscription{}, n.bad("not a subscription notification")

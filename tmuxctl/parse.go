@@ -220,7 +220,7 @@ func parseOutput(text []byte) (Record, bool) {
 }
 
 // parseExtendedOutput parses `%P AGE [reserved …] : data`: the fields after
-// the age are skipped up to a lone ":" (FACTS §1.2).
+// the age are skipped up to a lone ":" (docs/tmux-facts.md §1.2).
 func parseExtendedOutput(text []byte) (Record, bool) {
 	f := bytes.SplitN(text, []byte(" "), 3)
 	if len(f) < 3 || !isPaneID(f[0]) || !isDigits(f[1]) {

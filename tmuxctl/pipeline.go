@@ -11,7 +11,7 @@ import (
 // all of them, and tmux runs them in the order given (its one thread takes
 // the lines as they come). Each command is its own line, so one that fails
 // does not stop the next (unlike a `a ; b` list, where tmux drops what follows
-// a failure without a reply block: FACTS §2). replies[i] and errs[i] are what
+// a failure without a reply block: docs/tmux-facts.md §2). replies[i] and errs[i] are what
 // Command would have returned for cmds[i]. Subscription changes
 // (refresh-client -B) are refused: their bookkeeping is Command's.
 func (c *Conn) Pipeline(ctx context.Context, cmds [][]string) ([]Reply, []error) {

@@ -20,7 +20,7 @@ type proc struct {
 	waitErr error
 }
 
-// controlArgs is the argv of the control client (FACTS §4, §9, §11): create
+// controlArgs is the argv of the control client (docs/tmux-facts.md §4, §9, §11): create
 // or attach the dedicated control session in one step, with no %output and
 // no influence on window sizes, running a harmless long-lived pane command.
 func controlArgs(cfg *Config) []string {
@@ -47,7 +47,7 @@ func clientEnv(extra []string) []string {
 
 // startProc starts a control client (argv: controlArgs or followArgs) in its own process group with
 // Pdeathsig SIGKILL, so that it dies with the supervisor (a live client
-// nobody reads wedges kill-server, FACTS §4).
+// nobody reads wedges kill-server, docs/tmux-facts.md §4).
 //
 // Linux delivers Pdeathsig when the *thread* that forked the child exits,
 // not the process. Go may retire OS threads, so the fork happens on a

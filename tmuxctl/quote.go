@@ -11,7 +11,7 @@ import (
 // is written as a three-digit octal escape. Everything else is literal. The
 // result is pure printable ASCII without spaces outside the quotes, so it can
 // neither end the line nor start a comment, a block, a condition or a second
-// command (FACTS §7.1; verified on 498 values in corpus/38).
+// command (docs/tmux-facts.md §7.1; verified on 498 values in corpus/38).
 //
 // NUL cannot be carried (tmux strings are C strings): Quote refuses it with
 // ErrUnencodable rather than truncating the value.

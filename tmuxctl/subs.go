@@ -83,7 +83,7 @@ func (c *Conn) untrackSubs(changes []subChange) {
 // unsubscribeAll removes every subscription registered through this Conn
 // and waits for the replies, bounded by Config.CloseTimeout; Close calls it
 // before closing stdin. tmux 3.3a's subscription timer has no NULL-session
-// guard (FACTS §6, fixed upstream in 3.7): a control client that exits with
+// guard (docs/tmux-facts.md §6, fixed upstream in 3.7): a control client that exits with
 // a subscription can crash the server while its session is already gone.
 // Removing the subscriptions first leaves the timer nothing to evaluate.
 func (c *Conn) unsubscribeAll() {

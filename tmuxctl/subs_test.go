@@ -75,7 +75,7 @@ func TestCloseRemovesSubscriptions(t *testing.T) {
 // TestSubscribeCloseCycles: control clients subscribe and close, one after
 // the other, beside a long-lived one, and the server survives. Every fifth
 // cycle waits for a %subscription-changed first, so the client exits with
-// the subscription timer armed (the 3.3a crash window, FACTS §6).
+// the subscription timer armed (the 3.3a crash window, docs/tmux-facts.md §6).
 //
 // The cycles do not overlap: several control clients exiting at once crash
 // 3.3a in control_write on a client whose control state is already freed

@@ -15,7 +15,7 @@ import (
 
 // runAttach resolves the session through the daemon, then replaces this
 // process with `tmux -S <tmux.sock> attach -t <target>`. The target is the
-// session's $id (exact, FACTS.md §7.3) or, failing that, "=name": a plain
+// session's $id (exact, docs/tmux-facts.md §7.3) or, failing that, "=name": a plain
 // name would be prefix-matched by tmux and could attach to another session.
 func runAttach(cli *CLI, args []string) int {
 	o, ref, err := refArgs("attach", args, false)

@@ -68,7 +68,7 @@ func Need(t testing.TB) {
 
 // Command is exec.Command for the tmux under test, with -u first: without
 // it a client under LC_ALL=C (as CI and services often run) gets every
-// non-ASCII character of command output replaced by '_' (FACTS §3), and a
+// non-ASCII character of command output replaced by '_' (docs/tmux-facts.md §3), and a
 // test comparing names would fail for the locale, not for the product.
 func Command(args ...string) *exec.Cmd {
 	return exec.Command(Bin(), append([]string{"-u"}, args...)...)

@@ -225,7 +225,7 @@ func concurrentFigure(ctx context.Context, d *daemon, ctl *baseline, rounds, par
 	return api, tmux, ctx.Err()
 }
 
-// listFmt is the list a fork-per-call tool would ask for (FACTS §10's format).
+// listFmt is the list a fork-per-call tool would ask for (docs/tmux-facts.md §10's format).
 const listFmt = "#{session_id}\t#{session_name}\t#{session_created}\t#{session_attached}\t#{@skc-identity}"
 
 // listFigure is figure 4: GET /v1/sessions against a `tmux list-sessions -F`

@@ -154,7 +154,7 @@ func stopDaemon(c *exec.Cmd) {
 }
 
 // killServer asks the server to exit (kill-server waits for a utempter `del` per
-// live pane: ~50 s at 4,000 panes, FACTS §10), then SIGKILLs it by pid.
+// live pane: ~50 s at 4,000 panes, docs/tmux-facts.md §10), then SIGKILLs it by pid.
 func killServer(s tmuxServer) {
 	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
 	defer cancel()
