@@ -52,3 +52,81 @@ func DecodeStarts(s string) ([]time.Time, error) {
 	}
 	return out, nil
 }
+
+// ReservationScan decodes a reservations row the one way every engine stores
+// it: an engine selects the row's columns in Dest's order, scans into Dest,
+// and calls Decode, so the engines cannot drift apart in how they read it.
+type ReservationScan struct {
+	r                                  Reservation
+	spec                               string
+	claimed, updated, lease, paneStart int64
+}
+
+// Dest is the scan destinations, in this column order: state dir, session id,
+// reservation id, spec JSON, owner pid, owner incarnation, phase, generation,
+// attempt name, tmux id, pane pid, server pid, server start, helper pid,
+// abandoned, claimed at, updated at, lease until, pane start, cgroup, owner
+// host, owner machine id, owner boot id. Times are Nanos; pane start is a
+// signed integer because SQL has no unsigned one.
+func (s *ReservationScan) Dest() []any {
+	r := &s.r
+	return []any{&r.Identity.StateDir, &r.Identity.SessionID, &r.ID, &s.spec, &r.OwnerPID,
+		&r.OwnerIncarnation, &r.Phase, &r.Generation, &r.AttemptName, &r.TmuxID, &r.PanePID,
+		&r.ServerPID, &r.ServerStart, &r.HelperPID, &r.Abandoned, &s.claimed, &s.updated, &s.lease,
+		&s.paneStart, &r.Cgroup, &r.Host, &r.HostMachineID, &r.HostBootID}
+}
+
+// Decode is the reservation the scanned columns hold.
+func (s *ReservationScan) Decode() (Reservation, error) {
+	r := s.r
+	if err := json.Unmarshal([]byte(s.spec), &r.Spec); err != nil {
+		return Reservation{}, fmt.Errorf("fence: reservation %s: spec: %w", r.ID, err)
+	}
+	r.PaneStart = uint64(s.paneStart)
+	r.ClaimedAt, r.UpdatedAt, r.LeaseUntil = FromNanos(s.claimed), FromNanos(s.updated), FromNanos(s.lease)
+	return r, nil
+}
+
+// PublishedScan decodes an identities row (a published record) the one way
+// every engine stores it, as ReservationScan does a reservations row.
+type PublishedScan struct {
+	p                                            Published
+	at, endedAt, since, deadline, due, paneStart int64
+	reason, specJSON, startsJSON                 string
+	killed                                       bool
+}
+
+// Dest is the scan destinations, in this column order: state dir, session id,
+// generation, reservation id, session name, tmux id, server pid, server start,
+// state file, label, published at, ended, ended at, pane pid, pane start, boot
+// id, cgroup, stop timeout ms, stop since, stop deadline, stop reason, stop
+// killed, spec JSON, restart state, restart due, restart reason, restarts,
+// failures, starts JSON, host, host machine id.
+func (s *PublishedScan) Dest() []any {
+	p := &s.p
+	return []any{&p.Identity.StateDir, &p.Identity.SessionID, &p.Generation, &p.ReservationID,
+		&p.SessionName, &p.TmuxID, &p.ServerPID, &p.ServerStart, &p.StateFile, &p.Label, &s.at,
+		&p.Ended, &s.endedAt, &p.PanePID, &s.paneStart, &p.BootID, &p.Cgroup, &p.StopTimeoutMS,
+		&s.since, &s.deadline, &s.reason, &s.killed,
+		&s.specJSON, &p.Restart.State, &s.due, &p.Restart.Reason, &p.Restart.Restarts, &p.Restart.Failures,
+		&s.startsJSON, &p.Host, &p.HostMachineID}
+}
+
+// Decode is the published record the scanned columns hold: a stop only when
+// its since is set, no spec when its JSON is empty.
+func (s *PublishedScan) Decode() (Published, error) {
+	p := s.p
+	p.PaneStart = uint64(s.paneStart)
+	p.PublishedAt, p.EndedAt, p.Restart.Due = FromNanos(s.at), FromNanos(s.endedAt), FromNanos(s.due)
+	if s.since != 0 {
+		p.Stopping = &Stop{Since: FromNanos(s.since), Deadline: FromNanos(s.deadline), Reason: s.reason, Killed: s.killed}
+	}
+	if s.specJSON != "" {
+		if err := json.Unmarshal([]byte(s.specJSON), &p.Spec); err != nil {
+			return p, fmt.Errorf("fence: identity spec: %w", err)
+		}
+	}
+	var err error
+	p.Restart.Starts, err = DecodeStarts(s.startsJSON)
+	return p, err
+}

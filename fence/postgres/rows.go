@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,22 +27,12 @@ const resCols = `state_dir, session_id, reservation_id, spec_json, owner_pid, ow
 	owner_host, owner_machine_id, owner_boot_id`
 
 func scanRow(sc pgx.Row) (row, error) {
-	var r row
-	var spec string
-	var claimed, updated, lease, paneStart int64
-	err := sc.Scan(&r.Identity.StateDir, &r.Identity.SessionID, &r.ID, &spec, &r.OwnerPID,
-		&r.OwnerIncarnation, &r.Phase, &r.Generation, &r.AttemptName, &r.TmuxID, &r.PanePID,
-		&r.ServerPID, &r.ServerStart, &r.HelperPID, &r.Abandoned, &claimed, &updated, &lease,
-		&paneStart, &r.Cgroup, &r.Host, &r.HostMachineID, &r.HostBootID)
-	if err != nil {
+	var rs fence.ReservationScan
+	if err := sc.Scan(rs.Dest()...); err != nil {
 		return row{}, err
 	}
-	if err := json.Unmarshal([]byte(spec), &r.Spec); err != nil {
-		return row{}, fmt.Errorf("fence: reservation %s: spec: %w", r.ID, err)
-	}
-	r.PaneStart = uint64(paneStart)
-	r.ClaimedAt, r.UpdatedAt, r.LeaseUntil = fence.FromNanos(claimed), fence.FromNanos(updated), fence.FromNanos(lease)
-	return r, nil
+	r, err := rs.Decode()
+	return row{r}, err
 }
 
 // storedTime is t as the tables return it: whole nanoseconds, UTC, no
@@ -91,31 +80,12 @@ const pubCols = `state_dir, session_id, generation, reservation_id, session_name
 	spec_json, restart_state, restart_due, restart_reason, restarts, failures, starts_json, host, machine_id`
 
 func scanPub(sc pgx.Row) (pub, error) {
-	var p pub
-	var at, endedAt, since, deadline, due, paneStart int64
-	var reason, specJSON, startsJSON string
-	var killed bool
-	err := sc.Scan(&p.Identity.StateDir, &p.Identity.SessionID, &p.Generation, &p.ReservationID,
-		&p.SessionName, &p.TmuxID, &p.ServerPID, &p.ServerStart, &p.StateFile, &p.Label, &at,
-		&p.Ended, &endedAt, &p.PanePID, &paneStart, &p.BootID, &p.Cgroup, &p.StopTimeoutMS,
-		&since, &deadline, &reason, &killed,
-		&specJSON, &p.Restart.State, &due, &p.Restart.Reason, &p.Restart.Restarts, &p.Restart.Failures, &startsJSON,
-		&p.Host, &p.HostMachineID)
-	if err != nil {
-		return p, err
+	var ps fence.PublishedScan
+	if err := sc.Scan(ps.Dest()...); err != nil {
+		return pub{}, err
 	}
-	p.PaneStart = uint64(paneStart)
-	p.PublishedAt, p.EndedAt, p.Restart.Due = fence.FromNanos(at), fence.FromNanos(endedAt), fence.FromNanos(due)
-	if since != 0 {
-		p.Stopping = &fence.Stop{Since: fence.FromNanos(since), Deadline: fence.FromNanos(deadline), Reason: reason, Killed: killed}
-	}
-	if specJSON != "" {
-		if err := json.Unmarshal([]byte(specJSON), &p.Spec); err != nil {
-			return p, fmt.Errorf("fence: identity spec: %w", err)
-		}
-	}
-	p.Restart.Starts, err = fence.DecodeStarts(startsJSON)
-	return p, err
+	p, err := ps.Decode()
+	return pub{p}, err
 }
 
 func pubFor(ctx context.Context, q querier, id fence.Identity, lock string) (pub, bool, error) {

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
 )
@@ -22,21 +21,11 @@ const resCols = `state_dir, session_id, reservation_id, spec_json, owner_pid, ow
 type scanner interface{ Scan(dest ...any) error }
 
 func scanReservation(sc scanner) (fence.Reservation, error) {
-	var r fence.Reservation
-	var spec string
-	var claimed, updated, lease int64
-	err := sc.Scan(&r.Identity.StateDir, &r.Identity.SessionID, &r.ID, &spec, &r.OwnerPID,
-		&r.OwnerIncarnation, &r.Phase, &r.Generation, &r.AttemptName, &r.TmuxID, &r.PanePID,
-		&r.ServerPID, &r.ServerStart, &r.HelperPID, &r.Abandoned, &claimed, &updated, &lease,
-		&r.PaneStart, &r.Cgroup, &r.Host, &r.HostMachineID, &r.HostBootID)
-	if err != nil {
+	var rs fence.ReservationScan
+	if err := sc.Scan(rs.Dest()...); err != nil {
 		return fence.Reservation{}, err
 	}
-	if err := json.Unmarshal([]byte(spec), &r.Spec); err != nil {
-		return fence.Reservation{}, fmt.Errorf("fence: reservation %s: spec: %w", r.ID, err)
-	}
-	r.ClaimedAt, r.UpdatedAt, r.LeaseUntil = fence.FromNanos(claimed), fence.FromNanos(updated), fence.FromNanos(lease)
-	return r, nil
+	return rs.Decode()
 }
 
 // rowFor returns the identity's reservation row, if any.
@@ -67,30 +56,11 @@ const pubCols = `state_dir, session_id, generation, reservation_id, session_name
 	spec_json, restart_state, restart_due, restart_reason, restarts, failures, starts_json, host, host_machine_id`
 
 func scanPublished(sc scanner) (fence.Published, error) {
-	var p fence.Published
-	var at, endedAt, since, deadline, due int64
-	var reason, specJSON, startsJSON string
-	var killed bool
-	err := sc.Scan(&p.Identity.StateDir, &p.Identity.SessionID, &p.Generation, &p.ReservationID,
-		&p.SessionName, &p.TmuxID, &p.ServerPID, &p.ServerStart, &p.StateFile, &p.Label, &at,
-		&p.Ended, &endedAt, &p.PanePID, &p.PaneStart, &p.BootID, &p.Cgroup, &p.StopTimeoutMS,
-		&since, &deadline, &reason, &killed,
-		&specJSON, &p.Restart.State, &due, &p.Restart.Reason, &p.Restart.Restarts, &p.Restart.Failures, &startsJSON,
-		&p.Host, &p.HostMachineID)
-	if err != nil {
-		return p, err
+	var ps fence.PublishedScan
+	if err := sc.Scan(ps.Dest()...); err != nil {
+		return fence.Published{}, err
 	}
-	p.PublishedAt, p.EndedAt, p.Restart.Due = fence.FromNanos(at), fence.FromNanos(endedAt), fence.FromNanos(due)
-	if since != 0 {
-		p.Stopping = &fence.Stop{Since: fence.FromNanos(since), Deadline: fence.FromNanos(deadline), Reason: reason, Killed: killed}
-	}
-	if specJSON != "" {
-		if err := json.Unmarshal([]byte(specJSON), &p.Spec); err != nil {
-			return p, fmt.Errorf("fence: identity spec: %w", err)
-		}
-	}
-	p.Restart.Starts, err = fence.DecodeStarts(startsJSON)
-	return p, err
+	return ps.Decode()
 }
 
 func publishedFor(ctx context.Context, q queryer, id fence.Identity) (fence.Published, bool, error) {
