@@ -40,15 +40,13 @@ func (s *Store) Reserve(ctx context.Context, id fence.Identity, spec fence.Spec)
 			res, err = s.reserveOver(t, r, spec, pid, inc, last)
 			return err
 		}
-		if hasPub && !p.Ended {
-			if p.StateFile != spec.StateFile {
-				return fence.Mismatch(id, p.StateFile, spec.StateFile)
-			}
-			if s.remote(p.Host, p.HostMachineID) {
-				res = fence.ReserveResult{Outcome: fence.PublishedElsewhere, Published: p.Published}
-				return nil
-			}
-			res = fence.ReserveResult{Outcome: fence.MaybeExisting, Published: p.Published}
+		elsewhere := hasPub && s.remote(p.Host, p.HostMachineID)
+		ans, insert, err := fence.ReserveFree(id, spec, p.Published, hasPub, elsewhere)
+		if err != nil {
+			return err
+		}
+		if !insert {
+			res = ans // the answer: nothing written
 			return nil
 		}
 		nr, err := s.insertRow(t, id, spec, pid, inc, last)
@@ -67,16 +65,13 @@ func (s *Store) Reserve(ctx context.Context, id fence.Identity, spec fence.Spec)
 	return res, nil
 }
 
-// reserveOver decides what an existing row means for a new reservation.
+// reserveOver writes what fence.ReserveOver decides for an existing row: a
+// row of another host is never displaced (identity_reserved_unknown,
+// fence.OwnerLive), one of this host's earlier boots is dead.
 func (s *Store) reserveOver(t *tx, r row, spec fence.Spec, pid int, inc string, last int64) (fence.ReserveResult, error) {
-	if r.Spec.StateFile != spec.StateFile {
-		return fence.ReserveResult{}, fence.Mismatch(r.Identity, r.Spec.StateFile, spec.StateFile)
-	}
-	if err := s.displaceable(r, pid, inc); err != nil {
-		return fence.ReserveResult{}, err
-	}
-	if r.Phase >= fence.PhaseHelperInvoked {
-		return fence.ReserveResult{Outcome: fence.NeedsRecovery, Abandoned: r.Reservation}, nil
+	res, replace, err := fence.ReserveOver(r.Reservation, spec, s.own, pid, inc)
+	if !replace {
+		return res, err
 	}
 	nr, err := s.replaceRow(t, r.Reservation, spec, pid, inc, last)
 	if err != nil {
@@ -84,13 +79,6 @@ func (s *Store) reserveOver(t *tx, r row, spec fence.Spec, pid int, inc string, 
 	}
 	old := r.Reservation
 	return fence.ReserveResult{Outcome: fence.Reserved, Reservation: nr, Displaced: &old}, nil
-}
-
-// displaceable is fence.Owner.Displaceable: a row of another host is never
-// displaced (identity_reserved_unknown, fence.OwnerLive), one of this host's
-// earlier boots is dead.
-func (s *Store) displaceable(r row, pid int, inc string) error {
-	return s.own.Displaceable(r.Reservation, pid, inc)
 }
 
 // replaceRow swaps the row pinned to old.ID for a fresh one owned by us.
@@ -131,16 +119,10 @@ func (s *Store) Reclaim(ctx context.Context, id fence.Identity, expectedResID st
 	lk := lockOn{digest: id.Digest(), reads: []prefetch{
 		rowRead(&cur, &ok, byIdentity, id.StateDir, id.SessionID), genRead(&last, id)}}
 	err = s.write(ctx, "reclaim", lk, func(t *tx) error {
-		if !ok || cur.ID != expectedResID {
-			return fence.Lost(expectedResID, "is no longer the identity's row")
-		}
-		if cur.Spec.StateFile != spec.StateFile {
-			return fence.Mismatch(id, cur.Spec.StateFile, spec.StateFile)
-		}
-		if err := s.displaceable(cur, pid, inc); err != nil {
+		err := fence.ReclaimOver(cur.Reservation, ok, expectedResID, spec, s.own, pid, inc)
+		if err != nil {
 			return err
 		}
-		var err error
 		r, err = s.replaceRow(t, cur.Reservation, spec, pid, inc, last)
 		return err
 	})

@@ -43,11 +43,12 @@ func (s *Store) Reserve(ctx context.Context, id fence.Identity, spec fence.Spec)
 		if err != nil {
 			return err
 		}
-		if ok && !pub.Ended {
-			if pub.StateFile != spec.StateFile {
-				return fence.Mismatch(id, pub.StateFile, spec.StateFile)
-			}
-			res = fence.ReserveResult{Outcome: fence.MaybeExisting, Published: pub}
+		ans, insert, err := fence.ReserveFree(id, spec, pub, ok, false)
+		if err != nil {
+			return err
+		}
+		if !insert {
+			res = ans // the answer: nothing written
 			return nil
 		}
 		r, err := s.insertRow(ctx, q, id, spec, pid, inc)
@@ -66,16 +67,11 @@ func (s *Store) Reserve(ctx context.Context, id fence.Identity, spec fence.Spec)
 	return res, nil
 }
 
-// reserveOver decides what an existing row means for a new reservation.
+// reserveOver writes what fence.ReserveOver decides for an existing row.
 func (s *Store) reserveOver(ctx context.Context, q queryer, row fence.Reservation, spec fence.Spec, pid int, inc string) (fence.ReserveResult, error) {
-	if row.Spec.StateFile != spec.StateFile {
-		return fence.ReserveResult{}, fence.Mismatch(row.Identity, row.Spec.StateFile, spec.StateFile)
-	}
-	if err := s.own.Displaceable(row, pid, inc); err != nil {
-		return fence.ReserveResult{}, err
-	}
-	if row.Phase >= fence.PhaseHelperInvoked {
-		return fence.ReserveResult{Outcome: fence.NeedsRecovery, Abandoned: row}, nil
+	res, replace, err := fence.ReserveOver(row, spec, s.own, pid, inc)
+	if !replace {
+		return res, err
 	}
 	r, err := s.replaceRow(ctx, q, row, spec, pid, inc)
 	if err != nil {
@@ -124,13 +120,7 @@ func (s *Store) Reclaim(ctx context.Context, id fence.Identity, expectedResID st
 		if err != nil {
 			return err
 		}
-		if !ok || row.ID != expectedResID {
-			return fence.Lost(expectedResID, "is no longer the identity's row")
-		}
-		if row.Spec.StateFile != spec.StateFile {
-			return fence.Mismatch(id, row.Spec.StateFile, spec.StateFile)
-		}
-		if err := s.own.Displaceable(row, pid, inc); err != nil {
+		if err := fence.ReclaimOver(row, ok, expectedResID, spec, s.own, pid, inc); err != nil {
 			return err
 		}
 		r, err = s.replaceRow(ctx, q, row, spec, pid, inc)
