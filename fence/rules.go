@@ -36,10 +36,7 @@ func Mismatch(id Identity, recorded, asked string) error {
 // Publish only re-confirms ownership), or missing evidence (attempt name at
 // helper_invoked, tmux id at spawned) is invalid_request.
 func CheckAdvance(r *Reservation, to Phase, p Patch) error {
-	if r == nil {
-		return Invalid("reservation", "nil reservation")
-	}
-	if err := CheckReservationID(r.ID); err != nil {
+	if err := CheckReservation(r); err != nil {
 		return err
 	}
 	switch {

@@ -312,3 +312,28 @@ func CheckPostmortem(pm *Postmortem) error {
 	}
 	return CheckToken("signal", pm.Signal, false)
 }
+
+// CheckHelperStart validates what a pane helper records at its start
+// (Fence.RecordHelperStart): a reservation id the fence hands out, a positive
+// pid and a non-empty incarnation token.
+func CheckHelperStart(resID string, pid int, incarnation string) error {
+	if err := CheckReservationID(resID); err != nil {
+		return err
+	}
+	if pid <= 0 {
+		return Invalid("helper_pid", "helper pid %d is not positive", pid)
+	}
+	return CheckToken("helper_incarnation", incarnation, true)
+}
+
+// CheckStoredIdentity refuses an identity the fence cannot have stored (an
+// empty part) where one is used as stored (Published.Identity), not
+// canonicalised again so that it matches the rows written under it
+// (CachedIdentityReads): invalid_request.
+func CheckStoredIdentity(id Identity) error {
+	if id.StateDir == "" || id.SessionID == "" {
+		return verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "identity"},
+			"fence: identity reads need a stored identity")
+	}
+	return nil
+}

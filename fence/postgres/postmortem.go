@@ -13,13 +13,7 @@ import (
 // RecordHelperStart records the pane helper's pid, incarnation and cgroup
 // against its reservation and generation (fence.Fence.RecordHelperStart).
 func (s *Store) RecordHelperStart(ctx context.Context, resID string, pid int, incarnation, cgroup string) error {
-	if err := fence.CheckReservationID(resID); err != nil {
-		return err
-	}
-	if pid <= 0 {
-		return fence.Invalid("helper_pid", "helper pid %d is not positive", pid)
-	}
-	if err := fence.CheckToken("helper_incarnation", incarnation, true); err != nil {
+	if err := fence.CheckHelperStart(resID, pid, incarnation); err != nil {
 		return err
 	}
 	return s.write(ctx, "helper_start", lockOn{resID: resID}, func(t *tx) error {

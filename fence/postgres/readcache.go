@@ -16,9 +16,8 @@ import (
 // (Published.Identity), not canonicalised. The rows and verdicts are the
 // fleet's: `show` works on any host.
 func (s *Store) CachedIdentityReads(ctx context.Context, id fence.Identity, limit int) (fence.IdentityReads, error) {
-	if id.StateDir == "" || id.SessionID == "" {
-		return fence.IdentityReads{}, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "identity"},
-			"fence: identity reads need a stored identity")
+	if err := fence.CheckStoredIdentity(id); err != nil {
+		return fence.IdentityReads{}, err
 	}
 	out, err := s.rc.Reads(ctx, id, limit)
 	if err != nil {

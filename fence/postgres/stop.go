@@ -34,7 +34,7 @@ func (s *Store) BeginStop(ctx context.Context, id fence.Identity, gen uint64, re
 		}
 		var err error
 		p, ok, err = pubFor(t.ctx, t, id, "")
-		ok = ok && p.Generation == gen && !p.Ended && !s.remote(p.Host, p.HostMachineID)
+		ok = fence.RunningGeneration(p.Published, ok, gen) && !s.remote(p.Host, p.HostMachineID)
 		return err
 	})
 	if err != nil {
@@ -122,24 +122,17 @@ func (s *Store) ReleaseStuck(ctx context.Context, resID string, allowed func(fen
 // findStuck fills in what reservation id resID names: its row and its
 // not-ended published generation; neither is not_found.
 func findStuck(t *tx, resID string, out *fence.Released) (host string, err error) {
-	r, ok, err := rowByID(t.ctx, t, resID, forUpdate)
+	r, hasRow, err := rowByID(t.ctx, t, resID, forUpdate)
 	if err != nil {
 		return "", err
 	}
-	if ok {
-		out.Reservation = &r.Reservation
-	}
-	p, ok, err := noRows(scanPub(t.QueryRow(t.ctx, `SELECT `+pubCols+` FROM identities WHERE reservation_id = $1
+	p, hasPub, err := noRows(scanPub(t.QueryRow(t.ctx, `SELECT `+pubCols+` FROM identities WHERE reservation_id = $1
 		FOR UPDATE`, resID)))
 	if err != nil {
 		return "", err
 	}
-	if ok && !p.Ended {
-		out.Published = &p.Published
-	}
-	if out.Reservation == nil && out.Published == nil {
-		return "", verdict.Errorf(verdict.CodeNotFound, map[string]any{"reservation_id": resID},
-			"no reservation row and no running generation has reservation %s", resID)
+	if *out, err = fence.FindStuck(resID, r.Reservation, hasRow, p.Published, hasPub); err != nil {
+		return "", err
 	}
 	return p.Host, nil
 }

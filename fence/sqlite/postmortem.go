@@ -22,13 +22,7 @@ import (
 // ("" when it entered none): its record tells end detection that the cgroup
 // alone holds the whole tree.
 func (s *Store) RecordHelperStart(ctx context.Context, resID string, pid int, incarnation, cgroup string) error {
-	if err := fence.CheckReservationID(resID); err != nil {
-		return err
-	}
-	if pid <= 0 {
-		return fence.Invalid("helper_pid", "helper pid %d is not positive", pid)
-	}
-	if err := fence.CheckToken("helper_incarnation", incarnation, true); err != nil {
+	if err := fence.CheckHelperStart(resID, pid, incarnation); err != nil {
 		return err
 	}
 	return s.write(ctx, "helper_start", func(q queryer) error {

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
-	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
 // CachedIdentityReads returns the identity's reservation row and its most recent
@@ -14,9 +13,8 @@ import (
 // (Published.Identity): it is not canonicalised again, so it matches the rows
 // written under it.
 func (s *Store) CachedIdentityReads(ctx context.Context, id fence.Identity, limit int) (fence.IdentityReads, error) {
-	if id.StateDir == "" || id.SessionID == "" {
-		return fence.IdentityReads{}, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "identity"},
-			"fence: identity reads need a stored identity")
+	if err := fence.CheckStoredIdentity(id); err != nil {
+		return fence.IdentityReads{}, err
 	}
 	// Before the cache: a refusal here says nothing about what it holds.
 	if err := s.writable("read_cache"); err != nil {

@@ -30,7 +30,7 @@ func (s *Store) BeginStop(ctx context.Context, id fence.Identity, gen uint64, re
 		}
 		var err error
 		pub, ok, err = publishedFor(ctx, q, id)
-		ok = ok && pub.Generation == gen && !pub.Ended
+		ok = fence.RunningGeneration(pub, ok, gen)
 		return err
 	})
 	if err != nil {
@@ -83,23 +83,16 @@ func (s *Store) ReleaseStuck(ctx context.Context, resID string, allowed func(fen
 	var endedAt time.Time
 	err := s.write(ctx, "release_stuck", func(q queryer) error {
 		out = fence.Released{}
-		row, ok, err := rowByID(ctx, q, resID)
+		row, hasRow, err := rowByID(ctx, q, resID)
 		if err != nil {
 			return err
 		}
-		if ok {
-			out.Reservation = &row
-		}
-		pub, ok, err := scanPublishedRow(ctx, q, resID)
+		pub, hasPub, err := scanPublishedRow(ctx, q, resID)
 		if err != nil {
 			return err
 		}
-		if ok && !pub.Ended {
-			out.Published = &pub
-		}
-		if out.Reservation == nil && out.Published == nil {
-			return verdict.Errorf(verdict.CodeNotFound, map[string]any{"reservation_id": resID},
-				"no reservation row and no running generation has reservation %s", resID)
+		if out, err = fence.FindStuck(resID, row, hasRow, pub, hasPub); err != nil {
+			return err
 		}
 		if err := allowed(out); err != nil {
 			return err

@@ -30,10 +30,9 @@ func (s *Store) Advance(ctx context.Context, r *fence.Reservation, to fence.Phas
 		if cur, err = s.ownRow(ctx, q, r.ID, pid, inc); err != nil {
 			return err
 		}
-		if to < cur.Phase {
-			return fence.Invalid("phase", "phase %s is before the recorded %s", to, cur.Phase)
+		if err := fence.AdvanceRow(&cur, to, p, s.now(), s.opt.Lease); err != nil {
+			return err
 		}
-		fence.ApplyPatch(&cur, to, p, s.now(), s.opt.Lease)
 		_, err = q.ExecContext(ctx, `UPDATE reservations SET phase = ?, attempt_name = ?, tmux_id = ?,
 			pane_pid = ?, server_pid = ?, server_start = ?, updated_at = ?, lease_until = ?,
 			pane_start = ?, cgroup = ? WHERE reservation_id = ?`,
@@ -107,10 +106,7 @@ func (s *Store) PublishRelease(ctx context.Context, r *fence.Reservation, rec ve
 }
 
 func (s *Store) publish(ctx context.Context, r *fence.Reservation, rec verdict.Record, release bool) (fence.Published, verdict.Record, error) {
-	if r == nil {
-		return fence.Published{}, verdict.Record{}, fence.Invalid("reservation", "nil reservation")
-	}
-	if err := fence.CheckReservationID(r.ID); err != nil {
+	if err := fence.CheckReservation(r); err != nil {
 		return fence.Published{}, verdict.Record{}, err
 	}
 	pid, inc, err := s.own.Self()
@@ -207,8 +203,8 @@ func (s *Store) MarkEndedNext(ctx context.Context, id fence.Identity, gen uint64
 	if err != nil {
 		return false, verdict.Record{}, err
 	}
-	if gen == 0 {
-		return false, verdict.Record{}, fence.Invalid("generation", "generation 0 is never published")
+	if err := fence.CheckGeneration(gen); err != nil {
+		return false, verdict.Record{}, err
 	}
 	var done bool
 	var endedAt time.Time
