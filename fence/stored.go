@@ -130,3 +130,42 @@ func (s *PublishedScan) Decode() (Published, error) {
 	p.Restart.Starts, err = DecodeStarts(s.startsJSON)
 	return p, err
 }
+
+// Rows is a query's result as both engines' drivers return it (database/sql's
+// *sql.Rows, pgx's Rows): the scans below read it and leave closing it to
+// the engine, whose Close differs.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// ScanIdentities reads (state_dir, session_id) rows: the read cache's
+// Reserved.
+func ScanIdentities(rows Rows) ([]Identity, error) {
+	var out []Identity
+	for rows.Next() {
+		var id Identity
+		if err := rows.Scan(&id.StateDir, &id.SessionID); err != nil {
+			return nil, err
+		}
+		out = append(out, id)
+	}
+	return out, rows.Err()
+}
+
+// ScanJournal reads (sequence, state_dir, session_id, record) rows, up to n
+// rows or (when maxBytes > 0) until their records pass maxBytes: the row that
+// passes it is kept, so a single record larger than maxBytes is still read.
+func ScanJournal(rows Rows, n, maxBytes int) ([]JournalRow, error) {
+	var out []JournalRow
+	size := 0
+	for len(out) < n && (maxBytes <= 0 || size <= maxBytes) && rows.Next() {
+		var r JournalRow
+		if err := rows.Scan(&r.Seq, &r.ID.StateDir, &r.ID.SessionID, &r.Text); err != nil {
+			return nil, err
+		}
+		out, size = append(out, r), size+len(r.Text)
+	}
+	return out, rows.Err()
+}

@@ -90,15 +90,7 @@ func (r readSource) Reserved(ctx context.Context) ([]fence.Identity, error) {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []fence.Identity
-	for rows.Next() {
-		var id fence.Identity
-		if err := rows.Scan(&id.StateDir, &id.SessionID); err != nil {
-			return nil, err
-		}
-		out = append(out, id)
-	}
-	return out, rows.Err()
+	return fence.ScanIdentities(rows)
 }
 
 // Reservation reads the identity's row.
@@ -149,14 +141,5 @@ func (readSource) Reset() {}
 // maxBytes.
 func scanJournalRows(rows pgx.Rows, n, maxBytes int) ([]fence.JournalRow, error) {
 	defer rows.Close()
-	var out []fence.JournalRow
-	size := 0
-	for len(out) < n && (maxBytes <= 0 || size <= maxBytes) && rows.Next() {
-		var r fence.JournalRow
-		if err := rows.Scan(&r.Seq, &r.ID.StateDir, &r.ID.SessionID, &r.Text); err != nil {
-			return nil, err
-		}
-		out, size = append(out, r), size+len(r.Text)
-	}
-	return out, rows.Err()
+	return fence.ScanJournal(rows, n, maxBytes)
 }

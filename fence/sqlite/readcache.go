@@ -64,15 +64,7 @@ func (r *readSource) Reserved(ctx context.Context) ([]fence.Identity, error) {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []fence.Identity
-	for rows.Next() {
-		var id fence.Identity
-		if err := rows.Scan(&id.StateDir, &id.SessionID); err != nil {
-			return nil, err
-		}
-		out = append(out, id)
-	}
-	return out, rows.Err()
+	return fence.ScanIdentities(rows)
 }
 
 // Reservation reads the identity's row on the held connection.
@@ -130,14 +122,5 @@ func (r *readSource) Reset() {
 // them, up to n rows or (when maxBytes > 0) until their records pass maxBytes.
 func scanJournalRows(rows *sql.Rows, n, maxBytes int) ([]fence.JournalRow, error) {
 	defer rows.Close()
-	var out []fence.JournalRow
-	size := 0
-	for len(out) < n && (maxBytes <= 0 || size <= maxBytes) && rows.Next() {
-		var r fence.JournalRow
-		if err := rows.Scan(&r.Seq, &r.ID.StateDir, &r.ID.SessionID, &r.Text); err != nil {
-			return nil, err
-		}
-		out, size = append(out, r), size+len(r.Text)
-	}
-	return out, rows.Err()
+	return fence.ScanJournal(rows, n, maxBytes)
 }
