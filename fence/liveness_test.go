@@ -43,7 +43,7 @@ func TestLivenessSelf(t *testing.T) {
 
 func TestLivenessLiveThenReapedChild(t *testing.T) {
 	c := startChild(t, "sleep")
-	pid := c.cmd.Process.Pid
+	pid := c.Cmd.Process.Pid
 	inc, err := Incarnation(pid)
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +51,7 @@ func TestLivenessLiveThenReapedChild(t *testing.T) {
 	if got := Liveness(pid, inc); got != Alive {
 		t.Fatalf("live child is %s", got)
 	}
-	c.kill(t) // SIGKILL and reap: the pid is gone (ESRCH)
+	c.Kill(t) // SIGKILL and reap: the pid is gone (ESRCH)
 	if got := Liveness(pid, inc); got != Dead {
 		t.Fatalf("reaped child is %s", got)
 	}

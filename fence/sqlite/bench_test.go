@@ -40,7 +40,7 @@ func benchTransitions(b *testing.B, writers int) {
 	for i := range workers {
 		workers[i] = startChild(b, "worker", "FENCE_DB="+path)
 		// Each worker runs as many cycles as we do, so they overlap us throughout.
-		workers[i].send(b, fmt.Sprintf("bench %s %d", dir, b.N))
+		workers[i].Send(b, fmt.Sprintf("bench %s %d", dir, b.N))
 	}
 	lat := make([]time.Duration, 0, 2*b.N)
 	errs := 0
@@ -56,7 +56,7 @@ func benchTransitions(b *testing.B, writers int) {
 	b.StopTimer()
 	var workerP99 time.Duration
 	for _, w := range workers {
-		f := strings.Fields(w.recv(b)) // ok P50 P99 ERRORS
+		f := strings.Fields(w.Recv(b)) // ok P50 P99 ERRORS
 		p99, _ := strconv.ParseInt(f[2], 10, 64)
 		we, _ := strconv.Atoi(f[3])
 		workerP99 = max(workerP99, time.Duration(p99))

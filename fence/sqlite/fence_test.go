@@ -2,6 +2,9 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
+	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -49,3 +52,24 @@ func newWorld(t *testing.T) *world {
 
 // owner opens a Store acting as process pid (alive until set otherwise).
 func (w *world) owner(pid int) *Store { return w.Owner(pid).(*Store) }
+
+// oldFence creates the fence file at w.path as the binary of schema version
+// left it (its first version migrations, then user_version), so a migration
+// test can add the rows of that time; the caller closes db before w.owner
+// opens the file and migrates it.
+func (w *world) oldFence(t *testing.T, version int) *sql.DB {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(w.path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", "file:"+w.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range append(append([]string{}, migrations[:version]...), fmt.Sprintf("PRAGMA user_version = %d", version)) {
+		if _, err := db.Exec(st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return db
+}

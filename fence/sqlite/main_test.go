@@ -18,6 +18,7 @@ import (
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/fence/fencetest"
+	"github.com/skc-supervisor/skc-supervisor/internal/proctest"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
@@ -52,69 +53,15 @@ func runHelper(mode string) int {
 // helperCmd returns a command running this test binary in helper mode.
 func helperCmd(t testing.TB, mode string, env ...string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), append([]string{helperEnv + "=" + mode}, env...)...)
-	cmd.Stderr = os.Stderr
-	return cmd
+	return proctest.Command(t, helperEnv, mode, env...)
 }
 
 // child is a started helper process with line-oriented stdin/stdout.
-type child struct {
-	cmd *exec.Cmd
-	in  io.WriteCloser
-	out *bufio.Reader
-}
+type child = proctest.Child
 
 func startChild(t testing.TB, mode string, env ...string) *child {
 	t.Helper()
-	cmd := helperCmd(t, mode, env...)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c := &child{cmd: cmd, in: in, out: bufio.NewReader(out)}
-	t.Cleanup(c.stop)
-	return c
-}
-
-// stop closes stdin, kills the child by pid if it is still there, and reaps it.
-func (c *child) stop() {
-	if c.cmd.ProcessState != nil {
-		return
-	}
-	_ = c.in.Close()
-	_ = c.cmd.Process.Kill()
-	_ = c.cmd.Wait()
-}
-
-func (c *child) send(t testing.TB, line string) {
-	t.Helper()
-	if _, err := io.WriteString(c.in, line+"\n"); err != nil {
-		t.Fatalf("send %q: %v", line, err)
-	}
-}
-
-func (c *child) recv(t testing.TB) string {
-	t.Helper()
-	line, err := c.out.ReadString('\n')
-	if err != nil {
-		t.Fatalf("recv from pid %d: %v", c.cmd.Process.Pid, err)
-	}
-	return strings.TrimSuffix(line, "\n")
-}
-
-// kill SIGKILLs the child and reaps it, so its pid is provably dead (ESRCH).
-func (c *child) kill(t testing.TB) {
-	t.Helper()
-	_ = c.cmd.Process.Kill()
-	_ = c.cmd.Wait()
+	return proctest.Start(t, helperCmd(t, mode, env...))
 }
 
 // helperWorker serves commands on stdin, one reply line each:

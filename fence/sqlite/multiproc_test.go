@@ -61,13 +61,13 @@ func TestRaceReserveProcesses(t *testing.T) {
 		sid := fmt.Sprintf("race-%d", round)
 		start := time.Now().Add(20 * time.Millisecond).UnixNano()
 		for _, w := range workers {
-			w.send(t, fmt.Sprintf("reserve %s %s %d", dir, sid, start))
+			w.Send(t, fmt.Sprintf("reserve %s %s %d", dir, sid, start))
 		}
 		replies := make([]string, n)
 		var wg sync.WaitGroup
 		for i, w := range workers {
 			wg.Add(1)
-			go func() { defer wg.Done(); replies[i] = w.recv(t) }()
+			go func() { defer wg.Done(); replies[i] = w.Recv(t) }()
 		}
 		wg.Wait()
 		wins := 0
@@ -85,8 +85,8 @@ func TestRaceReserveProcesses(t *testing.T) {
 		}
 	}
 	for _, w := range workers {
-		w.send(t, "quit")
-		_ = w.cmd.Wait()
+		w.Send(t, "quit")
+		_ = w.Cmd.Wait()
 	}
 	s, err := Open(path, fence.Options{})
 	if err != nil {
@@ -106,10 +106,10 @@ func TestKillInsideTransaction(t *testing.T) {
 	path, dir := procWorld(t)
 	for i := 0; i < 3; i++ {
 		c := startChild(t, "intx", "FENCE_DB="+path, "FENCE_STATE_DIR="+dir, "FENCE_SID=x")
-		if got := c.recv(t); got != "in-tx" {
+		if got := c.Recv(t); got != "in-tx" {
 			t.Fatalf("child said %q", got)
 		}
-		c.kill(t)
+		c.Kill(t)
 	}
 	s, err := Open(path, fence.Options{})
 	if err != nil {
@@ -179,10 +179,10 @@ func TestCrashAfterEachPhase(t *testing.T) {
 		t.Run(tc.point, func(t *testing.T) {
 			path, dir := procWorld(t)
 			c := startChild(t, "crash", "FENCE_DB="+path, "FENCE_STATE_DIR="+dir, "FENCE_SID=x", "FENCE_PHASE="+tc.point)
-			if got := c.recv(t); got != "at" {
+			if got := c.Recv(t); got != "at" {
 				t.Fatalf("child said %q", got)
 			}
-			c.kill(t)
+			c.Kill(t)
 			s, err := Open(path, fence.Options{})
 			if err != nil {
 				t.Fatal(err)
@@ -228,8 +228,8 @@ func TestReserveWithRealLiveness(t *testing.T) {
 	// it is killed and reaped its reserved-phase row is reclaimed in place.
 	w := newWorld(t)
 	c := startChild(t, "worker", "FENCE_DB="+w.path)
-	c.send(t, fmt.Sprintf("reserve %s x %d", w.Dir, time.Now().UnixNano()))
-	if got := c.recv(t); !strings.HasPrefix(got, "ok reserved ") {
+	c.Send(t, fmt.Sprintf("reserve %s x %d", w.Dir, time.Now().UnixNano()))
+	if got := c.Recv(t); !strings.HasPrefix(got, "ok reserved ") {
 		t.Fatalf("child: %s", got)
 	}
 	s, err := Open(w.path, fence.Options{})
@@ -239,7 +239,7 @@ func TestReserveWithRealLiveness(t *testing.T) {
 	defer s.Close()
 	_, err = s.Reserve(ctx, w.ID("x"), w.Spec("x"))
 	fencetest.WantCode(t, err, "identity_reserved_live")
-	c.kill(t)
+	c.Kill(t)
 	r := fencetest.MustReserve(t, s, w.ID("x"), w.Spec("x"))
 	if r.OwnerPID != os.Getpid() || r.Generation != 2 {
 		t.Fatalf("%+v", r)

@@ -44,9 +44,9 @@ func TestCachedIdentityReadsOtherProcess(t *testing.T) {
 	p := w.ID("p")
 	fencetest.CheckReads(t, a, p, 100, "before the other process")
 	c := startChild(t, "worker", "FENCE_DB="+w.path)
-	defer c.stop()
-	c.send(t, fmt.Sprintf("reserve %s %s 0", p.StateDir, p.SessionID))
-	if reply := c.recv(t); !strings.HasPrefix(reply, "ok reserved") {
+	defer c.Stop()
+	c.Send(t, fmt.Sprintf("reserve %s %s 0", p.StateDir, p.SessionID))
+	if reply := c.Recv(t); !strings.HasPrefix(reply, "ok reserved") {
 		t.Fatalf("worker: %s", reply)
 	}
 	if got := fencetest.CheckReads(t, a, p, 100, "reserved by another process"); got.Reservation == nil {

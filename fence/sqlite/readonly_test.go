@@ -66,7 +66,7 @@ func runReadOnly(t *testing.T, env string, frozen func(round int, got string) bo
 	}
 	path, dir := procWorld(t)
 	c := startChild(t, "readonly", "FENCE_DB="+path, "FENCE_STATE_DIR="+dir, env)
-	if got := c.recv(t); got != "ready" {
+	if got := c.Recv(t); got != "ready" {
 		t.Fatalf("child said %q", got)
 	}
 	var files []string
@@ -92,20 +92,20 @@ func runReadOnly(t *testing.T, env string, frozen func(round int, got string) bo
 	t.Cleanup(func() { _ = immutable(false) }) // or TempDir cannot remove them
 
 	for round := 1; round <= 2; round++ { // twice: a refusal leaves nothing behind
-		c.send(t, "ops frozen")
-		if got := c.recv(t); !frozen(round, got) {
+		c.Send(t, "ops frozen")
+		if got := c.Recv(t); !frozen(round, got) {
 			t.Fatalf("round %d on frozen files: %q", round, got)
 		}
 	}
 	if err := immutable(false); err != nil {
 		t.Fatal(err)
 	}
-	c.send(t, "ops thawed")
-	if got := c.recv(t); got != "reader ok cache ok writer ok" {
+	c.Send(t, "ops thawed")
+	if got := c.Recv(t); got != "reader ok cache ok writer ok" {
 		t.Fatalf("after the files are writable again: %q", got)
 	}
-	c.send(t, "quit")
-	if err := c.cmd.Wait(); err != nil {
+	c.Send(t, "quit")
+	if err := c.Cmd.Wait(); err != nil {
 		t.Fatalf("child: %v", err)
 	}
 	checkIntegrity(t, path)

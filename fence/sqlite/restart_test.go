@@ -1,9 +1,7 @@
 package sqlite
 
 import (
-	"database/sql"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,19 +17,8 @@ import (
 // decision can be recorded on it.
 func TestMigrateFromVersion4(t *testing.T) {
 	w := newWorld(t)
-	if err := os.MkdirAll(filepath.Dir(w.path), 0o700); err != nil {
-		t.Fatal(err)
-	}
 	a := w.ID("old")
-	db, err := sql.Open("sqlite", "file:"+w.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, st := range append(append([]string{}, migrations[:4]...), "PRAGMA user_version = 4") {
-		if _, err := db.Exec(st); err != nil {
-			t.Fatal(err)
-		}
-	}
+	db := w.oldFence(t, 4)
 	if _, err := db.Exec(`INSERT INTO identities (state_dir, session_id, generation, reservation_id, session_name,
 		tmux_id, server_pid, server_start, state_file, label, published_at, pane_pid) VALUES (?, ?, 3, ?, 'skc-old', '$4', 55, 1000, ?, '', 1, 77)`,
 		a.StateDir, a.SessionID, strings.Repeat("ab", 16), filepath.Join(a.StateDir, "old.jsonl")); err != nil {
@@ -64,20 +51,9 @@ func TestMigrateFromVersion4(t *testing.T) {
 // new rows and generations carry the host.
 func TestMigrateFromVersion5(t *testing.T) {
 	w := newWorld(t)
-	if err := os.MkdirAll(filepath.Dir(w.path), 0o700); err != nil {
-		t.Fatal(err)
-	}
 	a, old := w.ID("row"), w.ID("old")
 	resA := strings.Repeat("ab", 16)
-	db, err := sql.Open("sqlite", "file:"+w.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, st := range append(append([]string{}, migrations[:5]...), "PRAGMA user_version = 5") {
-		if _, err := db.Exec(st); err != nil {
-			t.Fatal(err)
-		}
-	}
+	db := w.oldFence(t, 5)
 	spec := w.Spec("row")
 	specJSON, _ := json.Marshal(spec)
 	if _, err := db.Exec(`INSERT INTO reservations (state_dir, session_id, reservation_id, state_file, spec_json,

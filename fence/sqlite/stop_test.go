@@ -1,8 +1,6 @@
 package sqlite
 
 import (
-	"database/sql"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,20 +17,9 @@ import (
 // an operator release work on it.
 func TestMigrateFromVersion3(t *testing.T) {
 	w := newWorld(t)
-	if err := os.MkdirAll(filepath.Dir(w.path), 0o700); err != nil {
-		t.Fatal(err)
-	}
 	a, b := w.ID("old"), w.ID("row")
 	resA, resB := strings.Repeat("ab", 16), strings.Repeat("cd", 16)
-	db, err := sql.Open("sqlite", "file:"+w.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, st := range append(append([]string{}, migrations[:3]...), "PRAGMA user_version = 3") {
-		if _, err := db.Exec(st); err != nil {
-			t.Fatal(err)
-		}
-	}
+	db := w.oldFence(t, 3)
 	if _, err := db.Exec(`INSERT INTO identities (state_dir, session_id, generation, reservation_id, session_name,
 		tmux_id, server_pid, server_start, state_file, label, published_at) VALUES (?, ?, 2, ?, 'skc-old', '$4', 55, 1000, ?, '', 1)`,
 		a.StateDir, a.SessionID, resA, filepath.Join(a.StateDir, "old.jsonl")); err != nil {
