@@ -1,5 +1,11 @@
 package fence
 
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"time"
+)
+
 // Reserve's and Reclaim's decisions, shared by every engine (model/saga.pml's
 // order): an engine reads the identity's rows under its lock, asks these, and
 // writes only what they decided, so the engines cannot disagree on a branch.
@@ -62,4 +68,25 @@ func displaceCheck(row Reservation, spec Spec, own *Owner, pid int, inc string) 
 		return Mismatch(row.Identity, row.Spec.StateFile, spec.StateFile)
 	}
 	return own.Displaceable(row, pid, inc)
+}
+
+// NewReservationID returns a fresh reservation id: 32 lowercase hex
+// characters from crypto/rand, so that an id is never reused and a Release
+// of an old id never deletes a successor's row.
+func NewReservationID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// NewReservation is the fresh row a Reserve writes: resID for id with spec,
+// owned by (pid, inc) on host, at phase reserved with generation gen, claimed
+// at now with its diagnostic lease.
+func NewReservation(resID string, id Identity, spec Spec, pid int, inc string, gen uint64, now time.Time,
+	lease time.Duration, host Host) Reservation {
+	return Reservation{ID: resID, Identity: id, Spec: spec, OwnerPID: pid, OwnerIncarnation: inc,
+		Phase: PhaseReserved, Generation: gen, ClaimedAt: now, UpdatedAt: now, LeaseUntil: now.Add(lease),
+		Host: host.Name, HostMachineID: host.MachineID, HostBootID: host.BootID}
 }

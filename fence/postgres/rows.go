@@ -2,8 +2,6 @@ package postgres
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"time"
@@ -26,7 +24,7 @@ const resCols = `state_dir, session_id, reservation_id, spec_json, owner_pid, ow
 	abandoned, claimed_at, updated_at, lease_until, pane_start, cgroup,
 	owner_host, owner_machine_id, owner_boot_id`
 
-func scanRow(sc pgx.Row) (row, error) {
+func scanRow(sc fence.Scanner) (row, error) {
 	var rs fence.ReservationScan
 	if err := sc.Scan(rs.Dest()...); err != nil {
 		return row{}, err
@@ -79,7 +77,7 @@ const pubCols = `state_dir, session_id, generation, reservation_id, session_name
 	pane_pid, pane_start, boot_id, cgroup, stop_timeout_ms, stop_since, stop_deadline, stop_reason, stop_killed,
 	spec_json, restart_state, restart_due, restart_reason, restarts, failures, starts_json, host, machine_id`
 
-func scanPub(sc pgx.Row) (pub, error) {
+func scanPub(sc fence.Scanner) (pub, error) {
 	var ps fence.PublishedScan
 	if err := sc.Scan(ps.Dest()...); err != nil {
 		return pub{}, err
@@ -129,25 +127,15 @@ func genRead(last *int64, id fence.Identity) prefetch {
 		[]any{id.StateDir, id.SessionID}, func(r pgx.Row) error { return r.Scan(last) }}
 }
 
-// newReservationID returns 32 lowercase hex characters from crypto/rand.
-func newReservationID() (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(b[:]), nil
-}
-
 // insertRow writes a fresh reservation row owned by (pid, inc) of this host
-// at phase reserved, with its spec.
-// with the next generation after last (genRead), recorded at once so that it
-// is never handed out again.
+// at phase reserved, with its spec and the next generation after last
+// (genRead), recorded at once so that it is never handed out again.
 func (s *Store) insertRow(t *tx, id fence.Identity, spec fence.Spec, pid int, inc string, last int64) (fence.Reservation, error) {
 	gen := uint64(last + 1)
 	t.exec(`INSERT INTO generations (state_dir, session_id, last) VALUES ($1, $2, $3)
 		ON CONFLICT (state_dir, session_id) DO UPDATE SET last = excluded.last`,
 		id.StateDir, id.SessionID, last+1)
-	resID, err := newReservationID()
+	resID, err := fence.NewReservationID()
 	if err != nil {
 		return fence.Reservation{}, err
 	}
@@ -156,9 +144,7 @@ func (s *Store) insertRow(t *tx, id fence.Identity, spec fence.Spec, pid int, in
 		return fence.Reservation{}, err
 	}
 	now := storedTime(s.now())
-	r := fence.Reservation{ID: resID, Identity: id, Spec: spec, OwnerPID: pid, OwnerIncarnation: inc,
-		Phase: fence.PhaseReserved, Generation: gen, ClaimedAt: now, UpdatedAt: now, LeaseUntil: now.Add(s.opt.Lease),
-		Host: s.host.Name, HostMachineID: s.host.MachineID, HostBootID: s.host.BootID}
+	r := fence.NewReservation(resID, id, spec, pid, inc, gen, now, s.opt.Lease, s.host)
 	t.exec(`INSERT INTO reservations (state_dir, session_id, reservation_id, state_file,
 		spec_json, owner_host, owner_machine_id, owner_boot_id, owner_pid, owner_incarnation, phase,
 		generation, claimed_at, updated_at, lease_until)

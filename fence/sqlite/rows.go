@@ -2,9 +2,7 @@ package sqlite
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 
@@ -18,7 +16,7 @@ const resCols = `state_dir, session_id, reservation_id, spec_json, owner_pid, ow
 	phase, generation, attempt_name, tmux_id, pane_pid, server_pid, server_start, helper_pid,
 	abandoned, claimed_at, updated_at, lease_until, pane_start, cgroup, host, host_machine_id, host_boot_id`
 
-type scanner interface{ Scan(dest ...any) error }
+type scanner = fence.Scanner
 
 func scanReservation(sc scanner) (fence.Reservation, error) {
 	var rs fence.ReservationScan
@@ -86,22 +84,13 @@ func nextGeneration(ctx context.Context, q queryer, id fence.Identity) (uint64, 
 	return last + 1, err
 }
 
-// newReservationID returns 32 lowercase hex characters from crypto/rand.
-func newReservationID() (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(b[:]), nil
-}
-
 // insertRow writes a fresh reservation row owned by (pid, inc) at phase reserved.
 func (s *Store) insertRow(ctx context.Context, q queryer, id fence.Identity, spec fence.Spec, pid int, inc string) (fence.Reservation, error) {
 	gen, err := nextGeneration(ctx, q, id)
 	if err != nil {
 		return fence.Reservation{}, err
 	}
-	resID, err := newReservationID()
+	resID, err := fence.NewReservationID()
 	if err != nil {
 		return fence.Reservation{}, err
 	}
@@ -114,9 +103,7 @@ func (s *Store) insertRow(ctx context.Context, q queryer, id fence.Identity, spe
 		return fence.Reservation{}, err
 	}
 	now := s.now()
-	r := fence.Reservation{ID: resID, Identity: id, Spec: spec, OwnerPID: pid, OwnerIncarnation: inc,
-		Phase: fence.PhaseReserved, Generation: gen, ClaimedAt: now, UpdatedAt: now, LeaseUntil: now.Add(s.opt.Lease),
-		Host: host.Name, HostMachineID: host.MachineID, HostBootID: host.BootID}
+	r := fence.NewReservation(resID, id, spec, pid, inc, gen, now, s.opt.Lease, host)
 	_, err = q.ExecContext(ctx, `INSERT INTO reservations (state_dir, session_id, reservation_id, state_file,
 		spec_json, owner_pid, owner_incarnation, phase, generation, claimed_at, updated_at, lease_until,
 		host, host_machine_id, host_boot_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
