@@ -131,13 +131,36 @@ func (s *PublishedScan) Decode() (Published, error) {
 	return p, err
 }
 
+// Scanner is one row of a query's result, as both engines' drivers return it
+// (database/sql's *sql.Row and *sql.Rows, pgx's Row and Rows).
+type Scanner interface {
+	Scan(dest ...any) error
+}
+
 // Rows is a query's result as both engines' drivers return it (database/sql's
 // *sql.Rows, pgx's Rows): the scans below read it and leave closing it to
 // the engine, whose Close differs.
 type Rows interface {
+	Scanner
 	Next() bool
-	Scan(dest ...any) error
 	Err() error
+}
+
+// ScanEach appends every row of rows, read by scan, to out (the caller's
+// choice of nil or an empty slice is kept when there is none), and stops at
+// the first error, scan's or the iteration's.
+func ScanEach[T any](rows Rows, out []T, scan func(Scanner) (T, error)) ([]T, error) {
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // ScanIdentities reads (state_dir, session_id) rows: the read cache's

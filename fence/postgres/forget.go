@@ -90,17 +90,9 @@ func (s *Store) forgetGenerations(t *tx, host string, at time.Time) ([]fence.Pub
 	if err != nil {
 		return nil, err
 	}
-	var pubs []pub
-	for rs.Next() {
-		p, err := scanPub(rs)
-		if err != nil {
-			rs.Close()
-			return nil, err
-		}
-		pubs = append(pubs, p)
-	}
-	rs.Close()
-	if err := rs.Err(); err != nil {
+	pubs, err := fence.ScanEach(rs, nil, scanPub)
+	rs.Close() // before the updates: the transaction's one connection
+	if err != nil {
 		return nil, err
 	}
 	out := make([]fence.Published, 0, len(pubs))
@@ -129,13 +121,5 @@ func (s *Store) rowsWhere(t *tx, where string, args ...any) ([]row, error) {
 		return nil, err
 	}
 	defer rs.Close()
-	var out []row
-	for rs.Next() {
-		r, err := scanRow(rs)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rs.Err()
+	return fence.ScanEach(rs, nil, scanRow)
 }

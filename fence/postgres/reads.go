@@ -136,15 +136,8 @@ func (s *Store) fleetRows(ctx context.Context, where string, args ...any) ([]row
 		return nil, s.dbErr("reservations", err)
 	}
 	defer rs.Close()
-	var out []row
-	for rs.Next() {
-		r, err := scanRow(rs)
-		if err != nil {
-			return nil, s.dbErr("reservations", err)
-		}
-		out = append(out, r)
-	}
-	return out, s.dbErrOrNil("reservations", rs.Err())
+	out, err := fence.ScanEach(rs, nil, scanRow)
+	return out, s.dbErrOrNil("reservations", err)
 }
 
 // Identities lists this host's published identities, ended ones included,
@@ -180,15 +173,15 @@ func (s *Store) pubs(ctx context.Context, op, sql string, args ...any) ([]fence.
 		return nil, s.dbErr(op, err)
 	}
 	defer rs.Close()
-	out := []fence.Published{}
-	for rs.Next() {
-		p, err := scanPub(rs)
-		if err != nil {
-			return nil, s.dbErr(op, err)
-		}
-		out = append(out, p.Published)
+	pubs, err := fence.ScanEach(rs, nil, scanPub)
+	if err != nil {
+		return nil, s.dbErr(op, err)
 	}
-	return out, s.dbErrOrNil(op, rs.Err())
+	out := make([]fence.Published, len(pubs))
+	for i, p := range pubs {
+		out[i] = p.Published
+	}
+	return out, nil
 }
 
 // VerdictsFor returns the identity's most recent verdicts, up to limit (all

@@ -87,17 +87,9 @@ func (s *Store) forgetRows(ctx context.Context, q queryer, host string) ([]fence
 	if err != nil {
 		return nil, err
 	}
-	rows := []fence.Reservation{}
-	for rs.Next() {
-		r, err := scanReservation(rs)
-		if err != nil {
-			rs.Close()
-			return nil, err
-		}
-		rows = append(rows, r)
-	}
-	rs.Close()
-	if err := rs.Err(); err != nil {
+	rows, err := fence.ScanEach(rs, []fence.Reservation{}, scanReservation)
+	rs.Close() // before the deletes: the transaction's one connection
+	if err != nil {
 		return nil, err
 	}
 	for _, r := range rows {
@@ -116,17 +108,9 @@ func forgetGenerations(ctx context.Context, q queryer, host string, at time.Time
 	if err != nil {
 		return nil, err
 	}
-	pubs := []fence.Published{}
-	for rs.Next() {
-		p, err := scanPublished(rs)
-		if err != nil {
-			rs.Close()
-			return nil, err
-		}
-		pubs = append(pubs, p)
-	}
-	rs.Close()
-	if err := rs.Err(); err != nil {
+	pubs, err := fence.ScanEach(rs, []fence.Published{}, scanPublished)
+	rs.Close() // before the updates: the transaction's one connection
+	if err != nil {
 		return nil, err
 	}
 	for _, p := range pubs {

@@ -168,18 +168,8 @@ func (s *Store) Reservations(ctx context.Context) ([]fence.Reservation, error) {
 		return nil, s.dbErr("reservations", err)
 	}
 	defer rows.Close()
-	out := []fence.Reservation{}
-	for rows.Next() {
-		r, err := scanReservation(rows)
-		if err != nil {
-			return nil, s.dbErr("reservations", err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.dbErr("reservations", err)
-	}
-	return out, nil
+	out, err := fence.ScanEach(rows, []fence.Reservation{}, scanReservation)
+	return out, s.dbErrOrNil("reservations", err)
 }
 
 // Identities lists every published identity, ended ones included.
@@ -192,18 +182,8 @@ func (s *Store) Identities(ctx context.Context) ([]fence.Published, error) {
 		return nil, s.dbErr("identities", err)
 	}
 	defer rows.Close()
-	out := []fence.Published{}
-	for rows.Next() {
-		p, err := scanPublished(rows)
-		if err != nil {
-			return nil, s.dbErr("identities", err)
-		}
-		out = append(out, p)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.dbErr("identities", err)
-	}
-	return out, nil
+	out, err := fence.ScanEach(rows, []fence.Published{}, scanPublished)
+	return out, s.dbErrOrNil("identities", err)
 }
 
 // Check runs PRAGMA integrity_check and returns its first message ("ok" when sound).

@@ -186,13 +186,6 @@ func (s *Store) RestartsDue(ctx context.Context, before time.Time) ([]fence.Publ
 		return nil, s.dbErr("restarts_due", err)
 	}
 	defer rows.Close()
-	var out []fence.Published
-	for rows.Next() {
-		p, err := scanPublished(rows)
-		if err != nil {
-			return nil, s.dbErr("restarts_due", err)
-		}
-		out = append(out, p)
-	}
-	return out, s.dbErrOrNil("restarts_due", rows.Err())
+	out, err := fence.ScanEach(rows, nil, scanPublished)
+	return out, s.dbErrOrNil("restarts_due", err)
 }
