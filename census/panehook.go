@@ -20,7 +20,8 @@ import (
 // renames the census's control-session window to "skc-died-%P": the control
 // client gets `%window-renamed @W skc-died-%P` within milliseconds, and the
 // census reads that one session by id. It costs a shell and a tmux client per
-// pane death and nothing per session; the subscription (about a second)
+// pane death it tells and nothing per session, and it tells only the deaths
+// no pidfd watch does (hookCondition); the subscription (about a second)
 // stays the fallback when the hook cannot run (no /proc, the control session
 // replaced meanwhile, a hook removed by hand).
 //
@@ -35,10 +36,27 @@ const paneDiedHook = "pane-died[7510]"
 // diedPrefix leads the control window's name when the hook renames it.
 const diedPrefix = "skc-died-"
 
-// paneDiedCommand is the hook's command for control session ctl ("$N").
+// TagUnwatched, set to "1" on a session of ours, says that lifecycle could
+// not watch its pane process (no pidfd: Linux before 5.3, the fd limit), so
+// the pane-died hook must tell its death.
+const TagUnwatched = "@skc-unwatched"
+
+// hookCondition is true (tmux's if-shell -F: not empty, not "0") for a pane
+// the hook must tell: one in a session without our generation tag (not ours,
+// or not yet published — a standby, a create in flight), or in one marked
+// TagUnwatched. A published generation's pane process is watched by a pidfd
+// (lifecycle, census.PaneExited), which tells its death at once: for it the
+// hook's shell and tmux client, forked per death in tmux's one thread, only
+// delayed the end (the scale bench's ends at 1,000 sessions: p50 ~280 ms
+// with the hook, ~155 ms without; BENCHMARKS.md).
+const hookCondition = `#{?#{` + TagGeneration + `},#{` + TagUnwatched + `},1}`
+
+// paneDiedCommand is the hook's command for control session ctl ("$N"): the
+// condition is evaluated by tmux itself (no fork), and only a pane it is
+// true for costs the shell and the client.
 func paneDiedCommand(ctl string) string {
-	return `run-shell -b "/proc/#{pid}/exe -S #{q:socket_path} rename-window -t '` + ctl +
-		`:' -- '` + diedPrefix + `#{pane_id}' >/dev/null 2>&1 || true"`
+	return `if-shell -F '` + hookCondition + `' { run-shell -b "/proc/#{pid}/exe -S #{q:socket_path} rename-window -t '` + ctl +
+		`:' -- '` + diedPrefix + `#{pane_id}' >/dev/null 2>&1 || true" }`
 }
 
 // setPaneHook installs the pane-died hook for this connection. Failure is

@@ -3,6 +3,7 @@ package census
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -105,12 +106,18 @@ func TestActivityOfABannerThenQuiet(t *testing.T) {
 // The pane-died hook alone tells a death: with the census subscription
 // removed and the reconcile an hour away, only the hook's rename of the
 // control window (panehook.go) can bring the read by id.
+//
+// For a session of ours (generation tag) the hook runs only when it is
+// marked TagUnwatched (hookCondition), as this one is: its pane process has
+// no pidfd watch to tell the death.
 func TestPaneDiedHookTells(t *testing.T) {
 	cfg := testConfig()
 	cfg.reconcile = time.Hour
 	r := newRig(t, &cfg)
 	r.tmux("set-option", "-g", "remain-on-exit", "on")
 	id := r.tmux("new-session", "-d", "-P", "-F", "#{session_id}", "-s", "h", "cat")
+	r.tmux("set-option", "-t", id, TagGeneration, "1")
+	r.tmux("set-option", "-t", id, TagUnwatched, "1")
 	eventually(t, "listed", func() bool { _, ok := r.c.ByID(id); return ok })
 	info, _ := r.c.Info()
 	if _, err := r.cl.CommandIn(context.Background(), info.ServerLife, "refresh-client", "-B", subName); err != nil {
@@ -144,5 +151,39 @@ func TestPaneDiedHookTells(t *testing.T) {
 			t.Fatalf("want exit status 0 with the death, got %+v", ch.Session)
 		}
 		return
+	}
+}
+
+// TestPaneDiedHookCondition: tmux itself decides, from the dead pane's
+// session, whether the hook forks its shell: for a pane not ours (no
+// generation tag) and for one of ours marked unwatched, not for one of ours
+// whose pane process lifecycle watches. Evaluated by tmux with if-shell -F on
+// each pane, exactly as the hook evaluates it.
+func TestPaneDiedHookCondition(t *testing.T) {
+	cfg := testConfig()
+	r := newRig(t, &cfg)
+	mk := func(name string, opts ...string) string {
+		id := r.tmux("new-session", "-d", "-P", "-F", "#{session_id}", "-s", name, "cat")
+		for i := 0; i+1 < len(opts); i += 2 {
+			r.tmux("set-option", "-t", id, opts[i], opts[i+1])
+		}
+		return id
+	}
+	for _, c := range []struct {
+		id   string
+		want string
+	}{
+		{mk("plain"), "yes"},
+		{mk("watched", TagGeneration, "3"), "no"},
+		{mk("unwatched", TagGeneration, "3", TagUnwatched, "1"), "yes"},
+	} {
+		r.tmux("if-shell", "-F", "-t", c.id, hookCondition,
+			"set-option -g @hookcond yes", "set-option -g @hookcond no")
+		if got := r.tmux("show-options", "-gv", "@hookcond"); got != c.want {
+			t.Errorf("session %s: hook runs %q, want %q", c.id, got, c.want)
+		}
+	}
+	if !strings.HasPrefix(paneDiedCommand("$0"), "if-shell -F '"+hookCondition+"' { run-shell -b ") {
+		t.Fatalf("hook command %q", paneDiedCommand("$0"))
 	}
 }

@@ -107,17 +107,41 @@ func (m *Manager) abandon(ctx context.Context, a *attempt) string {
 // with a fresh live read. A changed server life proves the session gone: ids belong
 // to one life and the old server is dead.
 func (m *Manager) killConfirm(ctx context.Context, life tmuxctl.ServerLife, id string) error {
+	_, _, err := m.killConfirmAfter(ctx, life, id, nil)
+	return err
+}
+
+// killConfirmAfter is killConfirm with the commands before sent first, in the
+// same pipeline as the kill (their replies and errors are returned, one each):
+// what must be read while the session still exists — an ended pane's output
+// tail — costs no round trip of its own.
+//
+// kill-session and the has-session that confirms it are sent together, one
+// round trip instead of two: tmux runs a control client's lines in the order
+// they came, so the has-session is a fresh read made after the kill ran, and
+// only its "no such session" (or a changed server life) proves the session
+// removed — exactly the proof the two waits gave. A has-session that still
+// finds it (the kill failed) or got no answer falls back to polling.
+func (m *Manager) killConfirmAfter(ctx context.Context, life tmuxctl.ServerLife, id string, before [][]string) ([]tmuxctl.Reply, []error, error) {
 	// The census answers this end's notifications with a read of id, not a
 	// list of every session: we confirm it gone ourselves (census.Removing).
 	m.census.Removing(life, id)
-	_, err := m.commandIn(ctx, life, "kill-session", "-t", id)
-	if err != nil && !isCommandError(err) {
-		if errors.Is(err, tmuxctl.ErrLifeChanged) {
-			return nil
-		}
-		return fmt.Errorf("kill-session %s: %w", id, err)
+	n := len(before)
+	cmds := append(append(make([][]string, 0, n+2), before...),
+		[]string{"kill-session", "-t", id}, []string{"has-session", "-t", id})
+	replies, errs := m.pipelineIn(ctx, life, cmds)
+	killErr, hasErr := errs[n], errs[n+1]
+	switch {
+	case isCommandError(hasErr), errors.Is(hasErr, tmuxctl.ErrLifeChanged),
+		errors.Is(killErr, tmuxctl.ErrLifeChanged):
+		return replies[:n], errs[:n], nil
+	case killErr != nil && !isCommandError(killErr):
+		return replies[:n], errs[:n], fmt.Errorf("kill-session %s: %w", id, killErr)
 	}
-	return m.confirmGone(ctx, life, id)
+	if !sleepCtx(ctx, pollInterval) {
+		return replies[:n], errs[:n], fmt.Errorf("session %s still present after kill: %w", id, ctx.Err())
+	}
+	return replies[:n], errs[:n], m.confirmGone(ctx, life, id)
 }
 
 // confirmGone polls has-session by id until tmux says the session does not exist.

@@ -256,6 +256,37 @@ func (d *deadlineTmux) CommandIn(ctx context.Context, life tmuxctl.ServerLife, a
 	return d.tmuxAPI.CommandIn(ctx, life, args...)
 }
 
+func (d *deadlineTmux) PipelineIn(ctx context.Context, life tmuxctl.ServerLife, cmds [][]string) ([]tmuxctl.Reply, []error) {
+	dl, ok := ctx.Deadline()
+	d.mu.Lock()
+	if d.seen == nil {
+		d.seen = make(map[string]bool)
+	}
+	stuck := false
+	for _, args := range cmds {
+		d.seen[args[0]] = true
+		if !ok || time.Until(dl) > d.bound {
+			d.bad = append(d.bad, args[0])
+		}
+		stuck = stuck || args[0] == d.stuck
+	}
+	d.mu.Unlock()
+	if stuck {
+		<-ctx.Done()
+		return make([]tmuxctl.Reply, len(cmds)), errsOf(len(cmds), fmt.Errorf("tmuxctl: pipeline: no reply: %w", ctx.Err()))
+	}
+	return d.tmuxAPI.PipelineIn(ctx, life, cmds)
+}
+
+// errsOf is n copies of err: a pipeline's errors when none of it was answered.
+func errsOf(n int, err error) []error {
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
+
 func (d *deadlineTmux) report() (map[string]bool, []string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"github.com/skc-supervisor/skc-supervisor/census"
 	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/proctree"
 )
@@ -64,13 +65,19 @@ func (m *Manager) closeExitWatch() {
 // watchExit watches p's pane process, when p's spawn recorded it (pid and
 // start time). A watch that cannot be made (no pidfds before Linux 5.3, the
 // fd limit) leaves the census's own paths — the pane-died hook, the
-// subscription — to tell the end, as they did before.
+// subscription — to tell the end, as they did before; the session is marked
+// census.TagUnwatched for the hook, which skips the watched ones.
 func (m *Manager) watchExit(p fence.Published) {
-	if p.PanePID <= 0 || p.PaneStart == 0 || p.TmuxID == "" {
+	if p.TmuxID == "" {
+		return
+	}
+	if p.PanePID <= 0 || p.PaneStart == 0 {
+		m.markUnwatched(p)
 		return
 	}
 	w := m.exitWatch()
 	if w == nil {
+		m.markUnwatched(p)
 		return
 	}
 	// The callback keeps the session's life and id only, not p: a few dozen
@@ -87,6 +94,18 @@ func (m *Manager) watchExit(p fence.Published) {
 		if !said {
 			m.log.Info().Err(err).Msg("a pane process not watched (said once); its end is seen by tmux's notices")
 		}
+		m.markUnwatched(p)
+	}
+}
+
+// markUnwatched tags p's session census.TagUnwatched, so that the census's
+// pane-died hook, which skips the sessions of published generations (their
+// pidfd watch tells their deaths), tells this one's. Failure is only logged:
+// the subscription still shows the death within a second.
+func (m *Manager) markUnwatched(p fence.Published) {
+	life := m.lifeOf(p.ServerPID, p.ServerStart)
+	if _, err := m.commandIn(m.stopCtx, life, "set-option", "-t", p.TmuxID, census.TagUnwatched, "1"); err != nil {
+		m.log.Debug().Err(err).Str("tmux_id", p.TmuxID).Msg("unwatched session not marked for the pane-died hook")
 	}
 }
 

@@ -3,11 +3,13 @@ package lifecycle
 import (
 	"context"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 
 	"go.uber.org/goleak"
 
+	"github.com/skc-supervisor/skc-supervisor/census"
 	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
@@ -111,4 +113,41 @@ func TestExitWatchRearmedAtRecover(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "every watch released", func() bool { return e2.m.ExitWatches() == 0 })
+}
+
+// TestUnwatchedSessionMarkedForHook: a generation whose pane process cannot
+// be watched (here: no watcher, as where pidfds are missing) has its session
+// tagged census.TagUnwatched, so the census's pane-died hook tells its end;
+// a watched one is not tagged (the hook skips it). Both agents, killed, end.
+func TestUnwatchedSessionMarkedForHook(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	tagOf := func(id string) string {
+		out, _ := execTmux(e, "show-options", "-qv", "-t", id, census.TagUnwatched)
+		return strings.TrimSpace(out)
+	}
+	watchedID, watched := e.create(t, "watched")
+	e.m.mu.Lock()
+	e.m.exits.failed = true // no new watcher: the next generation is unwatched
+	w := e.m.exits.w
+	e.m.exits.w = nil
+	e.m.mu.Unlock()
+	unwatchedID, unwatched := e.create(t, "unwatched")
+	if got := tagOf(watched.Session.ID); got != "" {
+		t.Fatalf("watched session tagged %s=%q", census.TagUnwatched, got)
+	}
+	if got := tagOf(unwatched.Session.ID); got != "1" {
+		t.Fatalf("unwatched session: %s=%q, want 1", census.TagUnwatched, got)
+	}
+	e.m.mu.Lock()
+	e.m.exits.w = w // the watched generation's watch, for its end and Shutdown
+	e.m.mu.Unlock()
+	for _, res := range []CreateResult{watched, unwatched} {
+		var agent int
+		waitFor(t, "agent start", func() bool { agent = agentPID(res.Session.PanePID); return agent != 0 })
+		if err := syscall.Kill(agent, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	endedBySIGKILL(t, e.ended(t, watchedID))
+	endedBySIGKILL(t, e.ended(t, unwatchedID))
 }

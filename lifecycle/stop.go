@@ -262,12 +262,22 @@ func (m *Manager) finishEnd(ctx context.Context, p fence.Published, cause endCau
 	// A restart keeps the session (its dead pane is respawned with the next
 	// generation): only a next start due after the agent's own end or a
 	// restart request, in the server life it ran in. Any other end removes
-	// what is left of the session before the identity is freed.
+	// what is left of the session before the identity is freed, and the
+	// output tail (read from the pane while it still shows) rides in the
+	// same pipeline as the kill: one round trip for both.
 	keep := next.State == fence.RestartExited && next.Reason != verdict.ReasonServerRestart
-	if present && !keep {
-		if err := m.removeEndedSessionRetry(ctx, p, killReason{reason: cause.reason}); err != nil {
+	wantTail := present && rec.OutputTail == ""
+	switch {
+	case present && !keep:
+		tail, err := m.removeEndedSessionRetry(ctx, p, killReason{reason: cause.reason}, wantTail)
+		if err != nil {
 			return verdict.Record{}, err
 		}
+		if wantTail {
+			rec.OutputTail = tail
+		}
+	case wantTail:
+		rec.OutputTail = m.OutputTail(ctx, m.lifeOf(p.ServerPID, p.ServerStart), p.TmuxID)
 	}
 	ok, filed, err := m.fence.MarkEndedNext(context.WithoutCancel(ctx), p.Identity, p.Generation, rec, next, gaveUp)
 	if err != nil {
@@ -301,31 +311,60 @@ var endedHook func(p fence.Published)
 
 // removeEndedSessionRetry is removeEndedSession, tried again a few times a
 // second apart: a tmux command that timed out on a busy server should not leave
-// the generation stopping until the next reconcile.
-func (m *Manager) removeEndedSessionRetry(ctx context.Context, p fence.Published, kr killReason) error {
+// the generation stopping until the next reconcile. With wantTail, the pane's
+// output tail is captured in the kill's pipeline (until one try got it) and
+// returned.
+func (m *Manager) removeEndedSessionRetry(ctx context.Context, p fence.Published, kr killReason, wantTail bool) (string, error) {
+	var tail string
 	var err error
 	for try := 0; try < 3; try++ {
-		if err = m.removeEndedSession(ctx, p, kr); err == nil || !sleepCtx(ctx, time.Second) {
-			return err
+		var t string
+		t, err = m.removeEndedSessionTail(ctx, p, kr, wantTail && tail == "")
+		if tail == "" {
+			tail = t
+		}
+		if err == nil || !sleepCtx(ctx, time.Second) {
+			return tail, err
 		}
 	}
-	return err
+	return tail, err
 }
 
 // removeEndedSession kills the session of a generation being ended (its pane
 // dead, kept by remain-on-exit) and confirms it gone, its followers detached
 // first. kr tells end detection, which sees the removal, who removed it.
 func (m *Manager) removeEndedSession(ctx context.Context, p fence.Published, kr killReason) error {
+	_, err := m.removeEndedSessionTail(ctx, p, kr, false)
+	return err
+}
+
+// removeEndedSessionTail is removeEndedSession that, with wantTail, first
+// captures the pane's output tail in the same pipeline as the kill (tmux runs
+// the capture before the kill) and returns it ("" when not read).
+func (m *Manager) removeEndedSessionTail(ctx context.Context, p fence.Published, kr killReason, wantTail bool) (string, error) {
 	life := m.lifeOf(p.ServerPID, p.ServerStart)
 	m.markKilling(p.TmuxID, kr)
 	defer m.unmarkKilling(p.TmuxID)
 	m.DetachFollowers(life, p.TmuxID)
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
 	defer cancel()
-	if err := m.killConfirm(kctx, life, p.TmuxID); err != nil {
-		return fmt.Errorf("session %s of generation %d not removed (its processes are proven gone; it stays stopping): %w", p.TmuxID, p.Generation, err)
+	var before [][]string
+	if wantTail {
+		before = [][]string{tailCapture(p.TmuxID)}
 	}
-	return nil
+	replies, errs, err := m.killConfirmAfter(kctx, life, p.TmuxID, before)
+	tail := ""
+	if wantTail {
+		if errs[0] == nil {
+			tail = tailOf(replies[0].Lines)
+		} else {
+			m.log.Debug().Err(errs[0]).Str("target", p.TmuxID).Msg("output tail not captured")
+		}
+	}
+	if err != nil {
+		return tail, fmt.Errorf("session %s of generation %d not removed (its processes are proven gone; it stays stopping): %w", p.TmuxID, p.Generation, err)
+	}
+	return tail, nil
 }
 
 // sessionOf returns the generation's session when the census still lists it
@@ -340,18 +379,15 @@ func (m *Manager) sessionOf(p fence.Published) (census.Session, bool) {
 
 // endEvidence assembles an ended verdict once the generation's processes are
 // proven gone and before its session (a dead pane, when present is true) is
-// removed: this is the one place where what the pane still shows can be read
-// into the verdict. The pane's process was the agent itself (the helper execs
+// removed: this is the one place where the pane's exit is read into the
+// verdict (its output tail finishEnd captures in the kill's pipeline, after
+// this: a dead pane shows no more output). The pane's process was the agent itself (the helper execs
 // it), so the exit is what tmux kept of the dead pane: pane_dead_status or
 // pane_dead_signal (agentEndOf); or, when the helper could not exec the agent,
 // the postmortem it recorded (127 or 126); else our own SIGKILL. A session
 // that is gone (killed by hand, the server's death) took its pane's exit
 // with it: the kind is then owner_lost.
 func (m *Manager) endEvidence(ctx context.Context, p fence.Published, cause endCause, sess census.Session, present, killed bool) verdict.Record {
-	if present && cause.tail == "" {
-		// The last the agent showed, read from the pane while it still exists.
-		cause.tail = m.OutputTail(ctx, m.lifeOf(p.ServerPID, p.ServerStart), p.TmuxID)
-	}
 	end := m.agentEndOf(ctx, p, sess, present)
 	rec := endedRecord(p, cause, end)
 	if p.Stopping != nil {

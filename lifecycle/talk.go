@@ -128,14 +128,7 @@ func (m *Manager) Screen(ctx context.Context, ref Ref, lines int, ansi bool) (Sc
 // capture runs capture-pane on pane: the visible screen plus up to history lines
 // of history, one string per line. Wrapped lines stay as the screen shows them.
 func (m *Manager) capture(ctx context.Context, life tmuxctl.ServerLife, pane string, history int, ansi bool) ([]string, error) {
-	args := []string{"capture-pane", "-p", "-t", pane}
-	if ansi {
-		args = append(args, "-e")
-	}
-	if history > 0 {
-		args = append(args, "-S", "-"+strconv.Itoa(history))
-	}
-	rep, err := m.commandIn(ctx, life, args...)
+	rep, err := m.commandIn(ctx, life, captureArgs(pane, history, ansi)...)
 	if err != nil {
 		return nil, err
 	}
@@ -143,6 +136,19 @@ func (m *Manager) capture(ctx context.Context, life tmuxctl.ServerLife, pane str
 		return []string{}, nil
 	}
 	return rep.Lines, nil
+}
+
+// captureArgs is the capture-pane command for pane's last history lines
+// (all of the visible screen when history is 0), with escapes when ansi.
+func captureArgs(pane string, history int, ansi bool) []string {
+	args := []string{"capture-pane", "-p", "-t", pane}
+	if ansi {
+		args = append(args, "-e")
+	}
+	if history > 0 {
+		args = append(args, "-S", "-"+strconv.Itoa(history))
+	}
+	return args
 }
 
 // talkError maps a tmux failure on a resolved session: a command error means the
@@ -168,6 +174,18 @@ func (m *Manager) OutputTail(ctx context.Context, life tmuxctl.ServerLife, targe
 		m.log.Debug().Err(err).Str("target", target).Msg("output tail not captured")
 		return ""
 	}
+	return tailOf(lines)
+}
+
+// tailCapture is the command OutputTail sends, for a caller that pipelines it
+// with others (finishEnd: before the kill of an ended session); its reply's
+// lines go to tailOf.
+func tailCapture(target string) []string {
+	return captureArgs(target, tailLines, false)
+}
+
+// tailOf turns a tail capture's lines into skc.output.tail.
+func tailOf(lines []string) string {
 	// A dead pane kept by remain-on-exit ends with tmux's own status line
 	// (remain-on-exit-format, "Pane is dead (status 0, …)"): not the agent's.
 	for i := len(lines) - 1; i >= 0; i-- {

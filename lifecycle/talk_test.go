@@ -498,6 +498,30 @@ func TestTalkTailWhileDaemonDown(t *testing.T) {
 	}
 }
 
+// TestTalkTailOfExited: an agent that exits by itself while the daemon runs
+// gets its tail in the ended verdict — captured in the same pipeline as the
+// kill of its dead pane, before the kill — and its session is gone by the
+// time the verdict (which frees the identity) is written.
+func TestTalkTailOfExited(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	gofile := filepath.Join(e.home, "exit.go")
+	id, res := e.create(t, "exittail", "agent", "linesexit", "70", gofile)
+	ref := Ref{Name: res.Session.Name}
+	waitFor(t, "lines shown", func() bool {
+		s, err := e.m.Screen(context.Background(), ref, 0, false)
+		return err == nil && strings.Contains(strings.Join(s.Lines, "\n"), "line 70")
+	})
+	_ = os.WriteFile(gofile, nil, 0o600)
+	rec := e.ended(t, id)
+	if rec.Reason != verdict.ReasonAgentExited || !strings.HasSuffix(rec.OutputTail, "line 70") ||
+		!strings.Contains(rec.OutputTail, "line 21\n") {
+		t.Fatalf("reason %s, tail %q", rec.Reason, rec.OutputTail)
+	}
+	if out, err := execTmuxHome(e.home, "has-session", "-t", res.Session.ID); err == nil {
+		t.Fatalf("session %s still there after its ended verdict: %s", res.Session.ID, out)
+	}
+}
+
 func TestSanitizeTail(t *testing.T) {
 	lines := []string{"a\x1b[31mb\x07", "\tc  ", "é\xff日", "", ""}
 	if got := SanitizeTail(lines); got != "a[31mb\n c\né日" {

@@ -12,7 +12,7 @@ import (
 
 // expiringTmux ends the caller's context when the saga reaches the state tag and
 // then refuses the tag, and never answers kill-session (it blocks until its
-// context ends): a create whose caller gave up mid-saga, compensating against a
+// context ends, alone or in a pipeline): a create whose caller gave up mid-saga, compensating against a
 // stuck tmux. The caller is cancelled at that step rather than by a short timer
 // so that a slow machine cannot expire it earlier, in the fence's reservation.
 type expiringTmux struct {
@@ -30,6 +30,16 @@ func (x *expiringTmux) CommandIn(ctx context.Context, life tmuxctl.ServerLife, a
 		return tmuxctl.Reply{}, fmt.Errorf("tmuxctl: kill-session: no reply: %w", ctx.Err())
 	}
 	return x.tmuxAPI.CommandIn(ctx, life, args...)
+}
+
+func (x *expiringTmux) PipelineIn(ctx context.Context, life tmuxctl.ServerLife, cmds [][]string) ([]tmuxctl.Reply, []error) {
+	for _, args := range cmds {
+		if args[0] == "kill-session" {
+			<-ctx.Done()
+			return make([]tmuxctl.Reply, len(cmds)), errsOf(len(cmds), fmt.Errorf("tmuxctl: kill-session: no reply: %w", ctx.Err()))
+		}
+	}
+	return x.tmuxAPI.PipelineIn(ctx, life, cmds)
 }
 
 // TestUndoAfterCallerAndCompensationDeadlines: the caller's context expires
