@@ -47,14 +47,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	}
 	if fleet {
 		res, err := s.cfg.Service.ListFleet(r.Context())
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		if res.Sessions == nil {
-			res.Sessions = []Session{}
-		}
-		writeJSON(w, http.StatusOK, res)
+		writeList(w, res, err)
 		return
 	}
 	if enc, ok := s.cfg.Service.(EncodedReads); ok {
@@ -62,6 +55,11 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := s.cfg.Service.List(r.Context())
+	writeList(w, res, err)
+}
+
+// writeList answers a list: an empty one is [] on the wire, never null.
+func writeList(w http.ResponseWriter, res ListResponse, err error) {
 	if err != nil {
 		writeError(w, err)
 		return

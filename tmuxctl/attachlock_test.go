@@ -1,7 +1,6 @@
 package tmuxctl
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skc-supervisor/skc-supervisor/internal/proctest"
 	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 )
 
@@ -72,39 +72,25 @@ func TestManyControlClientsStartTogether(t *testing.T) {
 	drain(first)
 	pid := first.Info().PID
 	for round := 0; round < 4; round++ {
-		kids := make([]*exec.Cmd, 8)
-		stdins := make([]io.WriteCloser, len(kids))
-		outs := make([]*bufio.Reader, len(kids))
+		kids := make([]*proctest.Child, 8)
 		for i := range kids {
 			cmd := exec.Command(os.Args[0], "-test.run=^TestHelperDialClose$")
 			cmd.Env = append(os.Environ(), "SKC_TMUXCTL_HELPER_DIALCLOSE="+cfg.Socket)
 			cmd.Stderr = os.Stderr
-			in, err := cmd.StdinPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			kids[i], stdins[i], outs[i] = cmd, in, bufio.NewReader(out)
-			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+			kids[i] = proctest.Start(t, cmd)
 		}
 		up := 0
-		for _, out := range outs {
-			if l, _ := out.ReadString('\n'); l == "up\n" {
+		for _, k := range kids {
+			if l, _ := k.ReadLine(); l == "up" {
 				up++
 			}
 		}
-		for _, in := range stdins {
-			in.Close()
+		for _, k := range kids { // all at once: what this test is about
+			k.CloseInput()
 		}
 		failed := 0
-		for _, cmd := range kids {
-			if cmd.Wait() != nil {
+		for _, k := range kids {
+			if k.Wait() != nil {
 				failed++
 			}
 		}

@@ -79,12 +79,25 @@ func (c *Child) Send(t testing.TB, line string) {
 // that exits first fails the test.
 func (c *Child) Recv(t testing.TB) string {
 	t.Helper()
-	line, err := c.out.ReadString('\n')
+	line, err := c.ReadLine()
 	if err != nil {
 		t.Fatalf("recv from pid %d: %v", c.Cmd.Process.Pid, err)
 	}
-	return strings.TrimSuffix(line, "\n")
+	return line
 }
+
+// ReadLine reads one line from the child's stdout, without its newline: Recv
+// for a test that counts a child's silence rather than failing on it.
+func (c *Child) ReadLine() (string, error) {
+	line, err := c.out.ReadString('\n')
+	return strings.TrimSuffix(line, "\n"), err
+}
+
+// CloseInput closes the child's stdin: its signal to finish.
+func (c *Child) CloseInput() { _ = c.in.Close() }
+
+// Wait reaps the child: its own exit status, nil for a clean exit.
+func (c *Child) Wait() error { return c.Cmd.Wait() }
 
 // Kill SIGKILLs the child and reaps it, so its pid is provably dead (ESRCH).
 func (c *Child) Kill(t testing.TB) {
