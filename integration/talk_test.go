@@ -61,6 +61,23 @@ func TestTalkCLIAndAPI(t *testing.T) {
 
 // followHTTP opens GET …/output?follow=1 and returns its lines; the channel
 // closes when the stream ends.
+// awaitStreamEnd drains a follow stream until the daemon ends it, which it
+// must do once the followed session is gone (why: what ended it).
+func awaitStreamEnd(t *testing.T, lines <-chan string, why string) {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case _, ok := <-lines:
+			if !ok {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("output stream did not end with %s", why)
+		}
+	}
+}
+
 func followHTTP(t *testing.T, d *Daemon, name string) <-chan string {
 	t.Helper()
 	req, _ := http.NewRequest("GET", "http://skc/v1/sessions/"+name+"/output?follow=1", nil)
@@ -173,17 +190,7 @@ func checkKillTail(t *testing.T, d *Daemon, name string, lines <-chan string) {
 	if r := d.CLI(t, "wait", name, "--idle", "1s"); r.Code != 4 {
 		t.Errorf("wait on a gone session: %s", r)
 	}
-	deadline := time.After(30 * time.Second)
-	for {
-		select {
-		case _, ok := <-lines:
-			if !ok {
-				return
-			}
-		case <-deadline:
-			t.Fatal("output stream did not end with the session")
-		}
-	}
+	awaitStreamEnd(t, lines, "the session")
 }
 
 // TestTalkByIdentityAndAfterEnd: the four verbs name a session by identity as
@@ -314,15 +321,5 @@ func TestTalkKeptForRestart(t *testing.T) {
 	if r := d.CLI(t, "kill", name); r.Code != 0 {
 		t.Fatal(r)
 	}
-	deadline := time.After(30 * time.Second)
-	for {
-		select {
-		case _, ok := <-lines:
-			if !ok {
-				return
-			}
-		case <-deadline:
-			t.Fatal("output stream did not end with the kill")
-		}
-	}
+	awaitStreamEnd(t, lines, "the kill")
 }

@@ -25,18 +25,29 @@ type fleet struct {
 
 func newFleet(t *testing.T) *fleet {
 	f := &fleet{t: t, url: pgtest.DB(t)}
-	f.w = fencetest.NewWorldWith(t, func(opt fence.Options) (fence.Fence, error) {
-		opt.Host.Name = "host-a"
-		return Open(f.url, opt, Config{})
-	})
+	f.w = hostAWorld(t, f.url)
 	return f
+}
+
+// hostAWorld is a world whose owners are handles of host "host-a" on url.
+func hostAWorld(t *testing.T, url string) *fencetest.World {
+	return fencetest.NewWorldWith(t, func(opt fence.Options) (fence.Fence, error) {
+		opt.Host.Name = "host-a"
+		return Open(url, opt, Config{})
+	})
 }
 
 // owner opens a handle of host acting as process pid (alive until Set).
 func (f *fleet) owner(host string, pid int) *Store {
 	f.t.Helper()
+	return f.open(f.url, host, pid)
+}
+
+// open opens a handle of host as process pid through url.
+func (f *fleet) open(url, host string, pid int) *Store {
+	f.t.Helper()
 	f.w.Set(pid, fence.Alive)
-	s, err := Open(f.url, fence.Options{
+	s, err := Open(url, fence.Options{
 		Liveness: f.w.Liveness,
 		Self:     func() (int, string, error) { return pid, "inc-" + strconv.Itoa(pid), nil },
 		Host:     fence.Host{Name: host},
@@ -273,10 +284,7 @@ func TestDatabaseGoneMidCreate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := fencetest.NewWorldWith(t, func(opt fence.Options) (fence.Fence, error) {
-		opt.Host.Name = "host-a"
-		return Open(url, opt, Config{})
-	})
+	w := hostAWorld(t, url)
 	s := w.Owner(1)
 	r := fencetest.MustReserve(t, s, w.ID("x"), w.Spec("x"))
 	if err := srv.Stop(); err != nil {
@@ -369,10 +377,7 @@ func TestCachedReadsWhileDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := fencetest.NewWorldWith(t, func(opt fence.Options) (fence.Fence, error) {
-		opt.Host.Name = "host-a"
-		return Open(url, opt, Config{})
-	})
+	w := hostAWorld(t, url)
 	s := w.Owner(1)
 	p := fencetest.PublishAt(t, s, w, "x", "$1", 55, 1234)
 	before, err := s.CachedIdentityReads(bg, p.Identity, 5)

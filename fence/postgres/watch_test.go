@@ -29,17 +29,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // the fleet's handles (its writes reach them only by notification).
 func (f *fleet) elsewhere(host string, pid int) *Store {
 	f.t.Helper()
-	f.w.Set(pid, fence.Alive)
-	s, err := Open(f.url+"&application_name=elsewhere-"+strconv.Itoa(pid), fence.Options{
-		Liveness: f.w.Liveness,
-		Self:     func() (int, string, error) { return pid, "inc-" + strconv.Itoa(pid), nil },
-		Host:     fence.Host{Name: host},
-	}, Config{})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	f.t.Cleanup(func() { s.Close() })
-	return s
+	return f.open(f.url+"&application_name=elsewhere-"+strconv.Itoa(pid), host, pid)
 }
 
 // healthy waits until s's watcher trusts its copies, and returns how many
