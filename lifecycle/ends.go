@@ -35,6 +35,8 @@ type endCause struct {
 func (m *Manager) Run(ctx context.Context) error {
 	sub := m.census.Subscribe(1024)
 	defer sub.Close()
+	m.detecting.Store(true)
+	defer m.detecting.Store(false)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	if m.pool != nil {

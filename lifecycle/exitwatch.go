@@ -148,14 +148,15 @@ func (m *Manager) ExitWatches() int {
 // endAtExit starts the stop of generation gen in session id (server life
 // life), whose pane process — its agent — exited with st: reason
 // agent_exited, with that exit. It returns false, leaving the end to the
-// census's look, when that generation is not the one published there (ended
-// already, or a later one) or its server is not running or not the census's
-// (a dead server's agents exit by the hangup of its ptys: the census tells
-// that end, as server_exited). A session removed before its agent exited (a hangup by its
+// census's look, when end detection is not running (Run), when that
+// generation is not the one published there (ended already, or a later one),
+// or when its server is not running or not the census's (a dead server's
+// ptys close and the hangup ends every agent: the census tells that end, as
+// server_exited). A session removed before its agent exited (a hangup by its
 // removal) is told by the stop's kill pipeline: finishEnd then ends it as the
 // removal, not as the agent's own exit.
 func (m *Manager) endAtExit(life tmuxctl.ServerLife, id string, gen uint64, st proctree.ExitStatus) bool {
-	if !m.census.OnLife(life) || !proctree.Running(life.PID) {
+	if !m.detecting.Load() || !m.census.OnLife(life) || !proctree.Running(life.PID) {
 		return false
 	}
 	p, ok := m.publishedByTmuxID(m.stopCtx, id, life)
