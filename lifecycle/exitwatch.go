@@ -96,8 +96,16 @@ func (m *Manager) watchExit(p fence.Published) {
 	// a few dozen bytes per watch at 4,000 of them.
 	life, id, gen := m.lifeOf(p.ServerPID, p.ServerStart), p.TmuxID, p.Generation
 	err := w.Watch(stopKey(p), p.PanePID, p.PaneStart, func(e proctree.Exit) {
-		if st, ok := e.Status(); ok && m.endAtExit(life, id, gen, st) {
-			return
+		if st, ok := e.Status(); ok {
+			if r := m.endAtExit(life, id, gen, st); r != nil {
+				// A stop that did not remove the session (kept for a
+				// restart, or not proven) leaves a dead pane the census
+				// has not read: it is told now, as it would have been.
+				<-r.done
+				if _, listed := m.census.ByID(id); !listed || !m.census.OnLife(life) {
+					return
+				}
+			}
 		}
 		m.census.PaneExited(m.stopCtx, life, id, e.Reaped)
 	})
@@ -147,21 +155,21 @@ func (m *Manager) ExitWatches() int {
 
 // endAtExit starts the stop of generation gen in session id (server life
 // life), whose pane process — its agent — exited with st: reason
-// agent_exited, with that exit. It returns false, leaving the end to the
-// census's look, when end detection is not running (Run), when that
+// agent_exited, with that exit, and returns the stop's run. It returns nil,
+// leaving the end to the census's look, when end detection is not running (Run), when that
 // generation is not the one published there (ended already, or a later one),
 // or when its server is not running or not the census's (a dead server's
 // ptys close and the hangup ends every agent: the census tells that end, as
 // server_exited). A session removed before its agent exited (a hangup by its
 // removal) is told by the stop's kill pipeline: finishEnd then ends it as the
 // removal, not as the agent's own exit.
-func (m *Manager) endAtExit(life tmuxctl.ServerLife, id string, gen uint64, st proctree.ExitStatus) bool {
+func (m *Manager) endAtExit(life tmuxctl.ServerLife, id string, gen uint64, st proctree.ExitStatus) *stopRun {
 	if !m.detecting.Load() || !m.census.OnLife(life) || !proctree.Running(life.PID) {
-		return false
+		return nil
 	}
 	p, ok := m.publishedByTmuxID(m.stopCtx, id, life)
 	if !ok || p.Generation != gen {
-		return false
+		return nil
 	}
 	end := agentEnd{source: "pane_dead_status", read: "process", pid: p.PanePID, ended: time.Now()}
 	if st.Signal != 0 {
@@ -170,6 +178,5 @@ func (m *Manager) endAtExit(life tmuxctl.ServerLife, id string, gen uint64, st p
 		code := st.Code
 		end.status = &code
 	}
-	m.stopGeneration(p, endCause{reason: verdict.ReasonAgentExited, exit: &end})
-	return true
+	return m.stopGeneration(p, endCause{reason: verdict.ReasonAgentExited, exit: &end})
 }
