@@ -62,6 +62,9 @@ func (c *Census) PaneExited(ctx context.Context, life tmuxctl.ServerLife, id str
 	}
 }
 
+// OnLife reports whether the census is connected to server life life.
+func (c *Census) OnLife(life tmuxctl.ServerLife) bool { return c.onLife(life) }
+
 // onLife reports whether the census is connected to server life life.
 func (c *Census) onLife(life tmuxctl.ServerLife) bool {
 	c.mu.RLock()

@@ -22,6 +22,9 @@ type endCause struct {
 	term       bool   // SIGTERM the generation's processes first (a kill request)
 	tail       string // skc.output.tail, captured while the pane still existed (OutputTail)
 	manual     bool   // a restart request: the next generation starts now, whatever the policy
+	// exit: the agent's exit, read from the exited process itself (endAtExit);
+	// nil when the end is to be read from tmux's dead pane.
+	exit *agentEnd
 }
 
 // Run consumes the census change feed until ctx is done and writes one ended
@@ -32,6 +35,8 @@ type endCause struct {
 func (m *Manager) Run(ctx context.Context) error {
 	sub := m.census.Subscribe(1024)
 	defer sub.Close()
+	m.detecting.Store(true)
+	defer m.detecting.Store(false)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	if m.pool != nil {
@@ -199,6 +204,9 @@ func endedRecord(pub fence.Published, cause endCause, end agentEnd) verdict.Reco
 		}
 		rec.Exit = &verdict.Exit{Status: end.status, Signal: end.signal}
 		rec.Evidence["exit_source"] = end.source
+		if end.read != "" {
+			rec.Evidence["exit_read"] = end.read
+		}
 		if end.pid > 0 {
 			rec.Evidence["agent_pid"] = end.pid
 		}

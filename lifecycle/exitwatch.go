@@ -1,9 +1,15 @@
 package lifecycle
 
 import (
+	"time"
+
+	"golang.org/x/sys/unix"
+
 	"github.com/skc-supervisor/skc-supervisor/census"
 	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/proctree"
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
 // exitState is the Manager's watch of its generations' pane processes.
@@ -24,10 +30,16 @@ type exitState struct {
 // server exits. So every published generation of ours has its pane process
 // watched (proctree.ExitWatch: one pidfd, opened for the pid and start time
 // the fence recorded at spawn, so it is that very process), and its exit
-// makes the census look at that one session at once (census.PaneExited: it
-// lets tmux reap, poking it if need be, then reads the session by id). What
-// the census then reads is what end detection acts on, as before (onPaneDead);
-// the watch only says when to look.
+// starts the generation's end at once (endAtExit): the agent's exit status is
+// read from the exited process itself while tmux has not yet reaped it
+// (proctree.Exit.Status; at thousands of sessions tmux reaps tens of
+// milliseconds later), so the end waits neither for tmux's reap nor for a
+// census read — what is left is the stop's proof and the one pipeline that
+// captures the tail and removes the session. Where the status cannot be read
+// (tmux reaped first, no trace permission, no /proc/PID/io), the exit makes
+// the census look at that one session (census.PaneExited: it lets tmux reap,
+// poking it if need be, then reads the session by id), and end detection acts
+// on what it reads, as before (onPaneDead).
 //
 // A watch is made at publication and, after a daemon restart, for every
 // generation Recover adopts; it is released when its process exits, when
@@ -80,10 +92,21 @@ func (m *Manager) watchExit(p fence.Published) {
 		m.markUnwatched(p)
 		return
 	}
-	// The callback keeps the session's life and id only, not p: a few dozen
-	// bytes per watch at 4,000 of them.
-	life, id := m.lifeOf(p.ServerPID, p.ServerStart), p.TmuxID
+	// The callback keeps the session's life, id and generation only, not p:
+	// a few dozen bytes per watch at 4,000 of them.
+	life, id, gen := m.lifeOf(p.ServerPID, p.ServerStart), p.TmuxID, p.Generation
 	err := w.Watch(stopKey(p), p.PanePID, p.PaneStart, func(e proctree.Exit) {
+		if st, ok := e.Status(); ok {
+			if r := m.endAtExit(life, id, gen, st); r != nil {
+				// A stop that did not remove the session (kept for a
+				// restart, or not proven) leaves a dead pane the census
+				// has not read: it is told now, as it would have been.
+				<-r.done
+				if _, listed := m.census.ByID(id); !listed || !m.census.OnLife(life) {
+					return
+				}
+			}
+		}
 		m.census.PaneExited(m.stopCtx, life, id, e.Reaped)
 	})
 	if err != nil && err != proctree.ErrWatchClosed {
@@ -128,4 +151,32 @@ func (m *Manager) ExitWatches() int {
 		return 0
 	}
 	return w.Len()
+}
+
+// endAtExit starts the stop of generation gen in session id (server life
+// life), whose pane process — its agent — exited with st: reason
+// agent_exited, with that exit, and returns the stop's run. It returns nil,
+// leaving the end to the census's look, when end detection is not running (Run), when that
+// generation is not the one published there (ended already, or a later one),
+// or when its server is not running or not the census's (a dead server's
+// ptys close and the hangup ends every agent: the census tells that end, as
+// server_exited). A session removed before its agent exited (a hangup by its
+// removal) is told by the stop's kill pipeline: finishEnd then ends it as the
+// removal, not as the agent's own exit.
+func (m *Manager) endAtExit(life tmuxctl.ServerLife, id string, gen uint64, st proctree.ExitStatus) *stopRun {
+	if !m.detecting.Load() || !m.census.OnLife(life) || !proctree.Running(life.PID) {
+		return nil
+	}
+	p, ok := m.publishedByTmuxID(m.stopCtx, id, life)
+	if !ok || p.Generation != gen {
+		return nil
+	}
+	end := agentEnd{source: "pane_dead_status", read: "process", pid: p.PanePID, ended: time.Now()}
+	if st.Signal != 0 {
+		end.signal = unix.SignalName(unix.Signal(st.Signal))
+	} else {
+		code := st.Code
+		end.status = &code
+	}
+	return m.stopGeneration(p, endCause{reason: verdict.ReasonAgentExited, exit: &end})
 }

@@ -151,3 +151,38 @@ func TestUnwatchedSessionMarkedForHook(t *testing.T) {
 	endedBySIGKILL(t, e.ended(t, watchedID))
 	endedBySIGKILL(t, e.ended(t, unwatchedID))
 }
+
+// TestExitReadFromProcessBeforeTmuxReaps: an agent's end starts from its own
+// exit, without waiting for tmux. The tmux server is stopped (SIGSTOP: it can
+// neither reap the agent nor answer, as a server busy over thousands of
+// sessions is late to), the agent is killed, and the generation is stopping
+// all the same — its exit read from the exited process (exit_read
+// "process"); once tmux runs again the session is removed and the verdict
+// says the agent's signal. Census subscription and hook are off, as above.
+func TestExitReadFromProcessBeforeTmuxReaps(t *testing.T) {
+	e := startEnvWith(t, &env{exitOnly: true}, "", false)
+	ids, agents := e.startAgents(t, "fz", 1)
+	info, ok := e.census.Info()
+	if !ok {
+		t.Fatal("census not connected")
+	}
+	if err := syscall.Kill(info.PID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	cont := func() { _ = syscall.Kill(info.PID, syscall.SIGCONT) }
+	t.Cleanup(cont)
+	if err := syscall.Kill(agents[0], syscall.SIGTERM); err != nil {
+		cont()
+		t.Fatal(err)
+	}
+	waitFor(t, "the generation stopping while tmux is stopped", func() bool { return e.published(ids[0]).Stopping != nil })
+	cont()
+	rec := e.ended(t, ids[0])
+	if rec.Reason != verdict.ReasonAgentExited || rec.ExitKind != verdict.ExitKindExit || rec.Exit == nil ||
+		rec.Exit.Signal != "SIGTERM" || rec.Evidence["exit_read"] != "process" || rec.Evidence["exit_source"] != "pane_dead_status" {
+		t.Fatalf("ended %+v exit %+v", rec, rec.Exit)
+	}
+	if out, err := execTmux(e, "has-session", "-t", rec.Session.ID); err == nil {
+		t.Fatalf("session %s still there after its ended verdict (%q)", rec.Session.ID, out)
+	}
+}

@@ -136,6 +136,9 @@ type Manager struct {
 	cgroupBase string    // where each generation gets its cgroup; "" when none can be made
 	pool       *pool     // the warm pool; nil when off
 	exits      exitState // pane processes watched for their exit (m.mu; exitwatch.go)
+	// detecting: end detection (Run) is running; only then does an exit
+	// watch start a stop itself (endAtExit).
+	detecting atomic.Bool
 
 	talk talkState // inputs, output followers (talk*.go)
 

@@ -28,7 +28,8 @@ import (
 // agentEnd is what is known of how the generation's agent ended; the zero
 // value when nothing is.
 type agentEnd struct {
-	source  string // exit_source: "pane_dead_status" (tmux), "exec_failed" or "helper_postmortem" (the fence)
+	source  string // exit_source: "pane_dead_status" (the pane process's own), "exec_failed" or "helper_postmortem" (the fence)
+	read    string // exit_read: where the pane process's exit was read, "tmux" (its dead pane) or "process" (endAtExit)
 	status  *int
 	signal  string // a name, e.g. "SIGKILL"
 	pid     int
@@ -56,7 +57,7 @@ var (
 // status yet, read from tmux until it is there. The helper's start record
 // tells whether the pane's process got as far as its gate: without one, the
 // dead pane's exit is the helper's own.
-func (m *Manager) agentEndOf(ctx context.Context, p fence.Published, sess census.Session, present bool) agentEnd {
+func (m *Manager) agentEndOf(ctx context.Context, p fence.Published, sess census.Session, present bool, known *agentEnd) agentEnd {
 	pm, ok, err := m.fence.Postmortem(ctx, p.Identity, p.Generation)
 	if err == nil && ok && !pm.EndedAt.IsZero() {
 		e := agentEnd{source: "exec_failed", status: pm.ExitStatus, signal: pm.Signal,
@@ -66,6 +67,11 @@ func (m *Manager) agentEndOf(ctx context.Context, p fence.Published, sess census
 			// older than this daemon) recorded its child agent's end.
 			e.source, e.pid = "helper_postmortem", pm.AgentPID
 		}
+		return e
+	}
+	if known != nil { // read from the exited process (endAtExit)
+		e := *known
+		e.helperOnly = err == nil && !ok
 		return e
 	}
 	if !present {
@@ -90,7 +96,7 @@ func sessionEnd(s census.Session) (agentEnd, bool) {
 	if !s.PaneDead || (s.PaneDeadStatus == nil && s.PaneDeadSignal == "") {
 		return agentEnd{}, false
 	}
-	e := agentEnd{source: "pane_dead_status", signal: signalName(s.PaneDeadSignal), pid: s.PanePID}
+	e := agentEnd{source: "pane_dead_status", read: "tmux", signal: signalName(s.PaneDeadSignal), pid: s.PanePID}
 	if s.PaneDeadStatus != nil {
 		v := *s.PaneDeadStatus
 		e.status = &v
@@ -138,7 +144,7 @@ func parsePaneEnd(line string) (agentEnd, bool) {
 	if len(f) != 5 || f[0] != "1" || (f[1] == "" && f[2] == "") {
 		return agentEnd{}, false
 	}
-	e := agentEnd{source: "pane_dead_status", signal: signalName(f[2])}
+	e := agentEnd{source: "pane_dead_status", read: "tmux", signal: signalName(f[2])}
 	if f[1] != "" {
 		st, err := strconv.Atoi(f[1])
 		if err != nil {

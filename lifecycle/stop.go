@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/census"
 	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/proctree"
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
@@ -256,9 +258,12 @@ func stoppingError(p fence.Published, code, format string, args ...any) error {
 // the next look (a create, a kill, the reconcile) tries again.
 func (m *Manager) finishEnd(ctx context.Context, p fence.Published, cause endCause, killed bool, res proctree.Result) (verdict.Record, error) {
 	sess, present := m.sessionOf(p)
-	rec := m.endEvidence(ctx, p, cause, sess, present, killed)
-	rec.Evidence["proof"] = res.Why
-	next, gaveUp := planNext(p, rec, cause, time.Now())
+	if cause.exit != nil && !present {
+		// Read from the exited process, but its session is gone already: the
+		// exit was the hangup of its removal, which the end is (onRemoved's).
+		cause = endCause{reason: m.goneReason(p)}
+	}
+	rec, next, gaveUp := m.planEnd(ctx, p, cause, sess, present, killed, res)
 	// A restart keeps the session (its dead pane is respawned with the next
 	// generation): only a next start due after the agent's own end or a
 	// restart request, in the server life it ran in. Any other end removes
@@ -269,16 +274,35 @@ func (m *Manager) finishEnd(ctx context.Context, p fence.Published, cause endCau
 	wantTail := present && rec.OutputTail == ""
 	switch {
 	case present && !keep:
-		tail, err := m.removeEndedSessionRetry(ctx, p, killReason{reason: cause.reason}, wantTail)
+		tail, gone, err := m.removeEndedSessionRetry(ctx, p, killReason{reason: cause.reason}, wantTail)
 		if err != nil {
 			return verdict.Record{}, err
 		}
-		if wantTail {
+		if gone != "" && cause.exit != nil {
+			// The pipeline found no session to read or kill: it went before
+			// the agent's exit was acted on, as above.
+			rec, next, gaveUp = m.planEnd(ctx, p, endCause{reason: gone}, census.Session{}, false, killed, res)
+		} else if wantTail {
 			rec.OutputTail = tail
 		}
 	case wantTail:
 		rec.OutputTail = m.OutputTail(ctx, m.lifeOf(p.ServerPID, p.ServerStart), p.TmuxID)
 	}
+	return m.fileEnd(ctx, p, rec, next, gaveUp, keep)
+}
+
+// planEnd is an end's verdict (endEvidence, with the proof) and what comes
+// after it (planNext: a restart, or none).
+func (m *Manager) planEnd(ctx context.Context, p fence.Published, cause endCause, sess census.Session, present, killed bool, res proctree.Result) (verdict.Record, fence.RestartNext, *verdict.Record) {
+	rec := m.endEvidence(ctx, p, cause, sess, present, killed)
+	rec.Evidence["proof"] = res.Why
+	next, gaveUp := planNext(p, rec, cause, time.Now())
+	return rec, next, gaveUp
+}
+
+// fileEnd writes the ended verdict with the compare-and-set MarkEnded, which
+// frees the identity (or hands it to its restart), and tidies after it.
+func (m *Manager) fileEnd(ctx context.Context, p fence.Published, rec verdict.Record, next fence.RestartNext, gaveUp *verdict.Record, keep bool) (verdict.Record, error) {
 	ok, filed, err := m.fence.MarkEndedNext(context.WithoutCancel(ctx), p.Identity, p.Generation, rec, next, gaveUp)
 	if err != nil {
 		return verdict.Record{}, err
@@ -314,34 +338,37 @@ var endedHook func(p fence.Published)
 // the generation stopping until the next reconcile. With wantTail, the pane's
 // output tail is captured in the kill's pipeline (until one try got it) and
 // returned.
-func (m *Manager) removeEndedSessionRetry(ctx context.Context, p fence.Published, kr killReason, wantTail bool) (string, error) {
-	var tail string
-	var err error
+func (m *Manager) removeEndedSessionRetry(ctx context.Context, p fence.Published, kr killReason, wantTail bool) (tail, gone string, err error) {
 	for try := 0; try < 3; try++ {
-		var t string
-		t, err = m.removeEndedSessionTail(ctx, p, kr, wantTail && tail == "")
+		var t, g string
+		t, g, err = m.removeEndedSessionTail(ctx, p, kr, wantTail && tail == "")
 		if tail == "" {
 			tail = t
 		}
+		if gone == "" {
+			gone = g
+		}
 		if err == nil || !sleepCtx(ctx, time.Second) {
-			return tail, err
+			return tail, gone, err
 		}
 	}
-	return tail, err
+	return tail, gone, err
 }
 
 // removeEndedSession kills the session of a generation being ended (its pane
 // dead, kept by remain-on-exit) and confirms it gone, its followers detached
 // first. kr tells end detection, which sees the removal, who removed it.
 func (m *Manager) removeEndedSession(ctx context.Context, p fence.Published, kr killReason) error {
-	_, err := m.removeEndedSessionTail(ctx, p, kr, false)
+	_, _, err := m.removeEndedSessionTail(ctx, p, kr, false)
 	return err
 }
 
 // removeEndedSessionTail is removeEndedSession that, with wantTail, first
 // captures the pane's output tail in the same pipeline as the kill (tmux runs
-// the capture before the kill) and returns it ("" when not read).
-func (m *Manager) removeEndedSessionTail(ctx context.Context, p fence.Published, kr killReason, wantTail bool) (string, error) {
+// the capture before the kill) and returns it ("" when not read); gone is
+// then the reason of a session the capture found gone already (before the
+// kill): tmux_session_missing, or server_exited for another server life.
+func (m *Manager) removeEndedSessionTail(ctx context.Context, p fence.Published, kr killReason, wantTail bool) (tail, gone string, err error) {
 	life := m.lifeOf(p.ServerPID, p.ServerStart)
 	m.markKilling(p.TmuxID, kr)
 	defer m.unmarkKilling(p.TmuxID)
@@ -353,18 +380,22 @@ func (m *Manager) removeEndedSessionTail(ctx context.Context, p fence.Published,
 		before = [][]string{tailCapture(p.TmuxID)}
 	}
 	replies, errs, err := m.killConfirmAfter(kctx, life, p.TmuxID, before)
-	tail := ""
 	if wantTail {
-		if errs[0] == nil {
+		switch e := errs[0]; {
+		case e == nil:
 			tail = tailOf(replies[0].Lines)
-		} else {
-			m.log.Debug().Err(errs[0]).Str("target", p.TmuxID).Msg("output tail not captured")
+		case errors.Is(e, tmuxctl.ErrLifeChanged):
+			gone = verdict.ReasonServerExited
+		case isCommandError(e):
+			gone = verdict.ReasonTmuxSessionMissing
+		default:
+			m.log.Debug().Err(e).Str("target", p.TmuxID).Msg("output tail not captured")
 		}
 	}
 	if err != nil {
-		return tail, fmt.Errorf("session %s of generation %d not removed (its processes are proven gone; it stays stopping): %w", p.TmuxID, p.Generation, err)
+		return tail, gone, fmt.Errorf("session %s of generation %d not removed (its processes are proven gone; it stays stopping): %w", p.TmuxID, p.Generation, err)
 	}
-	return tail, nil
+	return tail, gone, nil
 }
 
 // sessionOf returns the generation's session when the census still lists it
@@ -388,7 +419,7 @@ func (m *Manager) sessionOf(p fence.Published) (census.Session, bool) {
 // that is gone (killed by hand, the server's death) took its pane's exit
 // with it: the kind is then owner_lost.
 func (m *Manager) endEvidence(ctx context.Context, p fence.Published, cause endCause, sess census.Session, present, killed bool) verdict.Record {
-	end := m.agentEndOf(ctx, p, sess, present)
+	end := m.agentEndOf(ctx, p, sess, present, cause.exit)
 	rec := endedRecord(p, cause, end)
 	if p.Stopping != nil {
 		rec.Evidence["stop_since"] = p.Stopping.Since.UTC().Format(time.RFC3339Nano)

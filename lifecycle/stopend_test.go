@@ -180,9 +180,10 @@ func TestReleaseRemovesDeadSession(t *testing.T) {
 	db.Close()
 	_ = syscall.Kill(agent, syscall.SIGKILL) // the agent ends; its helper records it and exits: a dead pane
 	waitFor(t, "unresolved verdict", func() bool { return count(e.verdicts(id), verdict.VerdictUnresolved) > 0 })
-	if s, ok := e.census.ByID(res.Session.ID); !ok || !s.PaneDead {
-		t.Fatalf("the blocked generation's session: %+v %v (want listed, pane dead)", s, ok)
-	}
+	waitFor(t, "the blocked generation's session listed with its pane dead", func() bool {
+		s, ok := e.census.ByID(res.Session.ID)
+		return ok && s.PaneDead
+	})
 	pub, _, _ := e.store.PublishedFor(context.Background(), id)
 	rec, err := e.m.Release(context.Background(), pub.ReservationID)
 	if err != nil || rec.Verdict != verdict.VerdictReleased || rec.Evidence["session_removed"] != res.Session.ID {

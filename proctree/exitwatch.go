@@ -34,17 +34,21 @@ type ExitWatch struct {
 
 // watch is one watched process.
 type watch struct {
-	key string
-	id  uint64
-	fd  int // -1 when the process was gone (and reaped) at Watch
-	fn  func(Exit)
+	key   string
+	id    uint64
+	fd    int // -1 when the process was gone (and reaped) at Watch
+	pid   int
+	start uint64
+	fn    func(Exit)
 }
 
 // Exit is what a callback is told of the exit it was called for.
 type Exit struct {
 	// Key is the key the watch was made with.
-	Key string
-	fd  int
+	Key   string
+	fd    int
+	pid   int
+	start uint64
 }
 
 // Reaped reports whether the exited process has been reaped by its parent
@@ -93,8 +97,8 @@ var ErrWatchClosed = errors.New("proctree: exit watch closed")
 // pidfd is opened first and the start time checked after, so the watch is on
 // that very process: a pidfd pins its process, and a pid number freed and
 // reused meanwhile shows another start time. A process already gone — no
-// such pid, another start time, a zombie — is reported at once (fn runs as
-// for an exit). A watch with the same key is replaced. It fails only when no
+// such pid, another start time — is reported at once (fn runs as for an
+// exit), and one that exited but is not yet reaped by the first epoll wait. A watch with the same key is replaced. It fails only when no
 // pidfd can be had (ENOSYS before Linux 5.3, EMFILE, EPERM), and then fn is
 // never called: the caller's other paths must cover that process.
 func (w *ExitWatch) Watch(key string, pid int, start uint64, fn func(Exit)) error {
@@ -107,16 +111,17 @@ func (w *ExitWatch) Watch(key string, pid int, start uint64, fn func(Exit)) erro
 	}
 	gone := err != nil
 	if !gone {
-		st, serr := readStat(pid)
-		switch {
-		case serr != nil || st.start != start:
+		if st, serr := readStat(pid); serr != nil || st.start != start {
 			// Reaped between the list and the open (the pidfd is another
 			// process's, or of one gone since): its pid is free.
 			unix.Close(fd)
 			fd, gone = -1, true
-		case st.zombie():
-			gone = true // exited, not yet reaped: the pidfd tells when it is
 		}
+		// A zombie here is not taken for an exit: the main thread of a
+		// process whose other thread is exec'ing (a Go helper exec'ing its
+		// agent from any thread) shows as one for a moment. The pidfd tells:
+		// epoll reports an exit that already happened at once, and only the
+		// whole process's.
 	} else {
 		fd = -1
 	}
@@ -130,7 +135,7 @@ func (w *ExitWatch) Watch(key string, pid int, start uint64, fn func(Exit)) erro
 	}
 	w.releaseLocked(key)
 	w.nextID++
-	wt := &watch{key: key, id: w.nextID, fd: fd, fn: fn}
+	wt := &watch{key: key, id: w.nextID, fd: fd, pid: pid, start: start, fn: fn}
 	if gone {
 		w.fireLocked(wt)
 		return nil
@@ -198,7 +203,7 @@ func (w *ExitWatch) fireLocked(wt *watch) {
 	w.cbs.Add(1)
 	go func() {
 		defer w.cbs.Done()
-		wt.fn(Exit{Key: wt.key, fd: wt.fd})
+		wt.fn(Exit{Key: wt.key, fd: wt.fd, pid: wt.pid, start: wt.start})
 		if wt.fd >= 0 {
 			unix.Close(wt.fd)
 		}

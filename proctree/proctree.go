@@ -178,6 +178,10 @@ type procStat struct {
 	ppid    int
 	session int
 	start   uint64
+	// exitCode is field 52 (exit_code, Linux 3.5): the wait status of an
+	// exited task, 0 for one that runs or that the reader may not trace;
+	// -1 when the kernel does not show the field.
+	exitCode int
 }
 
 func (p procStat) zombie() bool { return p.state == 'Z' || p.state == 'X' }
@@ -204,7 +208,13 @@ func readStat(pid int) (procStat, error) {
 	if err0 != nil || err1 != nil || err2 != nil {
 		return procStat{}, fmt.Errorf("proctree: malformed /proc/%d/stat", pid)
 	}
-	return procStat{state: f[0][0], ppid: ppid, session: sid, start: start}, nil
+	st := procStat{state: f[0][0], ppid: ppid, session: sid, start: start, exitCode: -1}
+	if len(f) >= 50 { // f[49] is field 52
+		if v, err := strconv.Atoi(f[49]); err == nil {
+			st.exitCode = v
+		}
+	}
+	return st, nil
 }
 
 // ChildStartTime returns the start time (field 22 of /proc/PID/stat; a

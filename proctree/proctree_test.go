@@ -2,9 +2,11 @@ package proctree
 
 import (
 	"context"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"syscall"
 	"testing"
@@ -34,6 +36,21 @@ func TestMain(m *testing.M) {
 		for {
 			time.Sleep(time.Hour) // not select {}: the runtime would call that a deadlock and exit
 		}
+	}
+	if len(os.Args) > 2 && os.Args[1] == "exiter" { // exits with the status given once its stdin closes
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		code, _ := strconv.Atoi(os.Args[2])
+		os.Exit(code)
+	}
+	if len(os.Args) > 1 && os.Args[1] == "threadexec" { // execs a sleeper from a thread that is not the main one
+		done := make(chan error)
+		go func() {
+			runtime.LockOSThread() // a new goroutine's locked thread: not the process's main thread
+			exe, _ := os.Executable()
+			done <- syscall.Exec(exe, []string{exe, "sleeper"}, os.Environ())
+		}()
+		<-done
+		os.Exit(5)
 	}
 	if len(os.Args) > 1 && os.Args[1] == "sleeper" {
 		for {

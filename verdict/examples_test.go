@@ -74,7 +74,7 @@ func exitKindExamples() []Record {
 		return r
 	}
 	pm := mk(31, ExitKindProcessPostmortem, ReasonAgentExited, OutcomeSuccess, ExitSignal("SIGSEGV"))
-	pm.Evidence = map[string]any{"exit_source": "pane_dead_status", "agent_pid": json.Number("4242"),
+	pm.Evidence = map[string]any{"exit_source": "pane_dead_status", "exit_read": "tmux", "agent_pid": json.Number("4242"),
 		"ended_at": "2026-11-30T00:59:58Z"}
 	kill := mk(33, ExitKindCleanup, ReasonKilledByRequest, OutcomeSuccess, ExitStatus(0))
 	kill.Action = ActionKill

@@ -40,6 +40,7 @@ type endBreakdown struct {
 // was stamped and read.
 type endMark struct {
 	kill, stamp, read time.Time
+	id                string // the session's tmux id ($N), when known
 }
 
 // breakdownFigure runs n sequential creates on a fresh daemon with a wire log.

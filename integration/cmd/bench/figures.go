@@ -111,7 +111,8 @@ func createFigures(ctx context.Context, d *daemon, ctl, fork *baseline, n int) (
 // the follow stream (read), and to the verdict's own @timestamp (stamp).
 type endResult struct {
 	read, stamp samples
-	missed      int // no verdict within 10 s
+	missed      int       // no verdict within 10 s
+	marks       []endMark // each end with its session's tmux id (scaleEndBreakdown)
 }
 
 // endFigure kills the oldest session's agent n times, each time waiting for its
@@ -135,6 +136,7 @@ func endFigure(ctx context.Context, d *daemon, f *follower, n int, replace bool)
 		case e := <-ch:
 			res.read = append(res.read, e.read.Sub(t0))
 			res.stamp = append(res.stamp, e.stamp.Sub(t0))
+			res.marks = append(res.marks, endMark{kill: t0, stamp: e.stamp, read: e.read, id: s.ID})
 		case <-time.After(10 * time.Second):
 			f.forget(s.Name)
 			res.missed++

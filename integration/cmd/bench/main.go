@@ -43,6 +43,7 @@ type options struct {
 	lookups         int
 	breakdownN      int
 	scaleN, scaleAt int
+	scaleWire       bool
 	createBudget    time.Duration
 	timeout         time.Duration
 	args            []string
@@ -71,6 +72,7 @@ func parseFlags() options {
 	flag.IntVar(&o.breakdownN, "breakdown", 30, "creates on a wire-logged daemon to attribute create time (0: skip)")
 	flag.IntVar(&o.scaleN, "scale-n", 4000, "scale: live sessions wanted (capped by free ptys)")
 	flag.IntVar(&o.scaleAt, "scale-list-at", 1000, "scale: also measure list and lookup at this many sessions")
+	flag.BoolVar(&o.scaleWire, "scale-wire", false, "scale: run the daemon with a wire log and split each end into its steps")
 	flag.DurationVar(&o.createBudget, "scale-create-budget", 40*time.Minute, "scale: stop creating after this long and measure what exists")
 	flag.DurationVar(&o.timeout, "timeout", 0, "overall bound (default 30m, 90m with -scale)")
 	flag.Parse()

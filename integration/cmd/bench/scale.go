@@ -42,7 +42,7 @@ func sessionRoom(want int, perKB int64) (int, string) {
 func runScale(ctx context.Context, o options, r *reaper, bin string, rep *report) error {
 	target, why := scaleTarget(o.scaleN)
 	rep.facts = append(rep.facts, [2]string{"scale target", fmt.Sprintf("%d sessions (%s)", target, why)})
-	d, err := startDaemon(ctx, r, bin, agent, false)
+	d, err := startDaemon(ctx, r, bin, agent, o.scaleWire)
 	if err != nil {
 		return err
 	}
@@ -87,7 +87,7 @@ func runScale(ctx context.Context, o options, r *reaper, bin string, rep *report
 		}
 		rep.errs = append(rep.errs, fmt.Sprintf("%d of %d sessions (%s); measured there", reached, target, why))
 	}
-	return scaleMeasure(ctx, rep, d, f, bin, empty)
+	return scaleMeasure(ctx, rep, d, f, bin, empty, o.scaleWire)
 }
 
 // daemonCost is the daemon's resident memory and open fds at one moment.
@@ -112,7 +112,7 @@ func openFDs(pid int) int {
 }
 
 // scaleMeasure takes the figures at the full size.
-func scaleMeasure(ctx context.Context, rep *report, d *daemon, f *follower, bin string, empty daemonCost) error {
+func scaleMeasure(ctx context.Context, rep *report, d *daemon, f *follower, bin string, empty daemonCost, wire bool) error {
 	n := d.count()
 	rss, hwm := d.rssKB()
 	rep.judge(row{fig: fmt.Sprintf("daemon VmRSS (%d live sessions)", n), ours: fmt.Sprintf("%.1f MB (VmHWM %.1f MB)", float64(rss)/1024, float64(hwm)/1024),
@@ -140,6 +140,9 @@ func scaleMeasure(ctx context.Context, rep *report, d *daemon, f *follower, bin 
 		return err
 	}
 	endRow(rep, ends, n, 100*time.Millisecond) // issue 18, goal 4
+	if wire {
+		scaleEndRows(rep, filepath.Join(d.home, "wire.log"), ends)
+	}
 	if err := censusRow(ctx, rep, d); err != nil {
 		return err
 	}

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// scaleEndSteps splits each measured end of the scale run ("agent killed →
+// ended verdict") into the steps the daemon's wire log shows (`serve
+// --wire-log`, -scale-wire): from the kill to the end's pipeline (capture-pane,
+// kill-session, has-session) being sent — the pidfd's wake, the stop's fence
+// write and proof, and, where the exit was not read from the process itself,
+// tmux's reap and the census's read by id of the session, measured on its own
+// — then the pipeline's round trip, and from its answer to the verdict
+// (MarkEnded) and to the follow stream.
+type scaleEndSteps struct {
+	toPipeline, read, pipeline, finish, stream samples
+	pokes, subLines                            int // reap pokes and census subscription lines inside the measured ends
+	unmatched                                  int
+}
+
+// wireEvent is one line of the wire log: a command sent (with its reply's
+// end filled in) or a notification received.
+type wireEvent struct {
+	cmd  *wireCmd
+	note string
+	at   time.Time
+}
+
+// readWireEvents reads the whole wire log in order.
+func readWireEvents(path string) ([]wireEvent, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var evs []wireEvent
+	var fifo []*wireCmd
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for sc.Scan() {
+		ts, dir, rest, ok := splitWire(sc.Text())
+		if !ok {
+			continue
+		}
+		switch {
+		case dir == ">":
+			c := &wireCmd{verb: strings.Trim(strings.SplitN(rest, " ", 2)[0], `"'`), line: rest, sent: ts}
+			fifo = append(fifo, c)
+			evs = append(evs, wireEvent{cmd: c, at: ts})
+		case (strings.HasPrefix(rest, "%end ") || strings.HasPrefix(rest, "%error ")) && strings.HasSuffix(rest, " 1") && len(fifo) > 0:
+			fifo[0].done = ts
+			fifo = fifo[1:]
+		case strings.HasPrefix(rest, "%"):
+			evs = append(evs, wireEvent{note: strings.SplitN(rest, " ", 2)[0], at: ts})
+		}
+	}
+	return evs, sc.Err()
+}
+
+// attributeScaleEnds fills the steps of each end from the wire log's events.
+func attributeScaleEnds(marks []endMark, evs []wireEvent) scaleEndSteps {
+	var st scaleEndSteps
+	for _, m := range marks {
+		if m.id == "" || !st.one(m, evs) {
+			st.unmatched++
+		}
+	}
+	return st
+}
+
+// one attributes one end; false when the wire log does not show its steps.
+func (st *scaleEndSteps) one(m endMark, evs []wireEvent) bool {
+	names := regexp.MustCompile(`\` + m.id + `([^0-9]|$)`)
+	var first, lastRead, capture, kill, has *wireCmd
+	for _, e := range evs {
+		if e.at.Before(m.kill) || e.at.After(m.stamp) {
+			continue
+		}
+		if e.cmd == nil {
+			if e.note == "%subscription-changed" {
+				st.subLines++
+			}
+			continue
+		}
+		c := e.cmd
+		if c.verb == "run-shell" && kill == nil {
+			st.pokes++
+		}
+		if !names.MatchString(c.line) {
+			continue
+		}
+		switch {
+		case c.verb == "kill-session":
+			kill = c
+		case kill != nil && c.verb == "has-session":
+			has = c
+		case c.verb == "capture-pane":
+			capture = c
+		case kill == nil:
+			if first == nil {
+				first = c
+			}
+			lastRead = c
+		}
+	}
+	if kill == nil || has == nil || has.done.IsZero() {
+		return false
+	}
+	pipe := kill.sent
+	if capture != nil && capture.sent.Before(pipe) {
+		pipe = capture.sent
+	}
+	if first != nil && !lastRead.done.IsZero() {
+		st.read = append(st.read, lastRead.done.Sub(first.sent))
+	}
+	st.toPipeline = append(st.toPipeline, pipe.Sub(m.kill))
+	st.pipeline = append(st.pipeline, has.done.Sub(pipe))
+	st.finish = append(st.finish, m.stamp.Sub(has.done))
+	st.stream = append(st.stream, m.read.Sub(m.stamp))
+	return true
+}
+
+// scaleEndRows adds the breakdown to the report.
+func scaleEndRows(rep *report, wirePath string, ends endResult) {
+	evs, err := readWireEvents(wirePath)
+	if err != nil {
+		rep.errs = append(rep.errs, "wire log unreadable: "+err.Error())
+		return
+	}
+	st := attributeScaleEnds(ends.marks, evs)
+	step := func(name string, s samples) {
+		rep.add(row{fig: "5a. end step: " + name + fmt.Sprintf(" (n=%d)", len(s)),
+			ours: fmt.Sprintf("p50 %s / p90 %s / p99 %s", ms(s.p50()), ms(s.q(0.9)), ms(s.p99())),
+			base: "—", ratio: "—", goal: "—", met: "info"})
+	}
+	step("kill → the end's pipeline sent (the exit seen, the stop's fence write and proof; a census read where one was made)", st.toPipeline)
+	step("of which the census's read by id of the session, first sent → last answered (ends that had one)", st.read)
+	step("the end's pipeline (capture-pane, kill-session, has-session) round trip", st.pipeline)
+	step("has-session answered → verdict @timestamp (MarkEnded)", st.finish)
+	step("verdict @timestamp → read on the follow stream", st.stream)
+	rep.extra = append(rep.extra, fmt.Sprintf("End steps: %d ends matched in the wire log, %d not; %d reap pokes and %d census subscription lines inside the measured ends.",
+		len(st.toPipeline), st.unmatched, st.pokes, st.subLines))
+}
