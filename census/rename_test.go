@@ -8,7 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 )
@@ -43,7 +42,6 @@ func TestRenameInPlaceWithoutList(t *testing.T) {
 	f := newFake()
 	f.lines = []string{fakeLine, fakeLine2}
 	cfg := testConfig()
-	cfg.reconcile = time.Hour // the only full lists are the ones a rename would cost
 	c := startFake(t, f, cfg)
 	sub := c.Subscribe(10)
 	defer sub.Close()
@@ -173,9 +171,7 @@ func TestAdmissionAndRenameOrder(t *testing.T) {
 // With tmux: a rename by hand (another client) is seen by name without a full
 // list, and so is a burst of renames of many sessions.
 func TestRenameByHandWithoutList(t *testing.T) {
-	cfg := testConfig()
-	cfg.reconcile = time.Hour // the only full lists are the ones a rename would cost
-	r := newRig(t, &cfg)
+	r := newRig(t, nil)
 	const n = 12
 	var ids []string
 	for i := 0; i < n; i++ {
