@@ -167,10 +167,9 @@ type entry struct {
 	// list tmux ran before that number cannot know the session, so its
 	// absence there does not remove it (admit.go).
 	admitted uint64
-	// nameAt is the stream position s.Name is known as of (rename.go): a
-	// rename applied in place from its notification, an admission, a read by
-	// id, a list that replaced the entry; 0 when not recorded, and then the
-	// last full list's position (Census.namesAt) bounds it.
+	// nameAt is the stream position s.Name was taken from when it is newer
+	// than the list the entry came from: a rename applied in place from its
+	// notification, an admission, a read by id (rename.go; 0 otherwise).
 	nameAt uint64
 }
 

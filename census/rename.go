@@ -15,7 +15,7 @@ import (
 //
 // What must not happen is a rename lost or undone by a list, read or
 // admission that saw the session before it. Each source of a name therefore
-// has a position in the connection's stream (blockPos, notePos): a reply block's
+// has a position in the connection's stream (namePos): a reply block's
 // command number, or, for a notification, just after the last block read
 // before it (tmuxctl Notification.After). tmux writes blocks and
 // notifications in the order it produces them, so a list numbered at or
