@@ -29,8 +29,6 @@ func registerDaemonMetrics(reg *metrics.Registry, c *census.Census, tm *tmuxctl.
 		st(func(s census.Stats) float64 { return boolFloat(s.Synced) }))
 	reg.CounterFunc("skc_census_relists_total", "Full re-lists of the tmux server.",
 		st(func(s census.Stats) float64 { return float64(s.Relists) }))
-	reg.CounterFunc("skc_census_renames_total", "Session renames applied from their notification, without a list.",
-		st(func(s census.Stats) float64 { return float64(s.Renames) }))
 	reg.CounterFunc("skc_census_confirms_total", "Exact per-session tag reads (show-options).",
 		st(func(s census.Stats) float64 { return float64(s.Confirms) }))
 	reg.CounterFunc("skc_census_feed_resyncs_total", "Resync marks sent to change subscribers that fell behind.",

@@ -40,7 +40,7 @@ func TestDaemonMetricsRegistered(t *testing.T) {
 	registerDaemonMetrics(reg, census.New(tm, nil), tm)
 	got := scrape(t, reg)
 	for _, name := range []string{"skc_census_sessions", "skc_census_sessions_managed", "skc_census_sessions_unmanaged",
-		"skc_census_synced", "skc_census_relists_total", "skc_census_renames_total", "skc_census_confirms_total", "skc_census_feed_resyncs_total",
+		"skc_census_synced", "skc_census_relists_total", "skc_census_confirms_total", "skc_census_feed_resyncs_total",
 		"skc_census_subscription_lines_total", "skc_census_last_sync_seconds", "skc_tmux_reconnects_total"} {
 		if v, ok := got[name]; !ok || v != 0 {
 			t.Errorf("%s = %v (present %v), want 0 on a census that never ran", name, v, ok)
