@@ -5,8 +5,7 @@
 // It answers "what exists?" from memory in O(1), without forking or blocking
 // on tmux, and answers "is this child authoritative?" (Inspect) only after a
 // fresh read of live tmux. It is fed by one tmuxctl.Client: a full sync at
-// every connect, renames applied from their notification alone (rename.go),
-// coalesced re-lists on other notifications and on a server-side
+// every connect, coalesced re-lists on notifications and on a server-side
 // `refresh-client -B` subscription (the only way to see option changes made by
 // hand, pane output, and pane deaths under remain-on-exit — those also at once
 // through a pane-died hook, panehook.go), reads by id of the sessions either
