@@ -123,11 +123,7 @@ type Census struct {
 	// did not show, is of a session gone already (admit.go).
 	listedLife tmuxctl.ServerLife
 	listedNum  uint64
-	// namesAt is the stream position of the last full list applied in this
-	// connection (rename.go): every name held is at least that new, unless
-	// its own nameAt is newer (c.mu).
-	namesAt uint64
-	kick    chan struct{} // cap 1: "a re-list is wanted"
+	kick       chan struct{} // cap 1: "a re-list is wanted"
 
 	subSegs map[string]struct{} // segments of the last subscription value (Run only)
 	subSeen map[string]string   // id → its last segment, for ids in that value or in the census (Run only)
@@ -150,7 +146,6 @@ type Census struct {
 	confirms   atomic.Int64
 	resyncs    atomic.Int64 // Resync marks queued to slow subscribers
 	subLines   atomic.Int64 // census subscription lines received
-	renames    atomic.Int64 // %session-renamed lines of held sessions, applied without a list
 	lastSync   atomic.Int64 // nanoseconds the last successful full sync took
 	lastSyncAt atomic.Int64 // when it ended (Unix nanoseconds)
 }
@@ -166,10 +161,6 @@ type entry struct {
 	// list tmux ran before that number cannot know the session, so its
 	// absence there does not remove it (admit.go).
 	admitted uint64
-	// nameAt is the stream position s.Name was taken from when it is newer
-	// than the list the entry came from: a rename applied in place from its
-	// notification, an admission, a read by id (rename.go; 0 otherwise).
-	nameAt uint64
 }
 
 // tmuxClient is what the census uses of *tmuxctl.Client; tests feed a fake.

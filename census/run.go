@@ -16,13 +16,13 @@ import (
 const subName = "skc-census"
 
 // relistOn are the notifications after which the census re-lists (coalesced).
-// A session's rename is applied from its notification instead (rename.go).
 // Window notifications matter because a session's last window closing ends
 // the session, and a pane or window change moves the session's active pane;
 // client ones change the attached count. Window renames and layout changes
 // touch nothing the census holds, so they cost nothing.
 var relistOn = map[string]bool{
 	"sessions-changed":       true,
+	"session-renamed":        true,
 	"session-window-changed": true,
 	"client-session-changed": true,
 	"client-detached":        true,
@@ -391,8 +391,6 @@ func (c *Census) handle(ctx context.Context, ev tmuxctl.Event, b *burst) {
 			c.onSubscription(ctx, b, ev.Note.Text)
 		case name == "window-renamed":
 			c.onWindowRenamed(ctx, b, ev.Note.Text)
-		case name == tmuxctl.NoteSessionRenamed:
-			c.onSessionRenamed(ctx, b, ev.Note)
 		case endsOnly[name] && c.absorbEnd(ctx, b):
 			// The end of a session its caller is removing: read by id (Removing).
 		case relistOn[name]:
@@ -410,7 +408,6 @@ func (c *Census) onConnected(info tmuxctl.ServerInfo) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.epoch++
-	c.namesAt = 0 // a new connection's first sync sets it; a new life restarts the numbers
 	if c.info.PID != 0 && c.info.ServerLife != info.ServerLife {
 		c.dropAllLocked(ReasonLifeChanged)
 		c.lifeEnded = true

@@ -16,9 +16,6 @@ type Stats struct {
 	// Confirms counts exact per-session tag reads (show-options); steady
 	// state adds none, so a climbing rate means shadowing or churn.
 	Confirms int64
-	// Renames counts `%session-renamed` lines of held sessions, applied in
-	// place without a list (rename.go).
-	Renames int64
 	// Resyncs counts Resync marks queued to subscribers whose buffer was
 	// full: each one is a consumer that fell behind and must re-read.
 	Resyncs int64
@@ -39,7 +36,6 @@ func (c *Census) Stats() Stats {
 	st.Relists = c.relists.Load()
 	st.IDLists = c.idLists.Load()
 	st.Confirms = c.confirms.Load()
-	st.Renames = c.renames.Load()
 	st.Resyncs = c.resyncs.Load()
 	st.SubscriptionLines = c.subLines.Load()
 	st.LastSyncDuration = time.Duration(c.lastSync.Load())

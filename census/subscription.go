@@ -354,16 +354,10 @@ func (c *Census) rereadIDs(ctx context.Context, ids []string) error {
 		}
 		e.control = e.control || old.control || e.s.ID == c.info.ControlSessionID
 		e.admitted = old.admitted
-		e = withName(old, e, e.nameAt) // renamed in place after the read ran
 		if old.s.Activity.After(e.s.Activity) {
 			e.s.Activity = old.s.Activity
 		}
 		if old.control == e.control && sameSession(old.s, e.s) {
-			if e.nameAt != old.nameAt { // the same name, known as of the read now
-				cp := *old
-				cp.nameAt = e.nameAt
-				c.sessions[e.s.ID] = &cp
-			}
 			continue
 		}
 		c.sessions[e.s.ID] = e

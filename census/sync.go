@@ -512,9 +512,7 @@ func (c *Census) exactEntry(ctx context.Context, life tmuxctl.ServerLife, r row)
 		return nil, nil // CANFAIL: an empty expansion means the target is gone
 	}
 	s.Name = f[baseFields]
-	e := c.exactFrom(s, r, reps[1])
-	e.nameAt = blockPos(reps[0].Number) // read after the list, if any: withName
-	return e, nil
+	return c.exactFrom(s, r, reps[1]), nil
 }
 
 // exactFrom builds the entry of session s from its own show-options reply.
@@ -595,9 +593,6 @@ func (c *Census) applyTimed(epoch uint64, life tmuxctl.ServerLife, entries []*en
 			e.control = true // tmuxctl's own session, even if its tag was removed by hand
 		}
 		old := c.sessions[e.s.ID]
-		if old != nil && old != e {
-			e = withName(old, e, laterPos(blockPos(num), e.nameAt)) // renamed in place after this list ran
-		}
 		if old != nil && old != e && old.s.Activity.After(e.s.Activity) {
 			e.s.Activity = old.s.Activity // set from the subscription after this list was read
 		}
@@ -620,9 +615,6 @@ func (c *Census) applyTimed(epoch uint64, life tmuxctl.ServerLife, entries []*en
 		}
 	}
 	c.noteListedLocked(life, num)
-	if p := blockPos(num); posBefore(c.namesAt, p) {
-		c.namesAt = p
-	}
 	for _, e := range sortEntries(gone) {
 		c.unindexLocked(e)
 		delete(c.sessions, e.s.ID)
