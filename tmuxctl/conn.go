@@ -118,9 +118,6 @@ type Conn struct {
 	notes *queue[Notification]
 	wire  *wireLog
 	log   zerolog.Logger
-	// lastBlock is the number of the last reply block read (reader
-	// goroutine only): every notification carries it (Notification.After).
-	lastBlock uint64
 
 	mu          sync.Mutex
 	fifo        []*pending

@@ -35,7 +35,6 @@ func (c *Conn) readLoop() {
 func (c *Conn) onRecord(r Record) {
 	switch r.Kind {
 	case RecordReply:
-		c.lastBlock = r.Reply.Number
 		if r.Reply.Flags != 1 {
 			c.onOtherBlock(r)
 			return
@@ -55,7 +54,7 @@ func (c *Conn) onRecord(r Record) {
 			p.done <- result{reply: r.Reply}
 		}
 	case RecordNotification:
-		n := Notification{Name: r.Name, Text: r.Text, After: c.lastBlock}
+		n := Notification{Name: r.Name, Text: r.Text}
 		if n.Name == NoteConfigError {
 			// tmux 3.4+ reports errors in its configuration file to the
 			// first control client instead of a pane's view mode: the

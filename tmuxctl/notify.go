@@ -9,17 +9,6 @@ import "strings"
 type Notification struct {
 	Name string
 	Text string
-	// After is the command number of the last reply block (any flags) the
-	// connection read before this line, 0 when none. tmux writes blocks and
-	// notifications to a control client in the order it produces them, and
-	// a notification carries the state at the moment it is written (a
-	// `%session-renamed` the session's name then, however many renames
-	// came before: they are queued behind the commands that caused them).
-	// So a command whose block is numbered After or lower ran before this
-	// line was written, and what it showed is no newer than what the line
-	// says; a higher number ran after. The census orders in-place renames
-	// against its lists by it (docs/tmux-facts.md §1.2).
-	After uint64
 }
 
 // Notification names of tmux 3.3a that the supervisor acts on (docs/tmux-facts.md §1.2).

@@ -71,34 +71,34 @@ func TestParserRules(t *testing.T) {
 }
 
 func TestNotificationAccessors(t *testing.T) {
-	id, name, err := Notification{Name: NoteSessionRenamed, Text: "$3 has space"}.Session()
+	id, name, err := Notification{NoteSessionRenamed, "$3 has space"}.Session()
 	if err != nil || id != "$3" || name != "has space" {
 		t.Fatal(id, name, err)
 	}
-	if _, _, err := (Notification{Name: NoteSessionChanged, Text: "nope"}).Session(); err == nil {
+	if _, _, err := (Notification{NoteSessionChanged, "nope"}).Session(); err == nil {
 		t.Fatal("malformed session-changed accepted")
 	}
 	for _, n := range []string{NoteWindowAdd, NoteWindowClose, NoteUnlinkedWindowAdd, NoteUnlinkedWindowClose} {
-		if w, err := (Notification{Name: n, Text: "@7"}).Window(); err != nil || w != "@7" {
+		if w, err := (Notification{n, "@7"}).Window(); err != nil || w != "@7" {
 			t.Fatal(n, w, err)
 		}
 	}
-	s, err := Notification{Name: NoteSubscriptionChanged, Text: "census $0 - - - : $0=ctl:one : x,"}.Subscription()
+	s, err := Notification{NoteSubscriptionChanged, "census $0 - - - : $0=ctl:one : x,"}.Subscription()
 	if err != nil || s.Name != "census" || s.SessionID != "$0" || s.Value != "$0=ctl:one : x," {
 		t.Fatal(s, err)
 	}
-	s, err = Notification{Name: NoteSubscriptionChanged, Text: "p $0 @1 0 %2 extra : "}.Subscription()
+	s, err = Notification{NoteSubscriptionChanged, "p $0 @1 0 %2 extra : "}.Subscription()
 	if err != nil || s.PaneID != "%2" || s.WindowID != "@1" || s.Value != "" {
 		t.Fatal(s, err)
 	}
-	if p, err := (Notification{Name: NotePause, Text: "%4"}).Pane(); err != nil || p != "%4" {
+	if p, err := (Notification{NotePause, "%4"}).Pane(); err != nil || p != "%4" {
 		t.Fatal(p, err)
 	}
-	if r := (Notification{Name: NoteExit, Text: "too far behind"}).ExitReason(); r != "too far behind" {
+	if r := (Notification{NoteExit, "too far behind"}).ExitReason(); r != "too far behind" {
 		t.Fatal(r)
 	}
 	var pe *ProtocolError
-	if _, err := (Notification{Name: NoteSubscriptionChanged, Text: "garbage"}).Subscription(); err == nil || !asProtocol(err, &pe) {
+	if _, err := (Notification{NoteSubscriptionChanged, "garbage"}).Subscription(); err == nil || !asProtocol(err, &pe) {
 		t.Fatal(err)
 	}
 }
