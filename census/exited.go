@@ -216,11 +216,19 @@ func (c *Census) doneRemoving(id string) {
 // removing it (Removing); any other gone read is left to the lists. c.mu is
 // held.
 func (c *Census) removedLocked(id string, life tmuxctl.ServerLife) {
-	e := c.sessions[id]
-	if e == nil || e.control || !c.isRemoving(id) {
+	if !c.isRemoving(id) {
 		return
 	}
+	// Forgotten also when an earlier read already dropped it: an end sends
+	// two notifications, each answered by reads of every pending removal,
+	// and one left pending was read again on every end for removingFor —
+	// at an end every 60 ms, ~80 stale ids read per end, hundreds of tmux
+	// commands in its one thread.
 	c.doneRemoving(id)
+	e := c.sessions[id]
+	if e == nil || e.control {
+		return
+	}
 	c.unindexLocked(e)
 	delete(c.sessions, id)
 	c.emitLocked(Change{Kind: Removed, Session: e.s, Reason: ReasonGone, Life: life})

@@ -131,7 +131,37 @@ func TestRemovingReadsInsteadOfListing(t *testing.T) {
 	if full, idl := r.c.Relists()-full0, r.c.idLists.Load()-ids0; full != 0 || idl != 0 {
 		t.Fatalf("%d full and %d id-only lists for %d removals told in advance", full, idl, len(ids))
 	}
-	if r.c.isRemoving(ids[0]) {
-		t.Fatal("a removal seen gone is still pending")
+	// Each end's second notification reads its id once more after the
+	// first read dropped it; that read must end the removal too, or every
+	// later end reads it again (for removingFor). Every removal but the
+	// last had a later end's reads behind it.
+	for _, id := range ids[:len(ids)-1] {
+		if r.c.isRemoving(id) {
+			t.Fatalf("the removal of %s, seen gone, is still pending", id)
+		}
+	}
+}
+
+// TestRemovalEndsWhenListedGone: a removal told in advance (Removing) whose
+// session a list shows gone before any read by id did is over with that list;
+// left pending, every later end's notifications would read it again.
+func TestRemovalEndsWhenListedGone(t *testing.T) {
+	cfg := testConfig()
+	cfg.reconcile = time.Hour
+	cfg.exitOnly = true
+	r := newRig(t, &cfg)
+	info, _ := r.c.Info()
+	id := r.tmux("new-session", "-d", "-P", "-F", "#{session_id}", "-s", "lg", "sleep 100000")
+	eventually(t, "the session listed", func() bool { _, ok := r.c.ByID(id); return ok })
+	r.c.Removing(info.ServerLife, id)
+	r.tmux("kill-session", "-t", id)
+	if err := r.c.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.c.ByID(id); ok {
+		t.Fatalf("%s still held after a list without it", id)
+	}
+	if r.c.isRemoving(id) {
+		t.Fatalf("the removal of %s is still pending after a list showed it gone", id)
 	}
 }

@@ -187,6 +187,7 @@ func (c *Census) applyIDs(epoch uint64, life tmuxctl.ServerLife, rep tmuxctl.Rep
 	for _, e := range sortEntries(gone) {
 		c.unindexLocked(e)
 		delete(c.sessions, e.s.ID)
+		c.doneRemoving(e.s.ID) // a removal told in advance (Removing) is over
 		if !e.control {
 			c.emitLocked(Change{Kind: Removed, Session: e.s, Reason: ReasonGone, Life: life})
 		}
@@ -618,6 +619,7 @@ func (c *Census) applyTimed(epoch uint64, life tmuxctl.ServerLife, entries []*en
 	for _, e := range sortEntries(gone) {
 		c.unindexLocked(e)
 		delete(c.sessions, e.s.ID)
+		c.doneRemoving(e.s.ID) // a removal told in advance (Removing) is over
 		if !e.control {
 			c.emitLocked(Change{Kind: Removed, Session: e.s, Reason: ReasonGone, Life: life})
 		}
