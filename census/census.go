@@ -146,6 +146,7 @@ type Census struct {
 	confirms   atomic.Int64
 	resyncs    atomic.Int64 // Resync marks queued to slow subscribers
 	subLines   atomic.Int64 // census subscription lines received
+	polls      atomic.Int64 // polls applied in the subscription's place (poll.go)
 	lastSync   atomic.Int64 // nanoseconds the last successful full sync took
 	lastSyncAt atomic.Int64 // when it ended (Unix nanoseconds)
 }
@@ -179,6 +180,9 @@ type config struct {
 	confirmPar int           // concurrent exact tag reads
 	// exitOnly: no subscription and no pane-died hook (Options.DeathsByExitOnly).
 	exitOnly bool
+	// pollAbove, pollBelow: above this many sessions the census polls
+	// instead of subscribing, below that it subscribes again (poll.go).
+	pollAbove, pollBelow int
 }
 
 func defaultConfig() config {
@@ -189,6 +193,8 @@ func defaultConfig() config {
 		retry:      250 * time.Millisecond,
 		retryMax:   5 * time.Second,
 		confirmPar: 32,
+		pollAbove:  pollAbove,
+		pollBelow:  pollBelow,
 	}
 }
 

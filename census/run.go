@@ -80,6 +80,14 @@ func (c *Census) Run(ctx context.Context) error {
 	probe := time.NewTimer(time.Hour)
 	probe.Stop()
 	defer probe.Stop()
+	p := newPoller(c.cfg.pollAbove, c.cfg.pollBelow)
+	b.poll = p
+	defer p.timer.Stop()
+	defer func() {
+		if p.inflight {
+			<-p.done
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
@@ -117,6 +125,10 @@ func (c *Census) Run(ctx context.Context) error {
 			c.readsDone(ctx, b, err)
 		case <-b.checkTimer.C:
 			c.checksDue(ctx, b)
+		case <-p.timer.C:
+			c.pollTick(ctx, p)
+		case r := <-p.done:
+			c.pollDone(ctx, b, p, r)
 		}
 	}
 }
@@ -177,6 +189,8 @@ type burst struct {
 	// they show activity by then (wrotecheck.go): when each is due.
 	checks     map[string]time.Time
 	checkTimer *time.Timer
+
+	poll *poller // polling instead of the subscription at scale (poll.go)
 }
 
 func newBurst() *burst {
@@ -372,6 +386,9 @@ func (c *Census) handle(ctx context.Context, ev tmuxctl.Event, b *burst) {
 		c.onConnected(ev.Info)
 		c.subSegs, c.subSeen = nil, nil // the new subscription's first line is compared with nothing
 		c.subscribe(ctx, ev.Info)
+		if b.poll != nil {
+			b.poll.on = false // a new connection subscribes; the size decides again
+		}
 		b.pending, b.hurry, b.failures, b.full = false, false, 0, true
 		b.reads = nil // the full sync reads them all
 		b.timer.Stop()

@@ -22,6 +22,9 @@ type Stats struct {
 	// SubscriptionLines counts the census subscription's lines (one per
 	// second at most, only when a session's tags or panes changed).
 	SubscriptionLines int64
+	// Polls counts the census's own reads of every session's segment, made
+	// in the subscription's place above a thousand sessions (poll.go).
+	Polls int64
 	// LastSyncDuration is how long the last successful full sync took,
 	// from sending the list to applying it (0 before the first).
 	LastSyncDuration time.Duration
@@ -38,6 +41,7 @@ func (c *Census) Stats() Stats {
 	st.Confirms = c.confirms.Load()
 	st.Resyncs = c.resyncs.Load()
 	st.SubscriptionLines = c.subLines.Load()
+	st.Polls = c.polls.Load()
 	st.LastSyncDuration = time.Duration(c.lastSync.Load())
 	return st
 }

@@ -41,9 +41,7 @@ import (
 // at scale: reconcileShare) and every authority decision (Inspect re-reads
 // tmux) catch: @skc-reservation, @skc-state and @skc-control, the identity
 // beyond its last four hex digits, a pane respawned by hand.
-const subFormat = "#{S:#{session_id}/#{=-3:window_activity}/" +
-	"#{W:#{P:#{?pane_dead,#{pane_dead_status}.#{pane_dead_signal},}}}/" +
-	"#{session_attached}/#{=-4:@skc-identity}/#{@skc-generation} }"
+const subFormat = "#{S:" + subSegment + " }"
 
 // wroteFlag follows window_activity in the list and in reads by id: "+"
 // while window_activity is still the session's creation second but the pane

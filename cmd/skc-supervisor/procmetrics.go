@@ -35,6 +35,8 @@ func registerDaemonMetrics(reg *metrics.Registry, c *census.Census, tm *tmuxctl.
 		st(func(s census.Stats) float64 { return float64(s.Resyncs) }))
 	reg.CounterFunc("skc_census_subscription_lines_total", "Lines of the census refresh-client -B subscription.",
 		st(func(s census.Stats) float64 { return float64(s.SubscriptionLines) }))
+	reg.CounterFunc("skc_census_polls_total", "Reads of every session by the census in its subscription's place (above 1,000 sessions).",
+		st(func(s census.Stats) float64 { return float64(s.Polls) }))
 	reg.GaugeFunc("skc_census_last_sync_seconds", "Duration of the last successful full sync.",
 		st(func(s census.Stats) float64 { return s.LastSyncDuration.Seconds() }))
 	reg.CounterFunc("skc_tmux_reconnects_total", "Reconnects of the tmux control connection.",
