@@ -173,6 +173,28 @@ func (c *Census) Removing(life tmuxctl.ServerLife, id string) {
 	c.absorbTo = until
 }
 
+// Gone tells the census that session id (server life life), announced with
+// Removing, is proven gone by its caller: the has-session after its kill
+// found no such session (ids are never reused within a server life). The
+// census drops it as its own read by id would have, without that read —
+// two commands and, at 4,000 sessions, one more pass of tmux's loop that
+// the next end's pipeline queued behind. It waits for the census's sync
+// lock (a list in flight must not add back what it saw before the kill), so
+// callers run it on a goroutine of their own.
+func (c *Census) Gone(life tmuxctl.ServerLife, id string) {
+	if !validID(id) || !c.isRemoving(id) {
+		return
+	}
+	c.syncMu.Lock()
+	defer c.syncMu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.online || c.info.ServerLife != life {
+		return
+	}
+	c.removedLocked(id, life)
+}
+
 // absorbEnd answers an end notification (endsOnly) with reads by id of the
 // sessions being removed, when one is expected: true when it did, and the
 // notification needs no list. Run only.

@@ -165,3 +165,47 @@ func TestRemovalEndsWhenListedGone(t *testing.T) {
 		t.Fatalf("the removal of %s is still pending after a list showed it gone", id)
 	}
 }
+
+// TestGoneDropsAtOnce: a removal told in advance (Removing) and then proven
+// by its caller (Gone) is dropped at once and told as Removed, the end's
+// notifications cost no list, and nothing stays pending. (Whether they cost
+// a read of the id depends on whether Gone lands before them.)
+func TestGoneDropsAtOnce(t *testing.T) {
+	cfg := testConfig()
+	cfg.reconcile = time.Hour
+	cfg.exitOnly = true
+	r := newRig(t, &cfg)
+	info, _ := r.c.Info()
+	id := r.tmux("new-session", "-d", "-P", "-F", "#{session_id}", "-s", "gone", "sleep 100000")
+	eventually(t, "the session listed", func() bool { _, ok := r.c.ByID(id); return ok })
+	eventually(t, "no list pending", func() bool { // the creation's trailing list
+		full, idl := r.c.Relists(), r.c.idLists.Load()
+		time.Sleep(3 * cfg.maxDelay)
+		return full == r.c.Relists() && idl == r.c.idLists.Load()
+	})
+	sub := r.c.Subscribe(64)
+	defer sub.Close()
+	full0, ids0 := r.c.Relists(), r.c.idLists.Load()
+	r.c.Removing(info.ServerLife, id)
+	r.tmux("kill-session", "-t", id)
+	r.c.Gone(info.ServerLife, id)
+	if _, ok := r.c.ByID(id); ok {
+		t.Fatalf("%s still held after Gone", id)
+	}
+	for {
+		if ch := next(t, sub); ch.Kind == Removed && ch.Session.ID == id {
+			break
+		}
+	}
+	eventually(t, "the end's notifications handled", func() bool {
+		r.c.lookMu.Lock()
+		defer r.c.lookMu.Unlock()
+		return r.c.absorb == 0
+	})
+	if r.c.isRemoving(id) {
+		t.Fatalf("the removal of %s is still pending after Gone", id)
+	}
+	if full, idl := r.c.Relists()-full0, r.c.idLists.Load()-ids0; full != 0 || idl != 0 {
+		t.Fatalf("%d full and %d id-only lists for an end told in advance", full, idl)
+	}
+}

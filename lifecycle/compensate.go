@@ -132,8 +132,10 @@ func (m *Manager) killConfirmAfter(ctx context.Context, life tmuxctl.ServerLife,
 	replies, errs := m.pipelineIn(ctx, life, cmds)
 	killErr, hasErr := errs[n], errs[n+1]
 	switch {
-	case isCommandError(hasErr), errors.Is(hasErr, tmuxctl.ErrLifeChanged),
-		errors.Is(killErr, tmuxctl.ErrLifeChanged):
+	case isCommandError(hasErr):
+		go m.census.Gone(life, id) // proven gone: the census need not read it
+		return replies[:n], errs[:n], nil
+	case errors.Is(hasErr, tmuxctl.ErrLifeChanged), errors.Is(killErr, tmuxctl.ErrLifeChanged):
 		return replies[:n], errs[:n], nil
 	case killErr != nil && !isCommandError(killErr):
 		return replies[:n], errs[:n], fmt.Errorf("kill-session %s: %w", id, killErr)
@@ -150,7 +152,10 @@ func (m *Manager) confirmGone(ctx context.Context, life tmuxctl.ServerLife, id s
 	for {
 		_, err := m.commandIn(ctx, life, "has-session", "-t", id)
 		switch {
-		case isCommandError(err), errors.Is(err, tmuxctl.ErrLifeChanged):
+		case isCommandError(err):
+			go m.census.Gone(life, id)
+			return nil
+		case errors.Is(err, tmuxctl.ErrLifeChanged):
 			return nil
 		case err != nil:
 			return fmt.Errorf("has-session %s: %w", id, err)
