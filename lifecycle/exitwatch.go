@@ -153,18 +153,27 @@ func (m *Manager) ExitWatches() int {
 	return w.Len()
 }
 
+// hungUp reports an exit by hangup: SIGHUP, or a shell's 128+SIGHUP. It is
+// what an agent gets when its terminal goes — its session killed, or its
+// server dead, whose ptys the kernel closes before the server shows as
+// exited — so such an end is the census's to tell (tmux_session_missing,
+// server_exited), not an agent_exited read in the race with it.
+func hungUp(st proctree.ExitStatus) bool {
+	return st.Signal == int(unix.SIGHUP) || st.Code == 128+int(unix.SIGHUP)
+}
+
 // endAtExit starts the stop of generation gen in session id (server life
 // life), whose pane process — its agent — exited with st: reason
 // agent_exited, with that exit, and returns the stop's run. It returns nil,
 // leaving the end to the census's look, when end detection is not running (Run), when that
 // generation is not the one published there (ended already, or a later one),
-// or when its server is not running or not the census's (a dead server's
-// ptys close and the hangup ends every agent: the census tells that end, as
-// server_exited). A session removed before its agent exited (a hangup by its
+// when its server is not running or not the census's, or when the agent was
+// hung up (hungUp: a dead server's ptys close and the hangup ends every
+// agent; the census tells that end, as server_exited). A session removed before its agent exited (a hangup by its
 // removal) is told by the stop's kill pipeline: finishEnd then ends it as the
 // removal, not as the agent's own exit.
 func (m *Manager) endAtExit(life tmuxctl.ServerLife, id string, gen uint64, st proctree.ExitStatus) *stopRun {
-	if !m.detecting.Load() || !m.census.OnLife(life) || !proctree.Running(life.PID) {
+	if !m.detecting.Load() || !m.census.OnLife(life) || !proctree.Running(life.PID) || hungUp(st) {
 		return nil
 	}
 	p, ok := m.publishedByTmuxID(m.stopCtx, id, life)
