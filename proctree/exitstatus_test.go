@@ -107,24 +107,15 @@ func TestWatchAcrossExec(t *testing.T) {
 	}
 	w := newWatch(t)
 	defer w.Close()
-	exe, _ := os.Executable()
 	type fired struct {
 		st ExitStatus
 		ok bool
 	}
 	for i := 0; i < 20; i++ {
-		c := exec.Command(exe, "threadexec")
-		if err := c.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
-		st, err := readStat(c.Process.Pid)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c, start := startChild(t, "threadexec")
 		ch := make(chan fired, 1)
 		watch := func() {
-			if err := w.Watch("k", c.Process.Pid, st.start, func(e Exit) {
+			if err := w.Watch("k", c.Process.Pid, start, func(e Exit) {
 				s, ok := e.Status()
 				ch <- fired{s, ok}
 			}); err != nil {

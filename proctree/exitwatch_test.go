@@ -24,8 +24,15 @@ func openFDs(t *testing.T) int {
 // and returns it with its start time.
 func startSleeper(t *testing.T) (*exec.Cmd, uint64) {
 	t.Helper()
+	return startChild(t, "sleeper")
+}
+
+// startChild starts the test binary in mode (TestMain) and returns it with
+// its start time.
+func startChild(t *testing.T, mode string) (*exec.Cmd, uint64) {
+	t.Helper()
 	exe, _ := os.Executable()
-	c := exec.Command(exe, "sleeper")
+	c := exec.Command(exe, mode)
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -121,39 +119,24 @@ type wireCmd struct {
 	sent, done time.Time
 }
 
-// readWire pairs each sent command line with its reply block (flags 1, FIFO).
+// readWire pairs each sent command line with its reply block (flags 1, FIFO)
+// and lists the %sessions-changed notifications, from readWireEvents.
 func readWire(path string) ([]wireCmd, []time.Time, error) {
-	f, err := os.Open(path)
+	evs, err := readWireEvents(path)
 	if err != nil {
 		return nil, nil, err
 	}
-	defer f.Close()
 	var all []wireCmd
-	var notes []time.Time // %sessions-changed
-	var fifo []int
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		ts, dir, rest, ok := splitWire(sc.Text())
-		if !ok {
-			continue
-		}
-		if dir == ">" {
-			verb := strings.Trim(strings.SplitN(rest, " ", 2)[0], `"`)
-			all = append(all, wireCmd{verb: verb, line: rest, sent: ts})
-			fifo = append(fifo, len(all)-1)
-			continue
-		}
-		if rest == "%sessions-changed" {
-			notes = append(notes, ts)
-			continue
-		}
-		if (strings.HasPrefix(rest, "%end ") || strings.HasPrefix(rest, "%error ")) && strings.HasSuffix(rest, " 1") && len(fifo) > 0 {
-			all[fifo[0]].done = ts
-			fifo = fifo[1:]
+	var notes []time.Time
+	for _, e := range evs {
+		switch {
+		case e.cmd != nil:
+			all = append(all, *e.cmd)
+		case e.note == "%sessions-changed":
+			notes = append(notes, e.at)
 		}
 	}
-	return all, notes, sc.Err()
+	return all, notes, nil
 }
 
 func splitWire(line string) (time.Time, string, string, bool) {
