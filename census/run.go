@@ -68,6 +68,7 @@ func (c *Census) Run(ctx context.Context) error {
 	b := newBurst()
 	defer b.timer.Stop()
 	defer b.checkTimer.Stop()
+	defer b.stuck.timer.Stop()
 	defer c.bg.Wait()
 	defer func() {
 		if b.inflight {
@@ -125,6 +126,8 @@ func (c *Census) Run(ctx context.Context) error {
 			c.readsDone(ctx, b, err)
 		case <-b.checkTimer.C:
 			c.checksDue(ctx, b)
+		case <-b.stuck.timer.C:
+			c.stuckDue(ctx, b)
 		case <-p.timer.C:
 			c.pollTick(ctx, p)
 		case r := <-p.done:
@@ -191,6 +194,9 @@ type burst struct {
 	checkTimer *time.Timer
 
 	poll *poller // polling instead of the subscription at scale (poll.go)
+
+	// Pokes for panes dead without a status (stuck.go).
+	stuck stuckPanes
 }
 
 func newBurst() *burst {
@@ -198,7 +204,7 @@ func newBurst() *burst {
 	t.Stop()
 	ct := time.NewTimer(time.Hour)
 	ct.Stop()
-	return &burst{timer: t, done: make(chan error, 1), readDone: make(chan error, 1), checkTimer: ct}
+	return &burst{timer: t, done: make(chan error, 1), readDone: make(chan error, 1), checkTimer: ct, stuck: newStuckPanes()}
 }
 
 // trigger notes that the census may be behind tmux; full is false when the

@@ -78,6 +78,7 @@ type subDiff struct {
 	stale bool                // a session appeared or went that the census does (not) hold: an id-only list
 	reads []string            // held sessions whose pane or tags changed: read by id
 	reap  bool                // a pane is dead without its status yet (reapPoke)
+	stuck int                 // segments showing a pane dead without a status (stuck.go)
 	acts  map[string]segment  // held sessions whose activity moved
 	quiet []string            // sessions first shown (wrotecheck.go)
 	segs  map[string]struct{} // the value's segments (raw)
@@ -86,6 +87,7 @@ type subDiff struct {
 // onSubscription acts on one census subscription line.
 func (c *Census) onSubscription(ctx context.Context, b *burst, text string) {
 	d := c.subChanged(text)
+	c.noteStuck(b, d.stuck)
 	if d.full {
 		c.trigger(ctx, b, true)
 		return
@@ -130,10 +132,7 @@ func (c *Census) subChanged(text string) subDiff {
 	seen := c.subSeen
 	c.subSeen = make(map[string]string, len(d.segs))
 	if !ok || old == nil {
-		for f := range d.segs {
-			c.subSeen[parseSegment(f).id] = f
-		}
-		d.full = true
+		c.firstValue(&d)
 		return d
 	}
 	c.mu.RLock()
@@ -141,9 +140,18 @@ func (c *Census) subChanged(text string) subDiff {
 	for f := range d.segs {
 		sg := parseSegment(f)
 		c.subSeen[sg.id] = f
+		if sg.panes == "." {
+			d.stuck++
+		}
 		prev, had := seen[sg.id]
 		if had && prev == f {
 			continue
+		}
+		ps := parseSegment(prev) // empty when !had
+		if sg.panes == "." && ps.panes != "." {
+			// Dead without a status, newly: held or not (a session first
+			// seen so was never poked for before, stuck.go).
+			d.reap = true
 		}
 		if !had {
 			d.quiet = append(d.quiet, sg.id) // checked once its creation second is over
@@ -154,10 +162,6 @@ func (c *Census) subChanged(text string) subDiff {
 				d.stale = true // a new session the census does not hold yet
 			}
 			continue
-		}
-		ps := parseSegment(prev)
-		if sg.panes == "." && ps.panes != "." {
-			d.reap = true
 		}
 		if !had || ps.panes != sg.panes || ps.rest != sg.rest {
 			if !segmentMatches(e.s, sg) {
@@ -171,18 +175,39 @@ func (c *Census) subChanged(text string) subDiff {
 			d.acts[sg.id] = sg
 		}
 	}
+	c.noteGone(&d, seen, old)
+	return d
+}
+
+// firstValue records a connection's first value, which a full re-list
+// follows. Run's goroutine only.
+func (c *Census) firstValue(d *subDiff) {
+	for f := range d.segs {
+		sg := parseSegment(f)
+		c.subSeen[sg.id] = f
+		if sg.panes == "." {
+			d.stuck++
+		}
+	}
+	d.full = true
+}
+
+// noteGone looks at the sessions of the previous value (seen, its segments
+// old) missing from this one: one the census still holds is kept in subSeen,
+// so that it reappearing changed is a change, and when it went just now the
+// census is behind (stale). Run's goroutine only, c.mu read-held.
+func (c *Census) noteGone(d *subDiff, seen map[string]string, old map[string]struct{}) {
 	for id, f := range seen {
 		if _, still := c.subSeen[id]; still {
 			continue
 		}
 		if _, known := c.sessions[id]; known {
-			c.subSeen[id] = f // kept, so that it reappearing changed is a change
+			c.subSeen[id] = f
 			if _, was := old[f]; was {
-				d.stale = true // gone from tmux just now, still in the census
+				d.stale = true
 			}
 		}
 	}
-	return d
 }
 
 // segmentMatches says whether a segment's panes and tags agree with what the

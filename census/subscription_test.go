@@ -179,3 +179,30 @@ func TestActivityAt(t *testing.T) {
 		}
 	}
 }
+
+// A session first seen by the subscription already dead without a status —
+// created and dead within one tick, before the census held it — gets a reap
+// poke, and while the value still shows it so, another after stuckFirst:
+// tmux 3.3a may otherwise never collect the status (stuck.go; how
+// TestPaneDeathsFollowTmux once waited out its 30 s in CI).
+func TestStuckPaneIsPokedAgain(t *testing.T) {
+	f := newFake()
+	f.lines = []string{fakeLine}
+	c := startFake(t, f, testConfig())
+	f.sub("$1/000//0// ")
+	eventually(t, "first value's list", func() bool { full, _ := f.counts(); return full == 2 })
+	f.setLines(fakeLine, strings.Replace(fakeLine2, "\t101\t0\t\t\t", "\t101\t1\t\t\t", 1))
+	f.sub("$1/000//0// $2/000/./0// ")
+	pokes := func(n int) func() bool {
+		return func() bool {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			return f.sent["run-shell"] >= n
+		}
+	}
+	eventually(t, "a poke for the new session's missing status", pokes(1))
+	eventually(t, "another while the value still shows it", pokes(2))
+	if s, ok := c.ByID("$2"); !ok || !s.PaneDead {
+		t.Fatalf("want $2 held, its pane dead; got %+v %v", s, ok)
+	}
+}
