@@ -56,13 +56,9 @@ func TestPaneDeathReadByID(t *testing.T) {
 // previous value saw nothing to do, and the census kept pane_dead false until
 // the periodic reconcile (BenchmarkBurst100/forks, 27–47 s).
 func TestNewSegmentAlreadyDead(t *testing.T) {
-	f := newFake()
-	f.lines = []string{fakeLine}
-	c := startFake(t, f, testConfig())
+	f, c := startOneSession(t)
 	sub := c.Subscribe(10)
 	defer sub.Close()
-	f.sub("$1/000//0// ")
-	eventually(t, "first value's list", func() bool { full, _ := f.counts(); return full == 2 })
 	f.setLines(fakeLine, strings.Replace(fakeLine2, "\t101\t0\t\t\t", "\t101\t1\t0\t\t", 1))
 	f.notify("%sessions-changed") // the create: $2 read by id while its pane ran
 	if ch := next(t, sub); ch.Kind != Added || ch.Session.ID != "$2" {
@@ -142,13 +138,9 @@ func TestActivityWithinCreationSecond(t *testing.T) {
 		t.Fatalf("list line without output: activity %v", s.Activity)
 	}
 
-	f := newFake()
-	f.lines = []string{fakeLine}
-	c := startFake(t, f, testConfig())
+	f, c := startOneSession(t)
 	sub := c.Subscribe(10)
 	defer sub.Close()
-	f.sub("$1/000//0// ")
-	eventually(t, "first value's list", func() bool { full, _ := f.counts(); return full == 2 })
 	created := time.Now().Unix()
 	quiet := fmt.Sprintf("$2\t%d\t0\t%%2\t101\t0\t\t\t%d\t\t\t\t\t\ttwo", created, created)
 	f.setLines(fakeLine, quiet)
@@ -186,11 +178,7 @@ func TestActivityAt(t *testing.T) {
 // tmux 3.3a may otherwise never collect the status (stuck.go; how
 // TestPaneDeathsFollowTmux once waited out its 30 s in CI).
 func TestStuckPaneIsPokedAgain(t *testing.T) {
-	f := newFake()
-	f.lines = []string{fakeLine}
-	c := startFake(t, f, testConfig())
-	f.sub("$1/000//0// ")
-	eventually(t, "first value's list", func() bool { full, _ := f.counts(); return full == 2 })
+	f, c := startOneSession(t)
 	f.setLines(fakeLine, strings.Replace(fakeLine2, "\t101\t0\t\t\t", "\t101\t1\t\t\t", 1))
 	f.sub("$1/000//0// $2/000/./0// ")
 	pokes := func(n int) func() bool {
@@ -205,4 +193,16 @@ func TestStuckPaneIsPokedAgain(t *testing.T) {
 	if s, ok := c.ByID("$2"); !ok || !s.PaneDead {
 		t.Fatalf("want $2 held, its pane dead; got %+v %v", s, ok)
 	}
+}
+
+// startOneSession starts a census on a fake server of one session ($1) and
+// returns once the subscription's first value has had its full list.
+func startOneSession(t *testing.T) (*fakeTmux, *Census) {
+	t.Helper()
+	f := newFake()
+	f.lines = []string{fakeLine}
+	c := startFake(t, f, testConfig())
+	f.sub("$1/000//0// ")
+	eventually(t, "first value's list", func() bool { full, _ := f.counts(); return full == 2 })
+	return f, c
 }
