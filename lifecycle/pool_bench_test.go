@@ -7,6 +7,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -86,10 +87,13 @@ func benchPoolBurst(b *testing.B, size int) {
 			floors[i] = fmt.Sprintf("fb%d-%d", r, i)
 		}
 		// The two sides alternate which goes first, and each starts only once
-		// every agent the other started runs (untimed): a side's round ends at
-		// its replies, while its agents still exec — work that, left running,
-		// would be charged to whichever side came next.
+		// every agent the other started runs and has settled, on a quiet
+		// machine (untimed): a side's round ends at its replies, while its
+		// agents still exec and start, and the refill's standbys start after
+		// waitPool — work that, left running, would be charged to whichever
+		// side came next.
 		for side := 0; side < 2; side++ {
+			waitQuiet(b)
 			if (r+side)%2 == 0 {
 				ours = append(ours, burstOurs(b, e, ids, specs))
 			} else {
@@ -150,7 +154,12 @@ func burstFloor(b *testing.B, e *env, names []string, exe string) float64 {
 	return rate
 }
 
-// waitAgents waits until every pid runs the agent (its exec done).
+// waitAgents waits until every pid runs the agent (its exec done) and has
+// settled. An exec'd agent is not yet a started one: the test binary's
+// runtime start and init run ~10 ms of CPU after the exec (page faults, init
+// functions), 0.3 s for a round's 32 — which, left running, was charged to
+// whichever side's round came next (rounds of the same build measured 37 to
+// 84 ms as that spill-over came or went).
 func waitAgents(b *testing.B, pids []int) {
 	deadline := time.Now().Add(60 * time.Second)
 	for _, pid := range pids {
@@ -165,6 +174,86 @@ func waitAgents(b *testing.B, pids []int) {
 			time.Sleep(2 * time.Millisecond)
 		}
 	}
+	waitSettled(b, pids, deadline)
+}
+
+// waitSettled waits until the pids' main threads have used no CPU over two
+// windows of 5 ms in a row (/proc/PID/schedstat: time on a CPU, in ns; a
+// process gone counts as settled).
+func waitSettled(b *testing.B, pids []int, deadline time.Time) {
+	prev, quiet := onCPU(pids), 0
+	for quiet < 2 {
+		if time.Now().After(deadline) {
+			b.Fatalf("agents %v never settled", pids)
+		}
+		time.Sleep(5 * time.Millisecond)
+		cur := onCPU(pids)
+		if cur == prev {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		prev = cur
+	}
+}
+
+// waitQuiet waits (untimed) until the machine is quiet: the refill's 32
+// standbys and the removal of the round before start Go runtimes, open the
+// fence and reap for a while after waitPool and benchRemove return, and that
+// work, left running, fell on whichever side's round came first. Quiet: of
+// the /proc/stat ticks over 50 ms (5 per CPU), at most one busy, twice in a
+// row.
+func waitQuiet(b *testing.B) {
+	deadline := time.Now().Add(5 * time.Second)
+	prevBusy, prevAll := cpuTicks()
+	for quiet := 0; quiet < 2; {
+		if time.Now().After(deadline) {
+			return // a machine that never settles: measure anyway
+		}
+		time.Sleep(50 * time.Millisecond)
+		busy, all := cpuTicks()
+		if all > prevAll && busy-prevBusy <= 1 {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		prevBusy, prevAll = busy, all
+	}
+}
+
+// cpuTicks reads /proc/stat's first line: busy ticks (all but idle and
+// iowait) and all ticks, over every CPU.
+func cpuTicks() (busy, all int64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	for i, v := range strings.Fields(line)[1:] {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		all += n
+		if i != 3 && i != 4 {
+			busy += n
+		}
+	}
+	return busy, all
+}
+
+// onCPU sums the pids' main threads' time on a CPU.
+func onCPU(pids []int) int64 {
+	var sum int64
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b))
+		if len(f) > 0 {
+			n, _ := strconv.ParseInt(f[0], 10, 64)
+			sum += n
+		}
+	}
+	return sum
 }
 
 // benchRemove (untimed) kills the sessions a round made — the identities'

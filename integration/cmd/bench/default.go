@@ -163,15 +163,32 @@ func listLookupRows(ctx context.Context, rep *report, d *daemon, listReps, looku
 	if err != nil {
 		return err
 	}
+	ok, why := lookupGoal(ka.p50(), kf.p50(), kp.p50())
 	rep.judge(row{fig: fmt.Sprintf("3. session lookup by name, p50 / p99 (%d sessions, n=%d)", n, len(ka)),
 		ours:  fmt.Sprintf("%s / %s", ms(ka.p50()), ms(ka.p99())),
 		base:  fmt.Sprintf("`tmux has-session -t =NAME` fork: %s / %s", ms(kf.p50()), ms(kf.p99())),
-		ratio: ratioD(kf.p50(), ka.p50()) + " faster (p50)", goal: "≥ 50× faster"},
-		float64(kf.p50()) >= 50*float64(ka.p50()), fmt.Sprintf("%s faster at p50", ratioD(kf.p50(), ka.p50())))
+		ratio: ratioD(kf.p50(), ka.p50()) + " faster (p50)", goal: "≥ 50× faster, or ≤ 1.1× the HTTP floor where the fork is < 50× it"},
+		ok, why)
 	rep.add(row{fig: fmt.Sprintf("3a. HTTP floor: `GET /v1/ping` interleaved with the lookups (n=%d)", len(kp)),
 		ours: fmt.Sprintf("%s / %s", ms(kp.p50()), ms(kp.p99())), base: fmt.Sprintf("lookup is %s the floor (p50)", ratioD(ka.p50(), kp.p50())),
 		ratio: fmt.Sprintf("the fork is %s the floor", ratioD(kf.p50(), kp.p50())), goal: "—", met: "info"})
 	return nil
+}
+
+// lookupGoal judges figure 3 as issue 18 states its goal: a lookup at least
+// 50× faster than a has-session fork; or, where the HTTP round trip itself
+// is the floor — a GET /v1/ping that does nothing is already within 50× of
+// the fork, so no lookup through the API can be 50× faster — within 1.1× of
+// that floor.
+func lookupGoal(lookup, fork, ping time.Duration) (bool, string) {
+	if float64(fork) >= 50*float64(lookup) {
+		return true, fmt.Sprintf("%s faster at p50", ratioD(fork, lookup))
+	}
+	if float64(fork) < 50*float64(ping) {
+		return float64(lookup) <= 1.1*float64(ping), fmt.Sprintf("%s faster at p50; the fork is only %s the HTTP floor, "+
+			"and the lookup is %s of it (goal ≤ 1.1×)", ratioD(fork, lookup), ratioD(fork, ping), ratioD(lookup, ping))
+	}
+	return false, fmt.Sprintf("%s faster at p50", ratioD(fork, lookup))
 }
 
 // step is one row of a breakdown table: a name and its samples.

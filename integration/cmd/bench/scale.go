@@ -66,7 +66,7 @@ func runScale(ctx context.Context, o options, r *reaper, bin string, rep *report
 	if err := d.fill(fillCtx, min(o.scaleAt, target), 16, progress); err != nil {
 		return fmt.Errorf("fill to %d: %w", o.scaleAt, err)
 	}
-	if err := listLookupRows(ctx, rep, d, 50, 100, "scale"); err != nil {
+	if err := listLookupRows(ctx, rep, d, 50, 300, "scale"); err != nil {
 		return err
 	}
 	err = d.fill(fillCtx, target, 8, progress)
