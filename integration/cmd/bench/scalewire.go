@@ -21,6 +21,10 @@ type scaleEndSteps struct {
 	toPipeline, read, pipeline, finish, stream samples
 	pokes, subLines                            int // reap pokes and census subscription lines inside the measured ends
 	unmatched                                  int
+	// listed and clear split the pipeline's round trips by whether a
+	// list-sessions (the census's poll above 1,000 sessions, or a full
+	// re-list) was in tmux's hands at some moment of it.
+	listed, clear samples
 }
 
 // wireEvent is one line of the wire log: a command sent (with its reply's
@@ -120,9 +124,29 @@ func (st *scaleEndSteps) one(m endMark, evs []wireEvent) bool {
 	}
 	st.toPipeline = append(st.toPipeline, pipe.Sub(m.kill))
 	st.pipeline = append(st.pipeline, has.done.Sub(pipe))
+	if listDuring(evs, pipe, has.done) {
+		st.listed = append(st.listed, has.done.Sub(pipe))
+	} else {
+		st.clear = append(st.clear, has.done.Sub(pipe))
+	}
 	st.finish = append(st.finish, m.stamp.Sub(has.done))
 	st.stream = append(st.stream, m.read.Sub(m.stamp))
 	return true
+}
+
+// listDuring reports whether a list-sessions command was sent before to and
+// answered after from (or not at all): tmux's one thread had it to evaluate
+// while the pipeline between from and to waited.
+func listDuring(evs []wireEvent, from, to time.Time) bool {
+	for _, e := range evs {
+		if e.at.After(to) {
+			return false
+		}
+		if c := e.cmd; c != nil && c.verb == "list-sessions" && (c.done.IsZero() || c.done.After(from)) {
+			return true
+		}
+	}
+	return false
 }
 
 // scaleEndRows adds the breakdown to the report.
@@ -141,6 +165,8 @@ func scaleEndRows(rep *report, wirePath string, ends endResult) {
 	step("kill → the end's pipeline sent (the exit seen, the stop's fence write and proof; a census read where one was made)", st.toPipeline)
 	step("of which the census's read by id of the session, first sent → last answered (ends that had one)", st.read)
 	step("the end's pipeline (capture-pane, kill-session, has-session) round trip", st.pipeline)
+	step("of which with a list-sessions in flight in tmux (a census poll or re-list)", st.listed)
+	step("of which with none", st.clear)
 	step("has-session answered → verdict @timestamp (MarkEnded)", st.finish)
 	step("verdict @timestamp → read on the follow stream", st.stream)
 	rep.extra = append(rep.extra, fmt.Sprintf("End steps: %d ends matched in the wire log, %d not; %d reap pokes and %d census subscription lines inside the measured ends.",
