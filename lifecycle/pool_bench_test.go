@@ -197,7 +197,7 @@ func waitSettled(b *testing.B, pids []int, deadline time.Time) {
 	}
 }
 
-// waitQuiet waits (untimed) until the machine is quiet: the refill's 32
+// waitQuiet waits (untimed) until the machine is quiet: the refill's
 // standbys and the removal of the round before start Go runtimes, open the
 // fence and reap for a while after waitPool and benchRemove return, and that
 // work, left running, fell on whichever side's round came first. Quiet: of

@@ -69,8 +69,9 @@ func readWireEvents(path string) ([]wireEvent, error) {
 // attributeScaleEnds fills the steps of each end from the wire log's events.
 func attributeScaleEnds(marks []endMark, evs []wireEvent) scaleEndSteps {
 	var st scaleEndSteps
+	lists := listCmds(evs)
 	for _, m := range marks {
-		if m.id == "" || !st.one(m, evs) {
+		if m.id == "" || !st.one(m, evs, lists) {
 			st.unmatched++
 		}
 	}
@@ -78,7 +79,7 @@ func attributeScaleEnds(marks []endMark, evs []wireEvent) scaleEndSteps {
 }
 
 // one attributes one end; false when the wire log does not show its steps.
-func (st *scaleEndSteps) one(m endMark, evs []wireEvent) bool {
+func (st *scaleEndSteps) one(m endMark, evs []wireEvent, lists []*wireCmd) bool {
 	names := regexp.MustCompile(`\` + m.id + `([^0-9]|$)`)
 	var first, lastRead, capture, kill, has *wireCmd
 	for _, e := range evs {
@@ -124,7 +125,7 @@ func (st *scaleEndSteps) one(m endMark, evs []wireEvent) bool {
 	}
 	st.toPipeline = append(st.toPipeline, pipe.Sub(m.kill))
 	st.pipeline = append(st.pipeline, has.done.Sub(pipe))
-	if listDuring(evs, pipe, has.done) {
+	if listDuring(lists, pipe, has.done) {
 		st.listed = append(st.listed, has.done.Sub(pipe))
 	} else {
 		st.clear = append(st.clear, has.done.Sub(pipe))
@@ -134,15 +135,26 @@ func (st *scaleEndSteps) one(m endMark, evs []wireEvent) bool {
 	return true
 }
 
-// listDuring reports whether a list-sessions command was sent before to and
-// answered after from (or not at all): tmux's one thread had it to evaluate
-// while the pipeline between from and to waited.
-func listDuring(evs []wireEvent, from, to time.Time) bool {
+// listCmds picks the wire log's list-sessions commands, in the order sent.
+func listCmds(evs []wireEvent) []*wireCmd {
+	var out []*wireCmd
 	for _, e := range evs {
-		if e.at.After(to) {
+		if e.cmd != nil && e.cmd.verb == "list-sessions" {
+			out = append(out, e.cmd)
+		}
+	}
+	return out
+}
+
+// listDuring reports whether one of lists was sent before to and answered
+// after from (or not at all): tmux's one thread had it to evaluate while the
+// pipeline between from and to waited.
+func listDuring(lists []*wireCmd, from, to time.Time) bool {
+	for _, c := range lists {
+		if c.sent.After(to) {
 			return false
 		}
-		if c := e.cmd; c != nil && c.verb == "list-sessions" && (c.done.IsZero() || c.done.After(from)) {
+		if c.done.IsZero() || c.done.After(from) {
 			return true
 		}
 	}
