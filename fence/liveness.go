@@ -126,6 +126,18 @@ func pidfsInode(pid int) string {
 // It fails when the boot id or the process's start time cannot be read: an
 // owner whose incarnation is unknown must not take a reservation.
 func Incarnation(pid int) (string, error) {
+	return incarnationOf(pid, nil)
+}
+
+// IncarnationOf is Incarnation for a process the caller knows by its start
+// time (/proc/PID/stat's field 22, read earlier): it fails when pid now names
+// another process life. The daemon records a claimed standby's start with it,
+// on the standby's behalf (lifecycle's warm pool).
+func IncarnationOf(pid int, start uint64) (string, error) {
+	return incarnationOf(pid, &start)
+}
+
+func incarnationOf(pid int, want *uint64) (string, error) {
 	if pid <= 0 {
 		return "", fmt.Errorf("fence: invalid pid %d", pid)
 	}
@@ -139,6 +151,9 @@ func Incarnation(pid int) (string, error) {
 	}
 	if st.state == 'Z' || st.state == 'X' {
 		return "", fmt.Errorf("fence: pid %d is a zombie", pid)
+	}
+	if want != nil && st.start != *want {
+		return "", fmt.Errorf("fence: pid %d is another process than the one started at %d", pid, *want)
 	}
 	in := incarnation{boot: boot, pidns: selfPidNS(), start: st.start, pidfs: pidfsInode(pid)}
 	// Re-read: if the pid was reused between the two reads, the pidfs inode

@@ -81,6 +81,9 @@ func (m *Manager) compensate(ctx context.Context, a *attempt) string {
 // for the next start's sweep.
 func (m *Manager) reapAttempt(ctx context.Context, a *attempt) {
 	cg := proctree.GenerationCgroup(m.cgroupBase, a.res.ID)
+	if a.sbCgroup != "" {
+		cg = a.sbCgroup // a claimed standby's (pool.place)
+	}
 	h := proctree.Hold{PanePID: a.panePID, PaneStart: a.paneStart, Cgroup: cg}
 	if proctree.WaitGone(ctx, h, time.Now().Add(unpublishedProofWait)).State == proctree.Gone {
 		_ = proctree.RemoveCgroup(cg)

@@ -77,7 +77,10 @@ type attempt struct {
 	reuse     *keptSession
 	respawned bool   // its helper was started in a kept session (respawn-pane)
 	claimed   string // the token of the warm pool's standby it claimed ("" when none)
-	pooled    bool   // it took a standby off the pool (refilled when the create answered)
+	// sbCgroup is the claimed standby's cgroup, the generation's while the
+	// attempt runs in it ("" when none, or not served by a standby).
+	sbCgroup string
+	pooled   bool // it took a standby off the pool (refilled when the create answered)
 
 	sent      bool // new-session was written: from here a session may exist
 	uncertain bool // a step's outcome is unknown: abandon, never guess

@@ -45,7 +45,10 @@ type helperArgs struct {
 	standby string
 	// ownPane: run only if the fence records this process as the
 	// reservation's pane (a claimed standby: its reservation came from a
-	// file, not from tmux starting it for that reservation).
+	// file, not from tmux starting it for that reservation). The daemon
+	// placed such a helper in its cgroup (cgroup names the one entered, ""
+	// when none) and recorded its start before the hand-off (handOff), so it
+	// does neither itself.
 	ownPane bool
 }
 
@@ -57,8 +60,9 @@ type OpenFence func(home string) (fence.Fence, error)
 
 // RunHelper is `skc-supervisor helper --home H --reservation R --generation G`, the
 // pane's process until its gate opens. It enters its generation's cgroup,
-// records its pid and incarnation, waits until the fence shows its generation
-// published and its own, and then execs the agent in place (argv, env and cwd
+// records its pid and incarnation (a warm pool's standby, `--standby TOKEN`,
+// has both done by the daemon when it is claimed), waits until the fence
+// shows its generation published and its own, and then execs the agent in place (argv, env and cwd
 // read from the fence): from then on the pane's process is the agent, and tmux
 // keeps its exit status or signal in the dead pane (remain-on-exit), where end
 // detection reads it. It returns only when no agent runs: its own exit code
@@ -98,6 +102,7 @@ func RunHelper(args []string, open OpenFence) int {
 		return helperNoFence
 	}
 	if a.standby != "" {
+		warmFence(st)
 		if code, ok := awaitHandoff(&a); !ok {
 			st.Close()
 			return code
@@ -145,13 +150,17 @@ func runHelper(ctx context.Context, st fence.Fence, a helperArgs, reopen func() 
 	env := agentEnv(os.Environ(), row.Spec.Env, row.Spec.Cwd)
 	ex := execAgent(row.Spec.Argv, env, row.Spec.Cwd)
 	fmt.Fprintln(os.Stderr, "skc-supervisor helper: start agent:", ex.Err)
+	if inc == "" {
+		inc, _ = fence.Incarnation(pid) // a claimed standby's: recorded by the daemon
+	}
 	recordPostmortem(reopen, row, pid, inc, ex)
 	return ex.Status
 }
 
-// startHelper reads the helper's spec, records its start and waits for its
-// generation's publication; ok says to run the agent, otherwise code is the
-// helper's exit code.
+// startHelper reads the helper's spec, records its start (a claimed
+// standby's was recorded by the daemon) and waits for its generation's
+// publication; ok says to run the agent, otherwise code is the helper's exit
+// code. inc is "" for a claimed standby: it is read only if the exec fails.
 func startHelper(ctx context.Context, st fence.Fence, a helperArgs) (code int, row fence.Reservation, pid int, inc string, ok bool) {
 	// The spec outlives the row's release (fence.HelperSpec), so this works
 	// whether the helper starts before or after its generation is published.
@@ -171,18 +180,11 @@ func startHelper(ctx context.Context, st fence.Fence, a helperArgs) (code int, r
 	}
 	row = fence.Reservation{ID: h.ReservationID, Identity: h.Identity, Generation: h.Generation, Spec: h.Spec}
 	pid = os.Getpid()
-	if a.ownPane && !paneIsOwn(ctx, st, a.resID, pid) {
-		fmt.Fprintln(os.Stderr, "skc-supervisor helper: the fence names another pane for this reservation; not starting the agent")
-		return helperGaveUp, row, 0, "", false
-	}
-	cgroup := enterCgroup(a.cgroup)
-	inc, err = fence.Incarnation(pid)
-	if err == nil {
-		err = recordStart(ctx, st, a.resID, pid, inc, cgroup)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "skc-supervisor helper: record start:", err)
-		return helperGaveUp, row, 0, "", false
+	if !a.ownPane {
+		if inc, err = recordOwnStart(ctx, st, a.resID, pid, a.cgroup); err != nil {
+			fmt.Fprintln(os.Stderr, "skc-supervisor helper: record start:", err)
+			return helperGaveUp, row, 0, "", false
+		}
 	}
 	if !waitPublished(ctx, st, row, a.wake, a.ownPane) {
 		fmt.Fprintln(os.Stderr, "skc-supervisor helper: not published for this reservation; not starting the agent")
@@ -191,21 +193,15 @@ func startHelper(ctx context.Context, st fence.Fence, a helperArgs) (code int, r
 	return 0, row, pid, inc, true
 }
 
-// paneIsOwn reports whether the fence records pid as the reservation's pane:
-// a claim records the standby as spawned before it hands it the reservation,
-// so a hand-off meant for this standby always finds itself there (or, once
-// the row is released, in the published record).
-func paneIsOwn(ctx context.Context, st fence.Fence, resID string, pid int) bool {
-	var row fence.Reservation
-	var still bool
-	if err := retryFence(ctx, func() (err error) { row, still, err = st.Reservation(ctx, resID); return err }); err != nil {
-		return false
+// recordOwnStart enters the generation's cgroup and records the helper's
+// start: its pid, incarnation and the cgroup entered.
+func recordOwnStart(ctx context.Context, st fence.Fence, resID string, pid int, cgroupDir string) (string, error) {
+	cgroup := enterCgroup(cgroupDir)
+	inc, err := fence.Incarnation(pid)
+	if err != nil {
+		return "", err
 	}
-	if still {
-		return row.PanePID == pid
-	}
-	pub, ok, err := st.PublishedByReservation(ctx, resID)
-	return err == nil && ok && pub.PanePID == pid
+	return inc, recordStart(ctx, st, resID, pid, inc, cgroup)
 }
 
 // enterCgroup moves the helper into its generation's cgroup before it starts

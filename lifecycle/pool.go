@@ -27,10 +27,12 @@ import (
 // pane in the fence (attempt name, tmux id, pane pid: all known before the
 // claim), then renames and tags it in one round trip while it writes the
 // standby's hand-off (its reservation, in a file only the daemon writes), and
-// publishes and releases in one transaction. The standby then runs the pane
-// helper's own path: records its start, waits for its generation's
-// publication — and, being a standby, that the fence names its own pid as
-// the pane — and execs the agent with the spec's argv, cwd and env. A
+// publishes and releases in one transaction; the daemon records the
+// standby's start for it (handOff), and the standby was placed in its own
+// cgroup, the generation's once claimed, at its spawn (place). The standby
+// then waits at the pane helper's gate — its generation published, with its
+// own pid as the pane — and execs the agent with the spec's argv, cwd and
+// env. A
 // standby is never tagged before the fence records it as the attempt's pane,
 // and no create ever sees one as a session: it is unmanaged (no tags) and not
 // in the fence until claimed.
@@ -60,6 +62,11 @@ type standby struct {
 	// a claim records it as the generation's hold without a /proc read.
 	paneStart uint64
 	created   time.Time
+	// cgroup is the cgroup the daemon placed the standby in at its spawn
+	// (standbyCgroup; "" when there is none): a claim makes it the
+	// generation's, so the agent is born inside without a move on the
+	// create's path (a move waits for an RCU grace period, ~15 ms).
+	cgroup string
 }
 
 // pool keeps up to size standbys spawned. It is nil when the pool is off, so
@@ -70,11 +77,14 @@ type pool struct {
 	dir  string        // the hand-off files' directory (0700, in the home)
 	kick chan struct{} // a claim happened: refill
 
-	mu     sync.Mutex
-	free   []standby // spawned, not claimed; filled only after the sweep
-	dead   []standby // found dead by take, or discarded: fill removes their sessions
-	claims int       // creates served by a standby (metrics, tests)
-	closed bool      // Shutdown began: no more standbys
+	mu   sync.Mutex
+	free []standby // spawned, not claimed; filled only after the sweep
+	dead []standby // found dead by take, or discarded: fill removes their sessions
+	// emptied are cgroups of standbys whose sessions were killed: removed
+	// once their process is gone (rmdir fails while it holds one).
+	emptied []string
+	claims  int  // creates served by a standby (metrics, tests)
+	closed  bool // Shutdown began: no more standbys
 }
 
 func newPool(m *Manager, size int) *pool {
@@ -128,11 +138,18 @@ func (p *pool) discard(sb standby) {
 // sessions stay (remain-on-exit) until removed. Errors are left to the
 // next daemon's sweep, which removes every standby.
 func (p *pool) removeDead(ctx context.Context, life tmuxctl.ServerLife, dead []standby) {
+	var emptied []string
 	for _, sb := range dead {
 		if sb.life == life {
 			_, _ = p.m.commandIn(ctx, life, "kill-session", "-t", sb.tmuxID)
 		}
+		if sb.cgroup != "" {
+			emptied = append(emptied, sb.cgroup)
+		}
 	}
+	p.mu.Lock()
+	p.emptied = append(p.emptied, emptied...)
+	p.mu.Unlock()
 }
 
 // refill asks the pool's loop to spawn what is missing; a create calls it
@@ -188,6 +205,9 @@ func (p *pool) fill(ctx context.Context) bool {
 		for _, sb := range p.free {
 			switch {
 			case sb.life != life: // its server is gone, and the session with it
+				if sb.cgroup != "" {
+					p.emptied = append(p.emptied, sb.cgroup)
+				}
 			case pidAliveSig(sb.panePID):
 				kept = append(kept, sb)
 			default:
@@ -198,6 +218,7 @@ func (p *pool) fill(ctx context.Context) bool {
 		n, closed := len(p.free), p.closed
 		p.mu.Unlock()
 		p.removeDead(ctx, life, dead)
+		p.removeEmptied()
 		if n >= p.size || closed || ctx.Err() != nil {
 			return true
 		}
@@ -215,7 +236,7 @@ func (p *pool) fill(ctx context.Context) bool {
 		}
 		p.mu.Unlock()
 		if closed {
-			_, _ = p.m.commandIn(ctx, sb.life, "kill-session", "-t", sb.tmuxID)
+			p.kill(ctx, []standby{sb})
 			return true
 		}
 	}
@@ -268,7 +289,61 @@ func (p *pool) spawn(ctx context.Context, life tmuxctl.ServerLife) (standby, err
 		return sb, fmt.Errorf("standby remain-on-exit: %w", err)
 	}
 	sb.paneStart, _ = proctree.ChildStartTime(sb.panePID, life.PID)
+	sb.cgroup = p.place(sb)
 	return sb, nil
+}
+
+// standbyCgroupPrefix names a standby's cgroup under the daemon's base:
+// base/gen-sb-TOKEN. It is a generation's cgroup once claimed, so it wears
+// the generations' prefix (recovery's sweep removes empty ones).
+const standbyCgroupPrefix = "gen-sb-"
+
+// place puts a just spawned standby in a cgroup of its own, where the agent it
+// is handed will run; "" when the daemon has no cgroup base or the move
+// failed (the claim's generation is then held by its pane's session, as on
+// a host without cgroups).
+func (p *pool) place(sb standby) string {
+	if p.m.cgroupBase == "" {
+		return ""
+	}
+	dir := filepath.Join(p.m.cgroupBase, standbyCgroupPrefix+sb.token)
+	if err := proctree.PlaceInCgroup(dir, sb.panePID); err != nil {
+		p.m.log.Info().Err(err).Str("cgroup", dir).Msg("standby not placed in a cgroup; its generation will be held by its session")
+		return ""
+	}
+	return dir
+}
+
+// forgetCgroup hands the cgroup of a claimed standby found gone to the next
+// refill, which removes it once empty (its attempt goes on in a new session,
+// whose helper enters the generation's own cgroup).
+func (p *pool) forgetCgroup(dir string) {
+	if p == nil || dir == "" {
+		return
+	}
+	p.mu.Lock()
+	p.emptied = append(p.emptied, dir)
+	p.mu.Unlock()
+}
+
+// removeEmptied removes the cgroups of killed standbys whose process is gone,
+// keeping the others for the next pass.
+func (p *pool) removeEmptied() {
+	p.mu.Lock()
+	dirs := p.emptied
+	p.emptied = nil
+	p.mu.Unlock()
+	var keep []string
+	for _, d := range dirs {
+		if proctree.RemoveCgroup(d) != nil {
+			keep = append(keep, d)
+		}
+	}
+	if keep != nil {
+		p.mu.Lock()
+		p.emptied = append(p.emptied, keep...)
+		p.mu.Unlock()
+	}
 }
 
 // sweep removes what a previous daemon's pool left: every skc-standby-*
@@ -288,6 +363,11 @@ func (p *pool) sweep(ctx context.Context) bool {
 		if strings.HasPrefix(name, standbyPrefix) {
 			if err := p.m.killConfirm(ctx, life, id); err != nil {
 				return false
+			}
+			if tok := strings.TrimPrefix(name, standbyPrefix); p.m.cgroupBase != "" && validToken(tok) {
+				p.mu.Lock()
+				p.emptied = append(p.emptied, filepath.Join(p.m.cgroupBase, standbyCgroupPrefix+tok))
+				p.mu.Unlock()
 			}
 		}
 	}
@@ -321,8 +401,36 @@ func (p *pool) close(ctx context.Context) {
 	free := p.free
 	p.free, p.closed = nil, true
 	p.mu.Unlock()
-	for _, sb := range free {
+	p.kill(ctx, free)
+	p.removeEmptied()
+}
+
+// closeCgroupWait bounds how long Shutdown waits for killed standbys to exit
+// so that their cgroups, and then the daemon's base, can be removed.
+const closeCgroupWait = time.Second
+
+// kill kills standbys at shutdown and removes their cgroups once their
+// processes are gone (they exit on the hangup), within closeCgroupWait; a
+// cgroup still held then is left to the next start's sweep.
+func (p *pool) kill(ctx context.Context, sbs []standby) {
+	var dirs []string
+	for _, sb := range sbs {
 		_, _ = p.m.commandIn(ctx, sb.life, "kill-session", "-t", sb.tmuxID)
+		if sb.cgroup != "" {
+			dirs = append(dirs, sb.cgroup)
+		}
+	}
+	deadline := time.Now().Add(closeCgroupWait)
+	for len(dirs) > 0 && time.Now().Before(deadline) {
+		kept := dirs[:0]
+		for _, d := range dirs {
+			if proctree.RemoveCgroup(d) != nil {
+				kept = append(kept, d)
+			}
+		}
+		if dirs = kept; len(dirs) > 0 && !sleepCtx(ctx, 10*time.Millisecond) {
+			return
+		}
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
+	"github.com/skc-supervisor/skc-supervisor/proctree"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
@@ -112,6 +113,7 @@ func TestPoolClaimRunsAgent(t *testing.T) {
 	if got := e.sessions(id.Digest()); len(got) != 1 || got[0] != res.Session.ID {
 		t.Fatalf("sessions %v", got)
 	}
+	checkClaimStart(t, e, id, res.Session.PanePID)
 	waitFor(t, "the pool refilled", func() bool { return e.m.PoolStats().Ready == 2 })
 	if err := checkNoStandbyTagged(e.paneList()); err != nil {
 		t.Fatal(err)
@@ -510,5 +512,30 @@ func TestPoolClaimFenceFailure(t *testing.T) {
 	}
 	if got := e.sessions(id.Digest()); len(got) != 1 {
 		t.Fatalf("sessions %v", got)
+	}
+}
+
+// checkClaimStart: the daemon recorded the claimed standby's start (pid,
+// incarnation) and, with a cgroup base, the cgroup it placed the standby in
+// at its spawn, which is the published generation's and holds the agent.
+func checkClaimStart(t *testing.T, e *env, id fence.Identity, pid int) {
+	t.Helper()
+	ctx := context.Background()
+	pub, ok, err := e.m.fence.PublishedFor(ctx, id)
+	if err != nil || !ok {
+		t.Fatalf("published: %v %v", ok, err)
+	}
+	pm, ok, err := e.m.fence.Postmortem(ctx, id, pub.Generation)
+	if err != nil || !ok || pm.HelperPID != pid || pm.HelperIncarnation == "" {
+		t.Fatalf("start record %+v %v %v (pane %d)", pm, ok, err, pid)
+	}
+	if e.m.cgroupBase == "" {
+		t.Log("no cgroup base on this host: the pane's session holds the generation")
+		return
+	}
+	if filepath.Dir(pub.Cgroup) != e.m.cgroupBase || !strings.HasPrefix(filepath.Base(pub.Cgroup), standbyCgroupPrefix) ||
+		pm.Cgroup != pub.Cgroup || !proctree.InCgroup(pid, pub.Cgroup) {
+		t.Fatalf("cgroup: published %q, start record %q, base %q, agent %d in it: %v",
+			pub.Cgroup, pm.Cgroup, e.m.cgroupBase, pid, proctree.InCgroup(pid, pub.Cgroup))
 	}
 }

@@ -131,17 +131,37 @@ func GenerationCgroup(base, resID string) string {
 // directory is removed again (when empty), so an absent or empty cgroup never
 // claims to hold a process it does not hold.
 func EnterCgroup(dir string) error {
+	return PlaceInCgroup(dir, 0)
+}
+
+// PlaceInCgroup is EnterCgroup for the process pid (0: the caller): the
+// daemon places a claimed warm-pool standby in its generation's cgroup before
+// it hands the standby its reservation, so the agent the standby execs is
+// born inside. The kernel's rules for the move are the writer's credentials
+// against the cgroups' files, the same whichever of the two processes (same
+// user) writes.
+func PlaceInCgroup(dir string, pid int) error {
 	if dir == "" {
 		return errors.New("proctree: no cgroup")
+	}
+	if pid < 0 {
+		return fmt.Errorf("proctree: invalid pid %d", pid)
 	}
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	if err := writeExisting(filepath.Join(dir, "cgroup.procs"), "0"); err != nil {
+	if err := writeExisting(filepath.Join(dir, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
 		_ = unix.Rmdir(dir)
 		return err
 	}
 	return nil
+}
+
+// InCgroup reports whether pid is in the cgroup dir (its /proc/PID/cgroup
+// says so): the daemon checks a claimed standby is where it placed it before
+// it records that cgroup as holding the generation.
+func InCgroup(pid int, dir string) bool {
+	return inCgroup(pid, dir)
 }
 
 // cgroupState reads cgroup.events: populated or not. A cgroup that does not

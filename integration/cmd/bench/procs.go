@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/proctree"
 )
 
 // markVar is put in the environment of every daemon and tmux server the bench
@@ -104,6 +106,7 @@ func (r *reaper) teardown() teardownReport {
 	t2 := time.Now()
 	for _, h := range homes {
 		rep.swept += sweep(h)
+		removeCgroups(h)
 	}
 	rep.sweep = time.Since(t2)
 	for _, h := range homes {
@@ -127,6 +130,18 @@ func (r *reaper) retire(d *daemon) {
 	stopDaemon(d.cmd)
 	killServer(tmuxServer{sock: d.tmuxSock, pid: d.serverPID})
 	sweep(d.home)
+	removeCgroups(d.home)
+}
+
+// removeCgroups removes the empty generation cgroups of home's daemon and its
+// cgroup base: a daemon stopped with thousands of sessions leaves their
+// cgroups (the next daemon of that home would sweep them; none comes), and
+// every scale run left ~3,900 on the machine, slowing the kernel's cgroup
+// work for whatever ran next.
+func removeCgroups(home string) {
+	if base, err := proctree.BaseFor(home); err == nil {
+		proctree.RemoveBaseTree(base)
+	}
 }
 
 // teardownReport is what teardown did and how long each step took.
