@@ -122,7 +122,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (CreateResult, 
 	// verdicts use its form, so every later reader digests the same bytes.
 	req.Identity, req.Spec = res.Identity, res.Spec
 	a := &attempt{resID: res.ID, req: req, res: res, digest: res.Identity.Digest(), start: start, stop: cancel,
-		reuse: m.leftoverOf(sctx, res.Identity)}
+		reuse: m.leftoverOf(sctx, res)}
 	m.track(a)
 	defer m.untrack(a)
 	result, err := m.saga(sctx, a)
