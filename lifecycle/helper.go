@@ -62,12 +62,13 @@ type OpenFence func(home string) (fence.Fence, error)
 // pane's process until its gate opens. It enters its generation's cgroup,
 // records its pid and incarnation (a warm pool's standby, `--standby TOKEN`,
 // has both done by the daemon when it is claimed), waits until the fence
-// shows its generation published and its own, and then execs the agent in place (argv, env and cwd
-// read from the fence): from then on the pane's process is the agent, and tmux
-// keeps its exit status or signal in the dead pane (remain-on-exit), where end
-// detection reads it. It returns only when no agent runs: its own exit code
-// (helperUsage, helperNoFence, helperGaveUp), or 127/126 when the agent could
-// not be executed, recorded first as the generation's postmortem.
+// shows its generation published and its own, and then execs the agent in
+// place (argv, env and cwd read from the fence): from then on the pane's
+// process is the agent, and tmux keeps its exit status or signal in the dead
+// pane (remain-on-exit), where end detection reads it. It returns only when no
+// agent runs: its own exit code (helperUsage, helperNoFence, helperGaveUp), or
+// 127/126 when the agent could not be executed, recorded first as the
+// generation's postmortem.
 func RunHelper(args []string, open OpenFence) int {
 	if len(args) == 1 && args[0] == clearArg {
 		return 0 // recovery's stand-in in a kept session's pane (restart_start.go): nothing runs
