@@ -98,7 +98,7 @@ bench: tmux build
 	SKC_BENCH_SESSIONS=1000 $(GO) test -run '^$$' -bench Reads -benchtime 200x -timeout 20m ./api/backend/
 	$(GO) test -run '^$$' -bench 'Create$$' -benchtime 200x ./lifecycle/
 	$(GO) test -run '^$$' -bench CreatePool/sequential -benchtime 100x ./lifecycle/
-	$(GO) test -run '^$$' -bench CreatePool/burst -benchtime 5x ./lifecycle/
+	$(GO) test -run '^$$' -bench CreatePool/burst -benchtime 20x ./lifecycle/
 	$(GO) test -run '^$$' -bench 'Talk$$' -benchtime 200x ./api/backend/
 	$(GO) test -run '^$$' -bench 'TalkOutput|TalkFollowers100' -benchtime 1x -timeout 20m ./api/backend/
 	$(GO) run ./integration/cmd/bench -bin $(BIN) -list-n 1000 -list-reps 50 -lookups 200 -out BENCHMARKS.e2e.generated.md
