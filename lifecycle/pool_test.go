@@ -539,3 +539,32 @@ func checkClaimStart(t *testing.T, e *env, id fence.Identity, pid int) {
 			pub.Cgroup, pm.Cgroup, e.m.cgroupBase, pid, proctree.InCgroup(pid, pub.Cgroup))
 	}
 }
+
+// TestPoolStandbyCgroups: with a cgroup base, every free standby sits in a
+// cgroup of its own (placed at its spawn, so a claim moves nothing), and a
+// graceful shutdown removes those cgroups once it has killed the standbys.
+func TestPoolStandbyCgroups(t *testing.T) {
+	e := startPoolEnv(t, "", 2)
+	base := e.m.cgroupBase
+	if base == "" {
+		t.Skip("no cgroup base on this host")
+	}
+	e.m.pool.mu.Lock()
+	free := append([]standby(nil), e.m.pool.free...)
+	e.m.pool.mu.Unlock()
+	if len(free) != 2 {
+		t.Fatalf("free standbys %+v", free)
+	}
+	for _, sb := range free {
+		want := filepath.Join(base, standbyCgroupPrefix+sb.token)
+		if sb.cgroup != want || !proctree.InCgroup(sb.panePID, want) {
+			t.Fatalf("standby %d: cgroup %q (want %q), in it: %v", sb.panePID, sb.cgroup, want, proctree.InCgroup(sb.panePID, want))
+		}
+	}
+	e.close()
+	for _, sb := range free {
+		if _, err := os.Stat(sb.cgroup); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("standby cgroup %s left after shutdown: %v", sb.cgroup, err)
+		}
+	}
+}
