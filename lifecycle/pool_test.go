@@ -353,6 +353,16 @@ func TestPoolSIGKILLedDaemon(t *testing.T) {
 			t.Fatalf("session %+v runs in a dead daemon's standby", r)
 		}
 	}
+	if base := e.m.cgroupBase; base != "" {
+		// Their cgroups go too, once empty: a later refill removes them.
+		for _, tok := range old {
+			dir := filepath.Join(base, standbyCgroupPrefix+tok)
+			waitFor(t, "a dead daemon's standby cgroup removed", func() bool {
+				_, err := os.Stat(dir)
+				return errors.Is(err, os.ErrNotExist)
+			})
+		}
+	}
 }
 
 // TestPoolFaultPoints: a daemon with a pool SIGKILLed at every point of a
