@@ -158,6 +158,21 @@ func benchPoolBurst(b *testing.B, size int) {
 	b.ReportMetric(mean(tmuxCPU), "new-session-cpu-ms/round")
 }
 
+// perfCtl profiles one side's timed rounds only: with SKC_BENCH_PERF_CTL set
+// to the control FIFO of `perf record --control fifo:CTL -D -1` and
+// SKC_BENCH_PERF_SIDE to "ours" or "floor", it enables the recording around
+// that side's rounds (BENCHMARKS.md names the command).
+func perfCtl(side, cmd string) {
+	ctl := os.Getenv("SKC_BENCH_PERF_CTL")
+	if ctl == "" || os.Getenv("SKC_BENCH_PERF_SIDE") != side {
+		return
+	}
+	if f, err := os.OpenFile(ctl, os.O_WRONLY, 0); err == nil {
+		_, _ = f.WriteString(cmd + "\n")
+		_ = f.Close()
+	}
+}
+
 // tickMS is the machine's busy CPU time since busy0 (cpuTicks), in ms.
 func tickMS(busy0 int64) float64 {
 	busy, _ := cpuTicks()
@@ -179,6 +194,7 @@ func burstOurs(b *testing.B, e *env, ids []fence.Identity, specs []fence.Spec) (
 	ctx := context.Background()
 	pids := make([]int, len(ids))
 	b.StartTimer()
+	perfCtl("ours", "enable")
 	busy0, _ := cpuTicks()
 	t0 := time.Now()
 	parallel(b, len(ids), func(i int) error {
@@ -190,6 +206,7 @@ func burstOurs(b *testing.B, e *env, ids []fence.Identity, specs []fence.Spec) (
 	})
 	rate := float64(len(ids)) / time.Since(t0).Seconds()
 	cpu := tickMS(busy0)
+	perfCtl("ours", "disable")
 	b.StopTimer()
 	waitAgents(b, pids)
 	return rate, cpu
@@ -203,6 +220,7 @@ func burstFloor(b *testing.B, e *env, names []string, exe string) (float64, floa
 	ctx := context.Background()
 	pids := make([]int, len(names))
 	b.StartTimer()
+	perfCtl("floor", "enable")
 	busy0, _ := cpuTicks()
 	t0 := time.Now()
 	parallel(b, len(names), func(i int) error {
@@ -215,6 +233,7 @@ func burstFloor(b *testing.B, e *env, names []string, exe string) (float64, floa
 	})
 	rate := float64(len(names)) / time.Since(t0).Seconds()
 	cpu := tickMS(busy0)
+	perfCtl("floor", "disable")
 	b.StopTimer()
 	waitAgents(b, pids)
 	return rate, cpu

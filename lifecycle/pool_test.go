@@ -578,3 +578,36 @@ func TestPoolStandbyCgroups(t *testing.T) {
 		}
 	}
 }
+
+// TestHandoffFile: the hand-off file is made empty at a standby's spawn and
+// written in place at its claim; a standby takes it only once it ends with
+// its end line, so a read in the middle of the write (any prefix) is refused.
+func TestHandoffFile(t *testing.T) {
+	p := &pool{dir: filepath.Join(t.TempDir(), "pool")}
+	const tok = "0123456789abcdef"
+	p.prepareHandoff(tok)
+	path := filepath.Join(p.dir, tok)
+	if _, err := readHandoff(path); err == nil {
+		t.Fatal("an empty hand-off file was taken")
+	}
+	want := handoff{resID: "00112233445566778899aabbccddeeff", generation: 3, cgroup: "/sys/fs/cgroup/x/gen-sb-" + tok, panePID: 4242}
+	if err := p.writeHandoff(tok, want); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("hand-off file mode: %v %v", st, err)
+	}
+	got, err := readHandoff(path)
+	if err != nil || got != want {
+		t.Fatalf("read %+v %v, want %+v", got, err, want)
+	}
+	full, _ := os.ReadFile(path)
+	for n := 0; n < len(full); n++ {
+		if err := os.WriteFile(path, full[:n], 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if h, err := readHandoff(path); err == nil {
+			t.Fatalf("a prefix of %d bytes was taken: %+v", n, h)
+		}
+	}
+}
