@@ -80,7 +80,9 @@ type attempt struct {
 	// sbCgroup is the claimed standby's cgroup, the generation's while the
 	// attempt runs in it ("" when none, or not served by a standby).
 	sbCgroup string
-	pooled   bool // it took a standby off the pool (refilled when the create answered)
+	// sbIncarnation is the claimed standby's incarnation, read at its spawn.
+	sbIncarnation string
+	pooled        bool // it took a standby off the pool (refilled when the create answered)
 
 	sent      bool // new-session was written: from here a session may exist
 	uncertain bool // a step's outcome is unknown: abandon, never guess

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/census"
+	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/proctree"
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 )
@@ -61,7 +62,11 @@ type standby struct {
 	// paneStart is the pane process's start time, read when it was spawned:
 	// a claim records it as the generation's hold without a /proc read.
 	paneStart uint64
-	created   time.Time
+	// incarnation is the pane process's, read at its spawn too: the claim
+	// records it as the standby's start (a process's incarnation never
+	// changes; a standby that died meanwhile is found by take or by tmux).
+	incarnation string
+	created     time.Time
 	// cgroup is the cgroup the daemon placed the standby in at its spawn
 	// (standbyCgroup; "" when there is none): a claim makes it the
 	// generation's, so the agent is born inside without a move on the
@@ -291,6 +296,9 @@ func (p *pool) spawn(ctx context.Context, life tmuxctl.ServerLife) (standby, err
 		return sb, fmt.Errorf("standby remain-on-exit: %w", err)
 	}
 	sb.paneStart, _ = proctree.ChildStartTime(sb.panePID, life.PID)
+	if sb.paneStart != 0 {
+		sb.incarnation, _ = fence.IncarnationOf(sb.panePID, sb.paneStart)
+	}
 	sb.cgroup = p.place(sb)
 	p.prepareHandoff(sb.token)
 	return sb, nil

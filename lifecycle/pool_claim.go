@@ -61,7 +61,7 @@ func (m *Manager) claimSaga(ctx context.Context, a *attempt, sb standby) (Create
 		m.pool.discard(sb)
 		return CreateResult{}, err
 	}
-	a.claimed, a.sent, a.sbCgroup = sb.token, true, sb.cgroup // the recorded session exists: undo kills it by id
+	a.claimed, a.sent, a.sbCgroup, a.sbIncarnation = sb.token, true, sb.cgroup, sb.incarnation // the recorded session exists: undo kills it by id
 	a.life, a.tmuxID, a.panePID, a.paneID, a.created, a.paneStart =
 		sb.life, sb.tmuxID, sb.panePID, sb.paneID, sb.created, sb.paneStart
 	m.fault.hitIn(a.restart != nil, FaultSpawned)
@@ -174,9 +174,12 @@ func claimError(a *attempt, cmds [][]string, errs []error) error {
 // publication does not compete with the create's; a standby that finds the
 // file by its own poll first waits at its gate.
 func (m *Manager) handOff(ctx context.Context, a *attempt, cgroup string) error {
-	inc, err := fence.IncarnationOf(a.panePID, a.paneStart)
-	if err != nil {
-		return verdict.Errorf(verdict.CodeSpawnFailed, nil, "claimed standby: %w", err)
+	inc := a.sbIncarnation // read at the spawn
+	if inc == "" {
+		var err error
+		if inc, err = fence.IncarnationOf(a.panePID, a.paneStart); err != nil {
+			return verdict.Errorf(verdict.CodeSpawnFailed, nil, "claimed standby: %w", err)
+		}
 	}
 	if cgroup != "" && !proctree.InCgroup(a.panePID, cgroup) {
 		// Not where it was placed (never seen; a process of ours moved it?):
