@@ -551,8 +551,10 @@ func checkClaimStart(t *testing.T, e *env, id fence.Identity, pid int) {
 }
 
 // TestPoolStandbyCgroups: with a cgroup base, every free standby sits in a
-// cgroup of its own (placed at its spawn, so a claim moves nothing), and a
-// graceful shutdown removes those cgroups once it has killed the standbys.
+// cgroup of its own (placed at its spawn, so a claim moves nothing); a
+// claimed one's is its generation's, removed when the generation is killed
+// and proven gone; and a graceful shutdown removes the free standbys'
+// cgroups once it has killed them.
 func TestPoolStandbyCgroups(t *testing.T) {
 	e := startPoolEnv(t, "", 2)
 	base := e.m.cgroupBase
@@ -571,6 +573,25 @@ func TestPoolStandbyCgroups(t *testing.T) {
 			t.Fatalf("standby %d: cgroup %q (want %q), in it: %v", sb.panePID, sb.cgroup, want, proctree.InCgroup(sb.panePID, want))
 		}
 	}
+	id, spec := e.identity("cg")
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, ok, err := e.m.fence.PublishedFor(context.Background(), id)
+	if err != nil || !ok || !strings.HasPrefix(filepath.Base(pub.Cgroup), standbyCgroupPrefix) {
+		t.Fatalf("published %+v %v %v", pub, ok, err)
+	}
+	if _, err := e.m.Kill(context.Background(), Ref{Name: res.Session.Name}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(pub.Cgroup); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the killed generation's cgroup %s is still there: %v", pub.Cgroup, err)
+	}
+	waitFor(t, "the pool full again", func() bool { return e.m.PoolStats().Ready == 2 })
+	e.m.pool.mu.Lock()
+	free = append([]standby(nil), e.m.pool.free...)
+	e.m.pool.mu.Unlock()
 	e.close()
 	for _, sb := range free {
 		if _, err := os.Stat(sb.cgroup); !errors.Is(err, os.ErrNotExist) {
