@@ -26,17 +26,21 @@ import (
 // round is 64 sessions):
 //
 //	go test -run '^$' -bench CreatePool/sequential -benchtime 100x ./lifecycle/
-//	go test -run '^$' -bench CreatePool/burst -benchtime 5x ./lifecycle/
+//	go test -run '^$' -bench CreatePool/burst -benchtime 20x ./lifecycle/
+//
+// sequential-nopool is the same sequential run without a pool (serve's
+// default): every create takes the full saga and its pane helper.
 func BenchmarkCreatePool(b *testing.B) {
-	b.Run("sequential", benchPoolSequential)
+	b.Run("sequential", func(b *testing.B) { benchPoolSequential(b, 4) })
+	b.Run("sequential-nopool", func(b *testing.B) { benchPoolSequential(b, 0) })
 	for _, size := range []int{4, 32} {
 		b.Run(fmt.Sprintf("burst32-pool%d", size), func(b *testing.B) { benchPoolBurst(b, size) })
 	}
 }
 
-func benchPoolSequential(b *testing.B) {
-	e := startEnvWith(b, &env{poolSize: 4}, "", false)
-	waitPool(b, e, 4)
+func benchPoolSequential(b *testing.B, size int) {
+	e := startEnvWith(b, &env{poolSize: size}, "", false)
+	waitPool(b, e, size)
 	exe, _ := os.Executable()
 	var ours, floor, oursRun, floorRun []time.Duration
 	ctx := context.Background()
@@ -64,7 +68,7 @@ func benchPoolSequential(b *testing.B) {
 		floorRun = append(floorRun, agentRuns(b, pid, t0))
 		b.StopTimer()
 		benchRemove(b, e, []fence.Identity{id}, []string{fmt.Sprintf("floor%d", i)})
-		waitPool(b, e, 4)
+		waitPool(b, e, size)
 		waitQuiet(b)
 		b.StartTimer()
 	}
