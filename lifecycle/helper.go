@@ -50,6 +50,10 @@ type helperArgs struct {
 	// when none) and recorded its start before the hand-off (handOff), so it
 	// does neither itself.
 	ownPane bool
+	// entered yields the cgroup the helper entered ("" when none), once the
+	// move started at its start is done (enterCgroupEarly); nil: move at the
+	// start record.
+	entered <-chan string
 }
 
 // OpenFence opens the fence of the home directory home, as the daemon that
@@ -81,6 +85,9 @@ func RunHelper(args []string, open OpenFence) int {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "skc-supervisor helper:", err)
 		return helperUsage
+	}
+	if a.standby == "" {
+		a.entered = enterCgroupEarly(a.cgroup)
 	}
 	// Listen for the daemon's wake before the first look at the fence: a wake
 	// sent earlier is ignored (SIGURG's default), but then that first look
@@ -182,7 +189,7 @@ func startHelper(ctx context.Context, st fence.Fence, a helperArgs) (code int, r
 	row = fence.Reservation{ID: h.ReservationID, Identity: h.Identity, Generation: h.Generation, Spec: h.Spec}
 	pid = os.Getpid()
 	if !a.ownPane {
-		if inc, err = recordOwnStart(ctx, st, a.resID, pid, a.cgroup); err != nil {
+		if inc, err = recordOwnStart(ctx, st, a, pid); err != nil {
 			fmt.Fprintln(os.Stderr, "skc-supervisor helper: record start:", err)
 			return helperGaveUp, row, 0, "", false
 		}
@@ -194,15 +201,33 @@ func startHelper(ctx context.Context, st fence.Fence, a helperArgs) (code int, r
 	return 0, row, pid, inc, true
 }
 
-// recordOwnStart enters the generation's cgroup and records the helper's
-// start: its pid, incarnation and the cgroup entered.
-func recordOwnStart(ctx context.Context, st fence.Fence, resID string, pid int, cgroupDir string) (string, error) {
-	cgroup := enterCgroup(cgroupDir)
+// recordOwnStart waits until the helper is in the generation's cgroup (or
+// enters it now) and records the helper's start: its pid, incarnation and
+// the cgroup entered. The start record is the helper's claim that the cgroup
+// holds it, so the move is done before it, and before any agent.
+func recordOwnStart(ctx context.Context, st fence.Fence, a helperArgs, pid int) (string, error) {
+	var cgroup string
+	if a.entered != nil {
+		cgroup = <-a.entered
+	} else {
+		cgroup = enterCgroup(a.cgroup)
+	}
 	inc, err := fence.Incarnation(pid)
 	if err != nil {
 		return "", err
 	}
-	return inc, recordStart(ctx, st, resID, pid, inc, cgroup)
+	return inc, recordStart(ctx, st, a.resID, pid, inc, cgroup)
+}
+
+// enterCgroupEarly starts the helper's move into its cgroup at once, beside
+// its fence's open and its spec's read: the move waits for an RCU grace
+// period (~15 ms here), which was the largest part of the time from a
+// create to its agent running without a pool. cgroup.procs moves the whole
+// process, whichever of its threads writes it.
+func enterCgroupEarly(dir string) <-chan string {
+	ch := make(chan string, 1)
+	go func() { ch <- enterCgroup(dir) }()
+	return ch
 }
 
 // enterCgroup moves the helper into its generation's cgroup before it starts
