@@ -196,10 +196,21 @@ func (h *Home) cleanup() {
 	}
 	h.checkNoStrays()
 	// The daemon's generation cgroups (empty now: no process of the home is
-	// left) are removed with the home.
+	// left) are removed with the home. A cgroup whose last process has just
+	// exited may still refuse rmdir for a moment (EBUSY until the kernel has
+	// released the task): retried for a few seconds, so no run leaves empty
+	// cgroups on the machine.
 	for _, key := range []string{h.Dir, realPath(h.Dir)} {
-		if base, err := proctree.BaseFor(key); err == nil {
+		base, err := proctree.BaseFor(key)
+		if err != nil {
+			continue
+		}
+		for i := 0; i < 250; i++ {
 			proctree.RemoveBaseTree(base)
+			if _, err := os.Stat(base); err != nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	}
 	os.RemoveAll(h.root)
