@@ -51,8 +51,8 @@ type helperArgs struct {
 	// does neither itself.
 	ownPane bool
 	// entered yields the cgroup the helper entered ("" when none), once the
-	// move started at its start is done (enterCgroupEarly); nil: move at the
-	// start record.
+	// move RunHelper started at once is done (enterCgroupEarly): set for
+	// every helper that records its own start (not a standby).
 	entered <-chan string
 }
 
@@ -202,16 +202,11 @@ func startHelper(ctx context.Context, st fence.Fence, a helperArgs) (code int, r
 }
 
 // recordOwnStart waits until the helper is in the generation's cgroup (or
-// enters it now) and records the helper's start: its pid, incarnation and
+// its move failed) and records the helper's start: its pid, incarnation and
 // the cgroup entered. The start record is the helper's claim that the cgroup
 // holds it, so the move is done before it, and before any agent.
 func recordOwnStart(ctx context.Context, st fence.Fence, a helperArgs, pid int) (string, error) {
-	var cgroup string
-	if a.entered != nil {
-		cgroup = <-a.entered
-	} else {
-		cgroup = enterCgroup(a.cgroup)
-	}
+	cgroup := <-a.entered
 	inc, err := fence.Incarnation(pid)
 	if err != nil {
 		return "", err

@@ -33,10 +33,9 @@ import (
 // cgroup, the generation's once claimed, at its spawn (place). The standby
 // then waits at the pane helper's gate — its generation published, with its
 // own pid as the pane — and execs the agent with the spec's argv, cwd and
-// env. A
-// standby is never tagged before the fence records it as the attempt's pane,
-// and no create ever sees one as a session: it is unmanaged (no tags) and not
-// in the fence until claimed.
+// env. A standby is never tagged before the fence records it as the
+// attempt's pane, and no create ever sees one as a session: it is unmanaged
+// (no tags) and not in the fence until claimed.
 //
 // Never handed out twice: a standby leaves the free list under the pool's
 // lock when claimed, and a restarted daemon removes every skc-standby-*
@@ -68,7 +67,7 @@ type standby struct {
 	incarnation string
 	created     time.Time
 	// cgroup is the cgroup the daemon placed the standby in at its spawn
-	// (standbyCgroup; "" when there is none): a claim makes it the
+	// (place; "" when there is none): a claim makes it the
 	// generation's, so the agent is born inside without a move on the
 	// create's path (a move waits for an RCU grace period, ~15 ms).
 	cgroup string
@@ -143,19 +142,13 @@ func (p *pool) discard(sb standby) {
 // sessions stay (remain-on-exit) until removed. Errors are left to the
 // next daemon's sweep, which removes every standby.
 func (p *pool) removeDead(ctx context.Context, life tmuxctl.ServerLife, dead []standby) {
-	var emptied []string
 	for _, sb := range dead {
 		if sb.life == life {
 			_, _ = p.m.commandIn(ctx, life, "kill-session", "-t", sb.tmuxID)
 		}
 		p.dropHandoff(sb.token)
-		if sb.cgroup != "" {
-			emptied = append(emptied, sb.cgroup)
-		}
+		p.forgetCgroup(sb.cgroup)
 	}
-	p.mu.Lock()
-	p.emptied = append(p.emptied, emptied...)
-	p.mu.Unlock()
 }
 
 // refill asks the pool's loop to spawn what is missing; a create calls it
@@ -211,10 +204,7 @@ func (p *pool) fill(ctx context.Context) bool {
 		for _, sb := range p.free {
 			switch {
 			case sb.life != life: // its server is gone, and the session with it
-				if sb.cgroup != "" {
-					p.emptied = append(p.emptied, sb.cgroup)
-				}
-				p.dropHandoff(sb.token)
+				dead = append(dead, sb) // removeDead kills no session of another life
 			case pidAliveSig(sb.panePID):
 				kept = append(kept, sb)
 			default:
@@ -325,9 +315,8 @@ func (p *pool) place(sb standby) string {
 	return dir
 }
 
-// forgetCgroup hands the cgroup of a claimed standby found gone to the next
-// refill, which removes it once empty (its attempt goes on in a new session,
-// whose helper enters the generation's own cgroup).
+// forgetCgroup hands the cgroup of a standby killed or found gone (claimed or
+// not) to removeEmptied, which removes it once empty; "" is nothing.
 func (p *pool) forgetCgroup(dir string) {
 	if p == nil || dir == "" {
 		return
@@ -338,8 +327,8 @@ func (p *pool) forgetCgroup(dir string) {
 }
 
 // removeEmptied removes the cgroups of killed standbys whose process is gone,
-// keeping the others for the next pass.
-func (p *pool) removeEmptied() {
+// keeping the others for the next pass; it returns how many it kept.
+func (p *pool) removeEmptied() int {
 	p.mu.Lock()
 	dirs := p.emptied
 	p.emptied = nil
@@ -355,6 +344,7 @@ func (p *pool) removeEmptied() {
 		p.emptied = append(p.emptied, keep...)
 		p.mu.Unlock()
 	}
+	return len(keep)
 }
 
 // sweep removes what a previous daemon's pool left: every skc-standby-*
@@ -376,9 +366,7 @@ func (p *pool) sweep(ctx context.Context) bool {
 				return false
 			}
 			if tok := strings.TrimPrefix(name, standbyPrefix); p.m.cgroupBase != "" && validToken(tok) {
-				p.mu.Lock()
-				p.emptied = append(p.emptied, filepath.Join(p.m.cgroupBase, standbyCgroupPrefix+tok))
-				p.mu.Unlock()
+				p.forgetCgroup(filepath.Join(p.m.cgroupBase, standbyCgroupPrefix+tok))
 			}
 		}
 	}
@@ -413,34 +401,25 @@ func (p *pool) close(ctx context.Context) {
 	p.free, p.closed = nil, true
 	p.mu.Unlock()
 	p.kill(ctx, free)
-	p.removeEmptied()
 }
 
 // closeCgroupWait bounds how long Shutdown waits for killed standbys to exit
 // so that their cgroups, and then the daemon's base, can be removed.
 const closeCgroupWait = time.Second
 
-// kill kills standbys at shutdown and removes their cgroups once their
-// processes are gone (they exit on the hangup), within closeCgroupWait; a
-// cgroup still held then is left to the next start's sweep.
+// kill kills standbys at shutdown and removes the cgroups waiting for removal
+// (theirs among them) once their processes are gone (they exit on the
+// hangup), within closeCgroupWait; a cgroup still held then is left to the
+// next start's sweep.
 func (p *pool) kill(ctx context.Context, sbs []standby) {
-	var dirs []string
 	for _, sb := range sbs {
 		_, _ = p.m.commandIn(ctx, sb.life, "kill-session", "-t", sb.tmuxID)
 		p.dropHandoff(sb.token)
-		if sb.cgroup != "" {
-			dirs = append(dirs, sb.cgroup)
-		}
+		p.forgetCgroup(sb.cgroup)
 	}
 	deadline := time.Now().Add(closeCgroupWait)
-	for len(dirs) > 0 && time.Now().Before(deadline) {
-		kept := dirs[:0]
-		for _, d := range dirs {
-			if proctree.RemoveCgroup(d) != nil {
-				kept = append(kept, d)
-			}
-		}
-		if dirs = kept; len(dirs) > 0 && !sleepCtx(ctx, 10*time.Millisecond) {
+	for p.removeEmptied() > 0 && time.Now().Before(deadline) {
+		if !sleepCtx(ctx, 10*time.Millisecond) {
 			return
 		}
 	}
