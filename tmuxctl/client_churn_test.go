@@ -108,6 +108,9 @@ func TestClientReconnectsAtOnceAfterChurn(t *testing.T) {
 	if n := c.Reconnects(); n != rounds {
 		t.Fatalf("Reconnects = %d, want %d", n, rounds)
 	}
+	// Info shows the new connection before its Connected event has reached
+	// the collector: wait for the event, then count exactly.
+	waitFor(t, "the last Connected event", func() bool { return len(evs.kinds(Connected)) >= rounds+1 })
 	if n := len(evs.kinds(Connected)); n != rounds+1 {
 		t.Fatalf("%d Connected events, want %d", n, rounds+1)
 	}
