@@ -47,6 +47,13 @@ type Fence interface {
 	//   - no row otherwise: a fresh row with the next generation (Reserved).
 	// Refusals leave no trace.
 	Reserve(ctx context.Context, id Identity, spec Spec) (ReserveResult, error)
+	// ReserveClaim is Reserve for a create served by a warm pool's standby:
+	// when Reserve would answer Reserved and claim.Spawned accepts the new
+	// reservation, the row is written at phase spawned with that evidence
+	// (ApplyClaim) and the standby's start is recorded (as RecordHelperStart)
+	// in the same transaction; Reservation.Phase says whether it was. Any
+	// other answer is Reserve's, and nothing of the claim is written.
+	ReserveClaim(ctx context.Context, id Identity, spec Spec, claim Claim) (ReserveResult, error)
 	// Reclaim replaces the identity's row, pinned to expectedResID, with a
 	// fresh reservation of ours; the owner must be proven dead (or the row is
 	// our own abandoned attempt). A row that is gone or carries another id is

@@ -68,6 +68,7 @@ var suite = []struct {
 	{"RestartBookkeeping", testRestartBookkeeping},
 	{"HelperSpecOutlivesRelease", testHelperSpecOutlivesRelease},
 	{"PublishRelease", testPublishRelease},
+	{"ReserveClaim", testReserveClaim},
 	{"SequenceSurvivesRestart", testSequenceSurvivesRestart},
 	{"Postmortem", testPostmortem},
 	{"CancelledCallerNeverWedgesWriter", testCancelledCallerNeverWedgesWriter},

@@ -62,3 +62,77 @@ func testPublishRelease(t *testing.T, h Harness) {
 		t.Fatal("row y still there")
 	}
 }
+
+// testReserveClaim: a create served by a warm pool's standby reserves, records
+// the standby as its pane (phase spawned) and the standby's start, in one
+// transaction (ReserveClaim). Declined, it is Reserve; any answer but
+// Reserved writes nothing of the claim; an invalid claim writes nothing at
+// all; a row reclaimed in place takes the claim too; and the claimed row
+// publishes and releases as any claimed standby's (PublishRelease).
+func testReserveClaim(t *testing.T, h Harness) {
+	w := NewWorld(t, h)
+	a, b := w.Owner(1), w.Owner(2)
+	calls := 0
+	claim := fence.Claim{HelperPID: 4242, Incarnation: "boot/1/2/3", Cgroup: "/sys/fs/cgroup/x/gen-sb-1",
+		Spawned: func(r fence.Reservation) (fence.Patch, bool) {
+			calls++
+			return fence.Patch{AttemptName: "skc-" + r.ID, TmuxID: "$7", PanePID: 4242, ServerPID: 55,
+				ServerStart: 1234, PaneStart: 99, Cgroup: "/sys/fs/cgroup/x/gen-sb-1"}, true
+		}}
+	res, err := a.ReserveClaim(ctx, w.ID("x"), w.Spec("x"), claim)
+	r := res.Reservation
+	if err != nil || res.Outcome != fence.Reserved || r.Phase != fence.PhaseSpawned || calls != 1 ||
+		r.AttemptName != "skc-"+r.ID || r.TmuxID != "$7" || r.PanePID != 4242 || r.PaneStart != 99 {
+		t.Fatalf("reserve-claim %+v %v (calls %d)", res, err, calls)
+	}
+	stored, ok, err := b.Reservation(ctx, r.ID)
+	if err != nil || !ok || stored.Phase != fence.PhaseSpawned || stored.TmuxID != "$7" ||
+		stored.ServerStart != 1234 || stored.HelperPID != 4242 || stored.Cgroup != claim.Cgroup {
+		t.Fatalf("stored row %+v %v %v", stored, ok, err)
+	}
+	// Taken by anyone else, the row is a live owner's: refused, nothing of
+	// the claim consulted.
+	if _, err := b.ReserveClaim(ctx, w.ID("x"), w.Spec("x"), claim); err == nil || calls != 1 {
+		t.Fatalf("reserve-claim over a live owner's row: %v (calls %d)", err, calls)
+	}
+	if _, _, err := a.PublishRelease(ctx, &r, Record(verdict.VerdictPublished)); err != nil {
+		t.Fatal(err)
+	}
+	pm, ok, err := b.Postmortem(ctx, w.ID("x"), 1)
+	if err != nil || !ok || pm.HelperPID != 4242 || pm.HelperIncarnation != "boot/1/2/3" || pm.Cgroup != claim.Cgroup {
+		t.Fatalf("the standby's start record %+v %v %v", pm, ok, err)
+	}
+	// Published and not ended: MaybeExisting, the claim neither asked nor written.
+	res, err = a.ReserveClaim(ctx, w.ID("x"), w.Spec("x"), claim)
+	if err != nil || res.Outcome != fence.MaybeExisting || calls != 1 {
+		t.Fatalf("reserve-claim of a published identity: %+v %v (calls %d)", res, err, calls)
+	}
+	// Declined: a plain reservation at phase reserved, no start record.
+	decline := claim
+	decline.Spawned = func(fence.Reservation) (fence.Patch, bool) { return fence.Patch{}, false }
+	res, err = a.ReserveClaim(ctx, w.ID("y"), w.Spec("y"), decline)
+	if err != nil || res.Outcome != fence.Reserved || res.Reservation.Phase != fence.PhaseReserved {
+		t.Fatalf("declined claim %+v %v", res, err)
+	}
+	if st, _, _ := b.Reservation(ctx, res.Reservation.ID); st.HelperPID != 0 || st.TmuxID != "" {
+		t.Fatalf("declined claim wrote evidence %+v", st)
+	}
+	// Our own abandoned row at phase reserved is reclaimed in place, claim and all.
+	if err := a.Abandon(ctx, res.Reservation.ID); err != nil {
+		t.Fatal(err)
+	}
+	res, err = a.ReserveClaim(ctx, w.ID("y"), w.Spec("y"), claim)
+	if err != nil || res.Outcome != fence.Reserved || res.Displaced == nil || res.Reservation.Phase != fence.PhaseSpawned {
+		t.Fatalf("reclaim in place with a claim %+v %v", res, err)
+	}
+	// An invalid claim (no pid) is refused and writes nothing, not even the row.
+	bad := claim
+	bad.HelperPID = 0
+	if _, err := a.ReserveClaim(ctx, w.ID("z"), w.Spec("z"), bad); CodeOf(t, err) != verdict.CodeInvalidRequest {
+		t.Fatalf("invalid claim: %v", err)
+	}
+	res, err = b.Reserve(ctx, w.ID("z"), w.Spec("z"))
+	if err != nil || res.Outcome != fence.Reserved || res.Reservation.Generation != 1 {
+		t.Fatalf("after an invalid claim: %+v %v", res, err)
+	}
+}

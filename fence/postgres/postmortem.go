@@ -21,14 +21,20 @@ func (s *Store) RecordHelperStart(ctx context.Context, resID string, pid int, in
 		if err != nil {
 			return err
 		}
-		t.exec(`INSERT INTO postmortems (reservation_id, host, state_dir, session_id,
-			generation, helper_pid, helper_incarnation, started_at, cgroup) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-			ON CONFLICT (reservation_id) DO UPDATE SET helper_pid = excluded.helper_pid,
-			helper_incarnation = excluded.helper_incarnation, cgroup = excluded.cgroup`,
-			resID, s.host.Name, id.StateDir, id.SessionID, int64(gen), pid, incarnation, fence.Nanos(s.now()), cgroup)
-		t.exec(`UPDATE reservations SET helper_pid = $1 WHERE reservation_id = $2`, pid, resID)
+		s.writeHelperStart(t, resID, id, gen, pid, incarnation, cgroup)
 		return nil
 	})
+}
+
+// writeHelperStart writes the start record of reservation resID (identity
+// id, generation gen) in t: RecordHelperStart's, and a claim's (claimIn).
+func (s *Store) writeHelperStart(t *tx, resID string, id fence.Identity, gen uint64, pid int, incarnation, cgroup string) {
+	t.exec(`INSERT INTO postmortems (reservation_id, host, state_dir, session_id,
+		generation, helper_pid, helper_incarnation, started_at, cgroup) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+		ON CONFLICT (reservation_id) DO UPDATE SET helper_pid = excluded.helper_pid,
+		helper_incarnation = excluded.helper_incarnation, cgroup = excluded.cgroup`,
+		resID, s.host.Name, id.StateDir, id.SessionID, int64(gen), pid, incarnation, fence.Nanos(s.now()), cgroup)
+	t.exec(`UPDATE reservations SET helper_pid = $1 WHERE reservation_id = $2`, pid, resID)
 }
 
 // HelperSpec returns the spec of reservation resID, kept after the row's

@@ -16,6 +16,17 @@ import (
 //     PublishedElsewhere: only its host can tell whether its session lives,
 //     so no create here may treat it as maybe gone (it answers existing).
 func (s *Store) Reserve(ctx context.Context, id fence.Identity, spec fence.Spec) (fence.ReserveResult, error) {
+	return s.reserve(ctx, id, spec, nil)
+}
+
+// ReserveClaim is Reserve that, for a reservation it makes, records a warm
+// pool's standby as the attempt's pane and the standby's start in the same
+// transaction (fence.Fence.ReserveClaim).
+func (s *Store) ReserveClaim(ctx context.Context, id fence.Identity, spec fence.Spec, claim fence.Claim) (fence.ReserveResult, error) {
+	return s.reserve(ctx, id, spec, &claim)
+}
+
+func (s *Store) reserve(ctx context.Context, id fence.Identity, spec fence.Spec, claim *fence.Claim) (fence.ReserveResult, error) {
 	id, spec, err := fence.CanonicalRequest(id, spec)
 	if err != nil {
 		return fence.ReserveResult{}, err
@@ -37,7 +48,9 @@ func (s *Store) Reserve(ctx context.Context, id fence.Identity, spec fence.Spec)
 	err = s.write(ctx, "reserve", lk, func(t *tx) error {
 		var err error
 		if hasRow {
-			res, err = s.reserveOver(t, r, spec, pid, inc, last)
+			if res, err = s.reserveOver(t, r, spec, pid, inc, last); err == nil {
+				err = s.claimIn(t, &res, claim)
+			}
 			return err
 		}
 		elsewhere := hasPub && s.remote(p.Host, p.HostMachineID)
@@ -50,11 +63,12 @@ func (s *Store) Reserve(ctx context.Context, id fence.Identity, spec fence.Spec)
 			return nil
 		}
 		nr, err := s.insertRow(t, id, spec, pid, inc, last)
-		if err == nil {
-			s.own.Track(nr.ID) // before COMMIT: no instant where our own row looks abandoned
-			res = fence.ReserveResult{Outcome: fence.Reserved, Reservation: nr}
+		if err != nil {
+			return err
 		}
-		return err
+		s.own.Track(nr.ID) // before COMMIT: no instant where our own row looks abandoned
+		res = fence.ReserveResult{Outcome: fence.Reserved, Reservation: nr}
+		return s.claimIn(t, &res, claim)
 	})
 	if err != nil {
 		if res.Outcome == fence.Reserved {
@@ -63,6 +77,23 @@ func (s *Store) Reserve(ctx context.Context, id fence.Identity, spec fence.Spec)
 		return fence.ReserveResult{}, err
 	}
 	return res, nil
+}
+
+// claimIn applies claim (none: nil) to the reservation res made, inside its
+// transaction: the row moves to phase spawned with the standby's evidence and
+// the standby's start is recorded, as Advance and RecordHelperStart would.
+func (s *Store) claimIn(t *tx, res *fence.ReserveResult, claim *fence.Claim) error {
+	if claim == nil || res.Outcome != fence.Reserved {
+		return nil
+	}
+	r := &res.Reservation
+	applied, err := fence.ApplyClaim(r, *claim, storedTime(s.now()), s.opt.Lease)
+	if err != nil || !applied {
+		return err
+	}
+	writePhase(t, *r)
+	s.writeHelperStart(t, r.ID, r.Identity, r.Generation, claim.HelperPID, claim.Incarnation, claim.Cgroup)
+	return nil
 }
 
 // reserveOver writes what fence.ReserveOver decides for an existing row: a

@@ -40,11 +40,7 @@ func (s *Store) Advance(ctx context.Context, r *fence.Reservation, to fence.Phas
 		if err := fence.AdvanceRow(&cur, to, p, storedTime(s.now()), s.opt.Lease); err != nil {
 			return err
 		}
-		t.exec(`UPDATE reservations SET phase = $1, attempt_name = $2, tmux_id = $3,
-			pane_pid = $4, server_pid = $5, server_start = $6, updated_at = $7, lease_until = $8,
-			pane_start = $9, cgroup = $10 WHERE reservation_id = $11`,
-			int(cur.Phase), cur.AttemptName, cur.TmuxID, cur.PanePID, cur.ServerPID, cur.ServerStart,
-			fence.Nanos(cur.UpdatedAt), fence.Nanos(cur.LeaseUntil), int64(cur.PaneStart), cur.Cgroup, cur.ID)
+		writePhase(t, cur)
 		return nil
 	})
 	if err == nil {
@@ -52,6 +48,16 @@ func (s *Store) Advance(ctx context.Context, r *fence.Reservation, to fence.Phas
 		*r = cur
 	}
 	return err
+}
+
+// writePhase writes the phase and evidence of cur (AdvanceRow's result) to
+// its row, in t.
+func writePhase(t *tx, cur fence.Reservation) {
+	t.exec(`UPDATE reservations SET phase = $1, attempt_name = $2, tmux_id = $3,
+		pane_pid = $4, server_pid = $5, server_start = $6, updated_at = $7, lease_until = $8,
+		pane_start = $9, cgroup = $10 WHERE reservation_id = $11`,
+		int(cur.Phase), cur.AttemptName, cur.TmuxID, cur.PanePID, cur.ServerPID, cur.ServerStart,
+		fence.Nanos(cur.UpdatedAt), fence.Nanos(cur.LeaseUntil), int64(cur.PaneStart), cur.Cgroup, cur.ID)
 }
 
 // advanceFast is Advance in one round trip for the common case: the row is

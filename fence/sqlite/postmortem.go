@@ -30,17 +30,22 @@ func (s *Store) RecordHelperStart(ctx context.Context, resID string, pid int, in
 		if err != nil {
 			return err
 		}
-		now := s.now()
-		if _, err := q.ExecContext(ctx, `INSERT INTO postmortems (reservation_id, state_dir, session_id,
-			generation, helper_pid, helper_incarnation, started_at, cgroup) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (reservation_id) DO UPDATE SET helper_pid = excluded.helper_pid,
-			helper_incarnation = excluded.helper_incarnation, cgroup = excluded.cgroup`,
-			resID, id.StateDir, id.SessionID, gen, pid, incarnation, fence.Nanos(now), cgroup); err != nil {
-			return err
-		}
-		_, err = q.ExecContext(ctx, `UPDATE reservations SET helper_pid = ? WHERE reservation_id = ?`, pid, resID)
-		return err
+		return s.writeHelperStart(ctx, q, resID, id, gen, pid, incarnation, cgroup)
 	})
+}
+
+// writeHelperStart writes the start record of reservation resID (identity
+// id, generation gen): RecordHelperStart's, and a claim's (claimIn).
+func (s *Store) writeHelperStart(ctx context.Context, q queryer, resID string, id fence.Identity, gen uint64, pid int, incarnation, cgroup string) error {
+	if _, err := q.ExecContext(ctx, `INSERT INTO postmortems (reservation_id, state_dir, session_id,
+		generation, helper_pid, helper_incarnation, started_at, cgroup) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (reservation_id) DO UPDATE SET helper_pid = excluded.helper_pid,
+		helper_incarnation = excluded.helper_incarnation, cgroup = excluded.cgroup`,
+		resID, id.StateDir, id.SessionID, gen, pid, incarnation, fence.Nanos(s.now()), cgroup); err != nil {
+		return err
+	}
+	_, err := q.ExecContext(ctx, `UPDATE reservations SET helper_pid = ? WHERE reservation_id = ?`, pid, resID)
+	return err
 }
 
 // HelperSpec returns the spec of reservation resID, written with the row by

@@ -21,6 +21,17 @@ import (
 // Refusals are *verdict.Error and leave no trace. A contended database is
 // identity_fence_contended.
 func (s *Store) Reserve(ctx context.Context, id fence.Identity, spec fence.Spec) (fence.ReserveResult, error) {
+	return s.reserve(ctx, id, spec, nil)
+}
+
+// ReserveClaim is Reserve that, for a reservation it makes, records a warm
+// pool's standby as the attempt's pane and the standby's start in the same
+// transaction (fence.Fence.ReserveClaim).
+func (s *Store) ReserveClaim(ctx context.Context, id fence.Identity, spec fence.Spec, claim fence.Claim) (fence.ReserveResult, error) {
+	return s.reserve(ctx, id, spec, &claim)
+}
+
+func (s *Store) reserve(ctx context.Context, id fence.Identity, spec fence.Spec, claim *fence.Claim) (fence.ReserveResult, error) {
 	id, spec, err := fence.CanonicalRequest(id, spec)
 	if err != nil {
 		return fence.ReserveResult{}, err
@@ -36,7 +47,9 @@ func (s *Store) Reserve(ctx context.Context, id fence.Identity, spec fence.Spec)
 			return err
 		}
 		if ok {
-			res, err = s.reserveOver(ctx, q, row, spec, pid, inc)
+			if res, err = s.reserveOver(ctx, q, row, spec, pid, inc); err == nil {
+				err = s.claimIn(ctx, q, &res, claim)
+			}
 			return err
 		}
 		pub, ok, err := publishedFor(ctx, q, id)
@@ -52,11 +65,12 @@ func (s *Store) Reserve(ctx context.Context, id fence.Identity, spec fence.Spec)
 			return nil
 		}
 		r, err := s.insertRow(ctx, q, id, spec, pid, inc)
-		if err == nil {
-			s.own.Track(r.ID) // before COMMIT: no instant where our own row looks abandoned
-			res = fence.ReserveResult{Outcome: fence.Reserved, Reservation: r}
+		if err != nil {
+			return err
 		}
-		return err
+		s.own.Track(r.ID) // before COMMIT: no instant where our own row looks abandoned
+		res = fence.ReserveResult{Outcome: fence.Reserved, Reservation: r}
+		return s.claimIn(ctx, q, &res, claim)
 	})
 	if err != nil {
 		if res.Outcome == fence.Reserved {
@@ -65,6 +79,24 @@ func (s *Store) Reserve(ctx context.Context, id fence.Identity, spec fence.Spec)
 		return fence.ReserveResult{}, err
 	}
 	return res, nil
+}
+
+// claimIn applies claim (none: nil) to the reservation res made, inside its
+// transaction: the row moves to phase spawned with the standby's evidence and
+// the standby's start is recorded, as Advance and RecordHelperStart would.
+func (s *Store) claimIn(ctx context.Context, q queryer, res *fence.ReserveResult, claim *fence.Claim) error {
+	if claim == nil || res.Outcome != fence.Reserved {
+		return nil
+	}
+	r := &res.Reservation
+	applied, err := fence.ApplyClaim(r, *claim, s.now(), s.opt.Lease)
+	if err != nil || !applied {
+		return err
+	}
+	if err := writePhase(ctx, q, *r); err != nil {
+		return err
+	}
+	return s.writeHelperStart(ctx, q, r.ID, r.Identity, r.Generation, claim.HelperPID, claim.Incarnation, claim.Cgroup)
 }
 
 // reserveOver writes what fence.ReserveOver decides for an existing row.

@@ -33,17 +33,23 @@ func (s *Store) Advance(ctx context.Context, r *fence.Reservation, to fence.Phas
 		if err := fence.AdvanceRow(&cur, to, p, s.now(), s.opt.Lease); err != nil {
 			return err
 		}
-		_, err = q.ExecContext(ctx, `UPDATE reservations SET phase = ?, attempt_name = ?, tmux_id = ?,
-			pane_pid = ?, server_pid = ?, server_start = ?, updated_at = ?, lease_until = ?,
-			pane_start = ?, cgroup = ? WHERE reservation_id = ?`,
-			int(cur.Phase), cur.AttemptName, cur.TmuxID, cur.PanePID, cur.ServerPID, cur.ServerStart,
-			fence.Nanos(cur.UpdatedAt), fence.Nanos(cur.LeaseUntil), cur.PaneStart, cur.Cgroup, cur.ID)
-		return err
+		return writePhase(ctx, q, cur)
 	})
 	if err == nil {
 		cur.StartReason = r.StartReason // in memory only
 		*r = cur
 	}
+	return err
+}
+
+// writePhase writes the phase and evidence of cur (AdvanceRow's result) to
+// its row.
+func writePhase(ctx context.Context, q queryer, cur fence.Reservation) error {
+	_, err := q.ExecContext(ctx, `UPDATE reservations SET phase = ?, attempt_name = ?, tmux_id = ?,
+		pane_pid = ?, server_pid = ?, server_start = ?, updated_at = ?, lease_until = ?,
+		pane_start = ?, cgroup = ? WHERE reservation_id = ?`,
+		int(cur.Phase), cur.AttemptName, cur.TmuxID, cur.PanePID, cur.ServerPID, cur.ServerStart,
+		fence.Nanos(cur.UpdatedAt), fence.Nanos(cur.LeaseUntil), cur.PaneStart, cur.Cgroup, cur.ID)
 	return err
 }
 
@@ -123,7 +129,7 @@ func (s *Store) publish(ctx context.Context, r *fence.Reservation, rec verdict.R
 			return err
 		}
 		cur.StartReason = r.StartReason
-		if pub, err = s.publishRow(ctx, q, cur); err != nil {
+		if pub, err = s.publishRow(ctx, q, cur, release); err != nil {
 			return err
 		}
 		if rec, err = appendVerdict(ctx, q, rec, s.now()); err != nil || !release {
@@ -143,7 +149,10 @@ func (s *Store) publish(ctx context.Context, r *fence.Reservation, rec verdict.R
 	return pub, rec, nil
 }
 
-func (s *Store) publishRow(ctx context.Context, q queryer, cur fence.Reservation) (fence.Published, error) {
+// publishRow writes cur's published record and moves the row to phase
+// published; with release it leaves the row alone, which the same
+// transaction deletes.
+func (s *Store) publishRow(ctx context.Context, q queryer, cur fence.Reservation, release bool) (fence.Published, error) {
 	old, ok, err := publishedFor(ctx, q, cur.Identity)
 	if err != nil {
 		return fence.Published{}, err
@@ -177,8 +186,8 @@ func (s *Store) publishRow(ctx context.Context, q queryer, cur fence.Reservation
 		pub.PanePID, pub.PaneStart, pub.BootID, pub.Cgroup, pub.StopTimeoutMS,
 		string(specJSON), pub.Restart.Restarts, pub.Restart.Failures, fence.EncodeStarts(pub.Restart.Starts),
 		pub.Host, pub.HostMachineID)
-	if err != nil {
-		return fence.Published{}, err
+	if err != nil || release {
+		return pub, err
 	}
 	_, err = q.ExecContext(ctx, `UPDATE reservations SET phase = ?, updated_at = ? WHERE reservation_id = ?`,
 		int(fence.PhasePublished), fence.Nanos(now), cur.ID)
