@@ -83,6 +83,9 @@ type attempt struct {
 	// sbIncarnation is the claimed standby's incarnation, read at its spawn.
 	sbIncarnation string
 	pooled        bool // it took a standby off the pool (refilled when the create answered)
+	// preclaim is set when the reservation recorded its standby and the
+	// standby's start (pool_preclaim.go): the claim's spawned step is done.
+	preclaim *preclaim
 
 	sent      bool // new-session was written: from here a session may exist
 	uncertain bool // a step's outcome is unknown: abandon, never guess
@@ -110,7 +113,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (CreateResult, 
 		m.observeCreate(start, nil, err)
 		return CreateResult{}, err
 	}
-	res, out, err := m.admit(ctx, req, start)
+	pc := m.takePreclaim(req)
+	res, out, err := m.admit(ctx, req, start, pc)
+	claimed := m.settlePreclaim(pc, res, err)
 	if err != nil || out != nil {
 		m.observeCreate(start, out, err)
 		if err != nil {
@@ -123,8 +128,13 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (CreateResult, 
 	// The fence canonicalised the identity and spec (realpath): tags, names and
 	// verdicts use its form, so every later reader digests the same bytes.
 	req.Identity, req.Spec = res.Identity, res.Spec
-	a := &attempt{resID: res.ID, req: req, res: res, digest: res.Identity.Digest(), start: start, stop: cancel,
-		reuse: m.leftoverOf(sctx, res)}
+	a := &attempt{resID: res.ID, req: req, res: res, digest: res.Identity.Digest(), start: start, stop: cancel}
+	if claimed {
+		a.preclaim = pc // generation 1: no predecessor, nothing left to reuse
+		a.bindStandby(pc.sb)
+	} else {
+		a.reuse = m.leftoverOf(sctx, res)
+	}
 	m.track(a)
 	defer m.untrack(a)
 	result, err := m.saga(sctx, a)
@@ -169,11 +179,11 @@ func outcomeOf(err error) string {
 // row (recovery), or a live in-flight create (wait up to req.Wait for it to publish).
 // It returns either the reservation to proceed with, or a final answer whose verdict
 // has been written.
-func (m *Manager) admit(ctx context.Context, req CreateRequest, start time.Time) (fence.Reservation, *CreateResult, error) {
+func (m *Manager) admit(ctx context.Context, req CreateRequest, start time.Time, pc *preclaim) (fence.Reservation, *CreateResult, error) {
 	deadline := start.Add(req.Wait)
 	waited := false
 	for round := 0; round < maxAdmitRounds; {
-		rr, err := m.fence.Reserve(ctx, req.Identity, req.Spec)
+		rr, err := m.reserve(ctx, req, pc)
 		if err != nil {
 			if retryable(err) && m.waitInflight(ctx, req.Identity, err, deadline) {
 				waited = true

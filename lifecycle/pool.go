@@ -129,6 +129,23 @@ func (p *pool) take(life tmuxctl.ServerLife) (standby, bool) {
 	return standby{}, false
 }
 
+// giveBack returns a standby taken off the free list that nothing recorded
+// (its create's reservation declined or refused the claim) to the front of
+// the list: it was never handed out, so it can be, once.
+// After Shutdown began it is killed as close kills the free ones.
+func (p *pool) giveBack(sb standby) {
+	p.mu.Lock()
+	closed := p.closed
+	if !closed {
+		p.free = append([]standby{sb}, p.free...)
+	}
+	p.claims--
+	p.mu.Unlock()
+	if closed {
+		p.kill(context.Background(), []standby{sb})
+	}
+}
+
 // discard hands a standby taken off the free list but never claimed (the
 // claim's first fence write failed) to the next refill, which removes its
 // session: it is not handed out again.

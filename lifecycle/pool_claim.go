@@ -12,13 +12,15 @@ import (
 
 // The saga of a create served by a warm pool's standby (model/saga.pml,
 // -DPOOL; docs/architecture.md, "The warm pool"). Everything a claim needs
-// to know of its pane — tmux id, pane pid and start time, server life — is
-// known before the claim, so it is recorded first, and the rest is two
-// steps:
+// to know of its pane — tmux id, pane pid and start time, server life,
+// incarnation, cgroup — is known before the claim, so it is recorded first,
+// and the rest is two steps:
 //
-//  1. spawned, straight from reserved, in one fence transaction: the
-//     attempt name with the standby's evidence. From here the row says a
-//     child exists (Reserve sends a dead owner's row to recovery), and
+//  1. spawned, with the attempt name, the standby's evidence and its start
+//     record: for an identity's first generation in the reservation's own
+//     transaction (pool_preclaim.go), for a later one straight from
+//     reserved in one transaction after leftoverOf. From here the row says
+//     a child exists (Reserve sends a dead owner's row to recovery), and
 //     recovery finds it by the attempt name or by the standby's tmux id in
 //     its server life — an orphan either way until published, killed and
 //     proven gone before the row is reclaimed.
@@ -29,11 +31,11 @@ import (
 //     when it was spawned: it is not identity-specific).
 //  3. publish and release in one transaction (fence PublishRelease).
 //
-// Three fence transactions (reserve, spawned, publish) and one tmux round
-// trip, instead of six and two. The standby is woken once published; if it
-// reads its hand-off earlier (its own poll), it records its start and waits
-// at the same gate as any pane helper: its generation published, and the
-// fence naming its own pid as the pane.
+// Two fence transactions (reserve with the claim, publish) and one tmux
+// round trip, instead of six and two. The standby is woken once published;
+// if it reads its hand-off earlier (its own poll), it waits at the same gate
+// as any pane helper: its generation published, and the fence naming its
+// own pid as the pane.
 
 // takeStandby takes a free standby of the current server life, if any.
 func (m *Manager) takeStandby() (standby, bool) {
@@ -49,21 +51,21 @@ func (m *Manager) takeStandby() (standby, bool) {
 // the attempt sends new-session under its own name and goes on as any
 // create, its row already past helper_invoked.
 func (m *Manager) claimSaga(ctx context.Context, a *attempt, sb standby) (CreateResult, error) {
-	a.pooled = true
 	// The standby's own cgroup becomes the generation's: it was placed there
 	// at its spawn, so nothing moves on the create's path.
 	cgroup := sb.cgroup
-	patch := fence.Patch{AttemptName: a.name, TmuxID: sb.tmuxID, PanePID: sb.panePID,
-		ServerPID: sb.life.PID, ServerStart: sb.life.StartTime, PaneStart: sb.paneStart, Cgroup: cgroup}
-	if err := m.advance(ctx, a, fence.PhaseSpawned, patch); err != nil {
-		// Not the attempt's (or, if the write landed after all, an orphan
-		// recovery finds absent): the next refill removes it, fence or not.
-		m.pool.discard(sb)
-		return CreateResult{}, err
+	if a.preclaim == nil { // else the reservation recorded it (pool_preclaim.go)
+		a.pooled = true
+		patch := fence.Patch{AttemptName: a.name, TmuxID: sb.tmuxID, PanePID: sb.panePID,
+			ServerPID: sb.life.PID, ServerStart: sb.life.StartTime, PaneStart: sb.paneStart, Cgroup: cgroup}
+		if err := m.advance(ctx, a, fence.PhaseSpawned, patch); err != nil {
+			// Not the attempt's (or, if the write landed after all, an orphan
+			// recovery finds absent): the next refill removes it, fence or not.
+			m.pool.discard(sb)
+			return CreateResult{}, err
+		}
+		a.bindStandby(sb) // the recorded session exists: undo kills it by id
 	}
-	a.claimed, a.sent, a.sbCgroup, a.sbIncarnation = sb.token, true, sb.cgroup, sb.incarnation // the recorded session exists: undo kills it by id
-	a.life, a.tmuxID, a.panePID, a.paneID, a.created, a.paneStart =
-		sb.life, sb.tmuxID, sb.panePID, sb.paneID, sb.created, sb.paneStart
 	m.fault.hitIn(a.restart != nil, FaultSpawned)
 	err := m.renameAndTag(ctx, a, cgroup)
 	if errors.Is(err, errStandbyGone) {
@@ -102,15 +104,18 @@ func (m *Manager) renameAndTag(ctx context.Context, a *attempt, cgroup string) e
 	for _, t := range tags {
 		cmds = append(cmds, []string{"set-option", "-t", a.tmuxID, t[0], t[1]})
 	}
-	var replies []tmuxctl.Reply
-	var errs []error
-	sent := make(chan struct{})
+	// The hand-off on a goroutine of its own and the round trip on this
+	// one: the pipeline is the create's longer path, and a goroutine's
+	// start (a sleeping thread woken, ~0.1 ms on an idle machine) must not
+	// delay it.
+	var herr error
+	handed := make(chan struct{})
 	go func() {
-		defer close(sent)
-		replies, errs = m.pipelineIn(ctx, a.life, cmds)
+		defer close(handed)
+		herr = m.handOff(ctx, a, cgroup)
 	}()
-	herr := m.handOff(ctx, a, cgroup) // beside the round trip, not after it
-	<-sent
+	replies, errs := m.pipelineIn(ctx, a.life, cmds)
+	<-handed
 	if err := claimError(a, cmds, errs); err != nil {
 		return err
 	}
@@ -174,6 +179,9 @@ func claimError(a *attempt, cmds [][]string, errs []error) error {
 // publication does not compete with the create's; a standby that finds the
 // file by its own poll first waits at its gate.
 func (m *Manager) handOff(ctx context.Context, a *attempt, cgroup string) error {
+	if a.preclaim != nil { // its start was recorded with the reservation
+		return m.writeHandoff(a, a.preclaim.startCgroup)
+	}
 	inc := a.sbIncarnation // read at the spawn
 	if inc == "" {
 		var err error
@@ -189,6 +197,12 @@ func (m *Manager) handOff(ctx context.Context, a *attempt, cgroup string) error 
 	if err := m.fence.RecordHelperStart(ctx, a.res.ID, a.panePID, inc, cgroup); err != nil {
 		return err
 	}
+	return m.writeHandoff(a, cgroup)
+}
+
+// writeHandoff writes the claimed standby's hand-off file: its reservation,
+// generation, pane pid and the cgroup its start record names.
+func (m *Manager) writeHandoff(a *attempt, cgroup string) error {
 	h := handoff{resID: a.res.ID, generation: a.res.Generation, cgroup: cgroup, panePID: a.panePID}
 	if err := m.pool.writeHandoff(a.claimed, h); err != nil {
 		return verdict.Errorf(verdict.CodeSpawnFailed, nil, "hand-off to standby: %w", err)

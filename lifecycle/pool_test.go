@@ -478,32 +478,61 @@ func TestPoolClaimSkipsPoints(t *testing.T) {
 }
 
 // failSpawnedFence refuses (fence_unavailable, writing nothing) the first
-// Advance to spawned: a claim's first write after its reservation.
+// write that records a claimed standby: the reservation that carries the
+// claim (ReserveClaim, an identity's first generation) or, for a later
+// generation, the claim's Advance to spawned.
 type failSpawnedFence struct {
 	fence.Fence
 	left atomic.Int64
 }
 
+func (f *failSpawnedFence) refused() error {
+	return verdict.Errorf(verdict.CodeFenceUnavailable, nil, "test: the fence refuses the claim's write")
+}
+
+func (f *failSpawnedFence) ReserveClaim(ctx context.Context, id fence.Identity, spec fence.Spec, c fence.Claim) (fence.ReserveResult, error) {
+	if f.left.Add(-1) >= 0 {
+		return fence.ReserveResult{}, f.refused()
+	}
+	return f.Fence.ReserveClaim(ctx, id, spec, c)
+}
+
 func (f *failSpawnedFence) Advance(ctx context.Context, r *fence.Reservation, to fence.Phase, p fence.Patch) error {
 	if to == fence.PhaseSpawned && f.left.Add(-1) >= 0 {
-		return verdict.Errorf(verdict.CodeFenceUnavailable, nil, "test: the fence refuses the claim's write")
+		return f.refused()
 	}
 	return f.Fence.Advance(ctx, r, to, p)
 }
 
-// TestPoolClaimFenceFailure: a claim whose spawned write fails leaves the
-// standby it took to the refill, which removes its session — never handed
-// out again, never left standing — and the next create is served.
+// TestPoolClaimFenceFailure: a claim whose recording write fails — the
+// reservation itself for a first generation, the spawned step for a later
+// one — leaves the standby it took to the refill, which removes its session:
+// never handed out again, never left standing; and the next create is served.
 func TestPoolClaimFenceFailure(t *testing.T) {
+	for _, later := range []bool{false, true} {
+		t.Run(fmt.Sprintf("later-generation=%v", later), func(t *testing.T) { testPoolClaimFenceFailure(t, later) })
+	}
+}
+
+func testPoolClaimFenceFailure(t *testing.T, later bool) {
 	ff := &failSpawnedFence{}
-	ff.left.Store(1)
 	e := startEnvWith(t, &env{poolSize: 2, wrapFence: func(f fence.Fence) fence.Fence { ff.Fence = f; return ff }}, "", false)
 	waitFor(t, "the pool full", func() bool { return e.m.PoolStats().Ready == 2 })
+	id, spec := e.identity("failclaim")
+	if later { // generation 1 runs and is killed: the failing create is generation 2's
+		if _, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.m.Kill(context.Background(), Ref{Identity: &id}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the pool full", func() bool { return e.m.PoolStats().Ready == 2 })
+	}
 	before := map[string]bool{}
 	for _, r := range e.paneList() {
 		before[r.id] = true
 	}
-	id, spec := e.identity("failclaim")
+	ff.left.Store(1)
 	if _, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec}); verdict.CodeOf(err) != verdict.CodeFenceUnavailable {
 		t.Fatalf("create with the claim's write refused: %v", err)
 	}
@@ -630,5 +659,58 @@ func TestHandoffFile(t *testing.T) {
 		if h, err := readHandoff(path); err == nil {
 			t.Fatalf("a prefix of %d bytes was taken: %+v", n, h)
 		}
+	}
+}
+
+// countingFence counts the writes that record a claimed standby.
+type countingFence struct {
+	fence.Fence
+	claimed, advanced atomic.Int64
+}
+
+func (f *countingFence) ReserveClaim(ctx context.Context, id fence.Identity, spec fence.Spec, c fence.Claim) (fence.ReserveResult, error) {
+	res, err := f.Fence.ReserveClaim(ctx, id, spec, c)
+	if err == nil && res.Reservation.Phase == fence.PhaseSpawned {
+		f.claimed.Add(1)
+	}
+	return res, err
+}
+
+func (f *countingFence) Advance(ctx context.Context, r *fence.Reservation, to fence.Phase, p fence.Patch) error {
+	if to == fence.PhaseSpawned {
+		f.advanced.Add(1)
+	}
+	return f.Fence.Advance(ctx, r, to, p)
+}
+
+// TestPoolClaimWithReservation: an identity's first create records its
+// standby with its reservation (one transaction, no Advance to spawned);
+// a later generation, which may have a session of its predecessor to reuse,
+// reserves plainly, gives the standby back, and claims one after
+// leftoverOf with its own spawned step. Both are served by a standby.
+func TestPoolClaimWithReservation(t *testing.T) {
+	cf := &countingFence{}
+	e := startEnvWith(t, &env{poolSize: 2, wrapFence: func(f fence.Fence) fence.Fence { cf.Fence = f; return cf }}, "", false)
+	waitFor(t, "the pool full", func() bool { return e.m.PoolStats().Ready == 2 })
+	id, spec := e.identity("withres")
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec})
+	if err != nil || cf.claimed.Load() != 1 || cf.advanced.Load() != 0 || e.m.PoolStats().Claims != 1 {
+		t.Fatalf("first create %+v %v: claims recorded with the reservation %d, advances to spawned %d, pool %+v",
+			res, err, cf.claimed.Load(), cf.advanced.Load(), e.m.PoolStats())
+	}
+	checkClaimStart(t, e, id, res.Session.PanePID)
+	if _, err := e.m.Kill(context.Background(), Ref{Identity: &id}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the pool full", func() bool { return e.m.PoolStats().Ready == 2 })
+	res, err = e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec})
+	if err != nil || res.Session.Generation != 2 || cf.claimed.Load() != 1 || cf.advanced.Load() != 1 ||
+		e.m.PoolStats().Claims != 2 {
+		t.Fatalf("second create %+v %v: claims recorded with the reservation %d, advances to spawned %d, pool %+v",
+			res, err, cf.claimed.Load(), cf.advanced.Load(), e.m.PoolStats())
+	}
+	checkClaimStart(t, e, id, res.Session.PanePID)
+	if got := e.sessions(id.Digest()); len(got) != 1 {
+		t.Fatalf("sessions %v", got)
 	}
 }

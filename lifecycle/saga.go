@@ -34,9 +34,12 @@ func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retEr
 		}
 	}()
 	// A command that cannot start is refused while nothing exists in tmux:
-	// undo only releases the reservation (spawncheck.go).
-	if err := checkCommand(a.req.Spec, os.Getenv("PATH")); err != nil {
-		return res, err
+	// undo only releases the reservation (spawncheck.go). A create whose
+	// reservation recorded a standby checked it before it took the standby.
+	if a.preclaim == nil {
+		if err := checkCommand(a.req.Spec, os.Getenv("PATH")); err != nil {
+			return res, err
+		}
 	}
 	a.name = attemptName(a.digest, a.res.ID)
 	invoked := fence.Patch{AttemptName: a.name}
@@ -45,6 +48,9 @@ func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retEr
 		a.name, invoked.AttemptName, invoked.Kept = kept.name, kept.name, true
 	}
 	if kept == nil {
+		if a.preclaim != nil {
+			return m.claimSaga(ctx, a, a.preclaim.sb)
+		}
 		if sb, ok := m.takeStandby(); ok {
 			return m.claimSaga(ctx, a, sb)
 		}

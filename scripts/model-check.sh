@@ -49,7 +49,7 @@ trap cleanup EXIT
 verify() {
 	local name=$1 n=$2; shift 2
 	local opt=-O2
-	case $name in default | RESTART | RESTART_BUILT | PRESERVE_RELEASES | POOL) ;; *) opt=-O0 ;; esac   # a counterexample search is tiny: compile fast
+	case $name in default | RESTART | RESTART_BUILT | PRESERVE_RELEASES | POOL | POOL_STEP) ;; *) opt=-O0 ;; esac   # a counterexample search is tiny: compile fast
 	local dir=$work/$name
 	mkdir -p "$dir"
 	cp "$model" "$dir/saga.pml"
@@ -119,7 +119,7 @@ rnd=0
 [ "$nc" -ge 3 ] && rnd=1
 max() { if [ "$1" -ge "$2" ]; then echo "$1"; else echo "$2"; fi; }
 
-only=${MODEL_ONLY:-default NO_PUBLIVE RECLAIM_FIRST NO_GATE SESSION_IS_AGENT PRESERVE_RELEASES RESTART RESPAWN_FIRST RESTART_TWO_STEPS RESTART_AT_RESERVED RESTART_BUILT CREATE_NEW_SESSION POOL POOL_NO_GATE POOL_RENAME_FIRST}
+only=${MODEL_ONLY:-default NO_PUBLIVE RECLAIM_FIRST NO_GATE SESSION_IS_AGENT PRESERVE_RELEASES RESTART RESPAWN_FIRST RESTART_TWO_STEPS RESTART_AT_RESERVED RESTART_BUILT CREATE_NEW_SESSION POOL POOL_STEP POOL_NO_GATE POOL_PRECLAIM_UNRECORDED POOL_RENAME_FIRST}
 for c in $only; do
 	case $c in
 	default) check_holds default "$nc" ;;
@@ -135,9 +135,16 @@ for c in $only; do
 		else check_holds RESTART_BUILT 1 -DRESTART_BUILT -DND=0; fi ;;
 	CREATE_NEW_SESSION) check_caught "$c" 1 -DRESTART_BUILT -DND=0 -DCREATE_NEW_SESSION ;;
 	# the warm pool (issue 18): claims of standbys racing crashes, recoveries and the
-	# next daemon's sweep; POOL_NO_GATE lets a standby start its agent at the hand-off.
-	POOL) check_holds POOL "$nc" -DPOOL ;;
-	POOL_NO_GATE) check_caught POOL_NO_GATE "$nc" -DPOOL -DPOOL_NO_GATE ;;
+	# next daemon's sweep, a first generation's claim recorded with its reservation
+	# (POOL_PRECLAIM, as built); POOL_STEP records every claim by its own spawned
+	# step (a later generation's path, alone); POOL_NO_GATE lets a standby start its
+	# agent at the hand-off.
+	POOL) check_holds POOL "$nc" -DPOOL -DPOOL_PRECLAIM ;;
+	POOL_STEP) check_holds POOL_STEP "$nc" -DPOOL ;;
+	POOL_NO_GATE) check_caught POOL_NO_GATE "$nc" -DPOOL -DPOOL_PRECLAIM -DPOOL_NO_GATE ;;
+	# POOL_PRECLAIM_UNRECORDED takes the standby with the reservation but records it
+	# nowhere (the row stays at reserved while the standby is renamed and tagged).
+	POOL_PRECLAIM_UNRECORDED) check_caught POOL_PRECLAIM_UNRECORDED "$(max "$nc" 2)" -DPOOL -DPOOL_PRECLAIM -DPOOL_PRECLAIM_UNRECORDED ;;
 	# POOL_RENAME_FIRST records spawned after the claim's rename and tags: a second
 	# creator reclaims the crashed one's row without a census (needs two creators).
 	POOL_RENAME_FIRST) check_caught POOL_RENAME_FIRST "$(max "$nc" 2)" -DPOOL -DPOOL_RENAME_FIRST ;;
