@@ -25,6 +25,10 @@ type scaleEndSteps struct {
 	// list-sessions (the census's poll above 1,000 sessions, or a full
 	// re-list) was in tmux's hands at some moment of it.
 	listed, clear samples
+	// captured is the pipeline's start to its capture-pane's answer: the
+	// part of the round trip an end's output tail needs (the rest is the
+	// removal and its proof).
+	captured samples
 }
 
 // wireEvent is one line of the wire log: a command sent (with its reply's
@@ -125,6 +129,9 @@ func (st *scaleEndSteps) one(m endMark, evs []wireEvent, lists []*wireCmd) bool 
 	}
 	st.toPipeline = append(st.toPipeline, pipe.Sub(m.kill))
 	st.pipeline = append(st.pipeline, has.done.Sub(pipe))
+	if capture != nil && !capture.done.IsZero() {
+		st.captured = append(st.captured, capture.done.Sub(pipe))
+	}
 	if listDuring(lists, pipe, has.done) {
 		st.listed = append(st.listed, has.done.Sub(pipe))
 	} else {
@@ -177,6 +184,7 @@ func scaleEndRows(rep *report, wirePath string, ends endResult) {
 	step("kill → the end's pipeline sent (the exit seen, the stop's fence write and proof; a census read where one was made)", st.toPipeline)
 	step("of which the census's read by id of the session, first sent → last answered (ends that had one)", st.read)
 	step("the end's pipeline (capture-pane, kill-session, has-session) round trip", st.pipeline)
+	step("of which the capture-pane answered (the pipeline sent → its first reply)", st.captured)
 	step("of which with a list-sessions in flight in tmux (a census poll or re-list)", st.listed)
 	step("of which with none", st.clear)
 	step("has-session answered → verdict @timestamp (MarkEnded)", st.finish)
