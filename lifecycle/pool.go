@@ -119,7 +119,6 @@ func (p *pool) take(life tmuxctl.ServerLife) (standby, bool) {
 		sb := p.free[0]
 		p.free = p.free[1:]
 		if sb.life == life && pidAliveSig(sb.panePID) {
-			p.claims++
 			return sb, true
 		}
 		if sb.life == life {
@@ -127,6 +126,15 @@ func (p *pool) take(life tmuxctl.ServerLife) (standby, bool) {
 		}
 	}
 	return standby{}, false
+}
+
+// served counts a create served by a standby (renamed and tagged as the
+// attempt's), once: skc_pool_claims_total is a counter, so a standby taken
+// and given back, discarded, or found gone at the rename is not counted.
+func (p *pool) served() {
+	p.mu.Lock()
+	p.claims++
+	p.mu.Unlock()
 }
 
 // giveBack returns a standby taken off the free list that nothing recorded
@@ -139,7 +147,6 @@ func (p *pool) giveBack(sb standby) {
 	if !closed {
 		p.free = append([]standby{sb}, p.free...)
 	}
-	p.claims--
 	p.mu.Unlock()
 	if closed {
 		p.kill(context.Background(), []standby{sb})

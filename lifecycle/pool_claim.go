@@ -81,6 +81,7 @@ func (m *Manager) claimSaga(ctx context.Context, a *attempt, sb standby) (Create
 	if err != nil {
 		return CreateResult{}, err
 	}
+	m.pool.served()
 	m.fault.hitIn(a.restart != nil, FaultClaimed)
 	if err := m.admitCreated(a); err != nil {
 		return CreateResult{}, err
