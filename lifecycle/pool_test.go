@@ -714,3 +714,62 @@ func TestPoolClaimWithReservation(t *testing.T) {
 		t.Fatalf("sessions %v", got)
 	}
 }
+
+// TestPoolSameIdentityRace: eight creates of one identity at once with a pool
+// of 2 — each create that finds a standby free takes it before it reserves;
+// the reservation that wins records its standby (if it took one), the others
+// answer existing and give theirs back. One session, at most one claim
+// counted, and the pool holds exactly its size again (no standby lost, none
+// handed out twice, none left tagged).
+func TestPoolSameIdentityRace(t *testing.T) {
+	e := startEnvWith(t, &env{poolSize: 2}, "", false)
+	waitFor(t, "the pool full", func() bool { return e.m.PoolStats().Ready == 2 })
+	id, spec := e.identity("race")
+	const n = 8
+	var wg sync.WaitGroup
+	results := make([]CreateResult, n)
+	errs := make([]error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			results[i], errs[i] = e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: 10 * time.Second})
+		}(i)
+	}
+	wg.Wait()
+	published := 0
+	for i := range results {
+		if errs[i] != nil {
+			t.Fatalf("create %d: %v", i, errs[i])
+		}
+		if results[i].Status == verdict.VerdictPublished {
+			published++
+		}
+		if results[i].Session.ID != results[0].Session.ID {
+			t.Fatalf("creates answered different sessions: %+v / %+v", results[0].Session, results[i].Session)
+		}
+	}
+	if published != 1 {
+		t.Fatalf("%d creates published", published)
+	}
+	if got := e.sessions(id.Digest()); len(got) != 1 {
+		t.Fatalf("sessions %v", got)
+	}
+	waitFor(t, "the pool back at its size", func() bool {
+		standbys := 0
+		for _, r := range e.paneList() {
+			if strings.HasPrefix(r.name, standbyPrefix) {
+				standbys++
+			}
+		}
+		return standbys == 2 && e.m.PoolStats().Ready == 2
+	})
+	// The create that won the reservation may have found no standby free (the
+	// losers held both while they reserved): at most one claim.
+	if st := e.m.PoolStats(); st.Claims > 1 {
+		t.Fatalf("claims counted %d", st.Claims)
+	}
+	if err := checkNoStandbyTagged(e.paneList()); err != nil {
+		t.Fatal(err)
+	}
+}
