@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -484,12 +485,20 @@ func (p *pool) prepareHandoff(token string) {
 // not renamed into place (see prepareHandoff): the standby takes only a file
 // that ends with handoffEnd, so it never acts on half of one.
 func (p *pool) writeHandoff(token string, h handoff) error {
-	if err := os.MkdirAll(p.dir, 0o700); err != nil {
-		return err
-	}
 	body := fmt.Sprintf("reservation=%s\ngeneration=%d\ncgroup=%s\npane_pid=%d\n%s\n",
 		h.resID, h.generation, h.cgroup, h.panePID, handoffEnd)
-	f, err := os.OpenFile(filepath.Join(p.dir, token), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
+	path := filepath.Join(p.dir, token)
+	open := func() (*os.File, error) {
+		return os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
+	}
+	f, err := open()
+	if errors.Is(err, fs.ErrNotExist) {
+		// The directory went (or prepareHandoff could not make it): made
+		// here, off the common path, where the file exists since the spawn.
+		if err = os.MkdirAll(p.dir, 0o700); err == nil {
+			f, err = open()
+		}
+	}
 	if err != nil {
 		return err
 	}

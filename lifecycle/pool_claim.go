@@ -5,7 +5,6 @@ import (
 	"errors"
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
-	"github.com/skc-supervisor/skc-supervisor/proctree"
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
@@ -51,14 +50,9 @@ func (m *Manager) takeStandby() (standby, bool) {
 // the attempt sends new-session under its own name and goes on as any
 // create, its row already past helper_invoked.
 func (m *Manager) claimSaga(ctx context.Context, a *attempt, sb standby) (CreateResult, error) {
-	// The standby's own cgroup becomes the generation's: it was placed there
-	// at its spawn, so nothing moves on the create's path.
-	cgroup := sb.cgroup
 	if a.preclaim == nil { // else the reservation recorded it (pool_preclaim.go)
 		a.pooled = true
-		patch := fence.Patch{AttemptName: a.name, TmuxID: sb.tmuxID, PanePID: sb.panePID,
-			ServerPID: sb.life.PID, ServerStart: sb.life.StartTime, PaneStart: sb.paneStart, Cgroup: cgroup}
-		if err := m.advance(ctx, a, fence.PhaseSpawned, patch); err != nil {
+		if err := m.advance(ctx, a, fence.PhaseSpawned, spawnedPatch(a.name, sb)); err != nil {
 			// Not the attempt's (or, if the write landed after all, an orphan
 			// recovery finds absent): the next refill removes it, fence or not.
 			m.pool.discard(sb)
@@ -67,7 +61,7 @@ func (m *Manager) claimSaga(ctx context.Context, a *attempt, sb standby) (Create
 		a.bindStandby(sb) // the recorded session exists: undo kills it by id
 	}
 	m.fault.hitIn(a.restart != nil, FaultSpawned)
-	err := m.renameAndTag(ctx, a, cgroup)
+	err := m.renameAndTag(ctx, a, sb.cgroup)
 	if errors.Is(err, errStandbyGone) {
 		m.pool.dropHandoff(a.claimed)
 		m.pool.forgetCgroup(a.sbCgroup)
@@ -183,17 +177,9 @@ func (m *Manager) handOff(ctx context.Context, a *attempt, cgroup string) error 
 	if a.preclaim != nil { // its start was recorded with the reservation
 		return m.writeHandoff(a, a.preclaim.startCgroup)
 	}
-	inc := a.sbIncarnation // read at the spawn
-	if inc == "" {
-		var err error
-		if inc, err = fence.IncarnationOf(a.panePID, a.paneStart); err != nil {
-			return verdict.Errorf(verdict.CodeSpawnFailed, nil, "claimed standby: %w", err)
-		}
-	}
-	if cgroup != "" && !proctree.InCgroup(a.panePID, cgroup) {
-		// Not where it was placed (never seen; a process of ours moved it?):
-		// its pane's session holds the generation, and the record says so.
-		cgroup = ""
+	inc, cgroup, err := standbyStart(a.panePID, a.paneStart, a.sbIncarnation, cgroup)
+	if err != nil {
+		return verdict.Errorf(verdict.CodeSpawnFailed, nil, "claimed standby: %w", err)
 	}
 	if err := m.fence.RecordHelperStart(ctx, a.res.ID, a.panePID, inc, cgroup); err != nil {
 		return err

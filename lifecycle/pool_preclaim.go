@@ -51,30 +51,47 @@ func (m *Manager) takePreclaim(req CreateRequest) *preclaim {
 	if !ok {
 		return nil
 	}
-	inc := sb.incarnation // read at the spawn
-	if inc == "" {
-		var err error
-		if inc, err = fence.IncarnationOf(sb.panePID, sb.paneStart); err != nil {
-			m.pool.giveBack(sb)
-			return nil
-		}
+	inc, cgroup, err := standbyStart(sb.panePID, sb.paneStart, sb.incarnation, sb.cgroup)
+	if err != nil {
+		m.pool.giveBack(sb)
+		return nil
 	}
-	pc := &preclaim{sb: sb}
-	if sb.cgroup != "" && proctree.InCgroup(sb.panePID, sb.cgroup) {
-		// Not where it was placed (never seen; a process of ours moved it?):
-		// its pane's session holds the generation, and the record says so.
-		pc.startCgroup = sb.cgroup
-	}
-	pc.claim = fence.Claim{HelperPID: sb.panePID, Incarnation: inc, Cgroup: pc.startCgroup,
+	pc := &preclaim{sb: sb, startCgroup: cgroup}
+	pc.claim = fence.Claim{HelperPID: sb.panePID, Incarnation: inc, Cgroup: cgroup,
 		Spawned: func(r fence.Reservation) (fence.Patch, bool) {
 			if r.Generation != 1 {
 				return fence.Patch{}, false
 			}
-			return fence.Patch{AttemptName: attemptName(r.Identity.Digest(), r.ID), TmuxID: sb.tmuxID,
-				PanePID: sb.panePID, ServerPID: sb.life.PID, ServerStart: sb.life.StartTime,
-				PaneStart: sb.paneStart, Cgroup: sb.cgroup}, true
+			return spawnedPatch(attemptName(r.Identity.Digest(), r.ID), sb), true
 		}}
 	return pc
+}
+
+// spawnedPatch is the evidence of phase spawned for a claim of sb under the
+// attempt name name. The standby's own cgroup becomes the generation's: it
+// was placed there at its spawn, so nothing moves on the create's path.
+func spawnedPatch(name string, sb standby) fence.Patch {
+	return fence.Patch{AttemptName: name, TmuxID: sb.tmuxID, PanePID: sb.panePID, ServerPID: sb.life.PID,
+		ServerStart: sb.life.StartTime, PaneStart: sb.paneStart, Cgroup: sb.cgroup}
+}
+
+// standbyStart is what a claim records as the standby pid's start: its
+// incarnation (inc, read at its spawn; read now when that failed) and the
+// cgroup it was placed in — "" unless /proc confirms it is there: the end's
+// proof trusts that cgroup to hold the generation, and a standby not where
+// it was placed (never seen; a process of ours moved it?) is held by its
+// pane's session instead.
+func standbyStart(pid int, paneStart uint64, inc, cgroup string) (string, string, error) {
+	if inc == "" {
+		var err error
+		if inc, err = fence.IncarnationOf(pid, paneStart); err != nil {
+			return "", "", err
+		}
+	}
+	if cgroup != "" && !proctree.InCgroup(pid, cgroup) {
+		cgroup = ""
+	}
+	return inc, cgroup, nil
 }
 
 // reserve is the fence's Reserve, or ReserveClaim with pc's claim.
