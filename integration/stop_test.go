@@ -563,3 +563,40 @@ func TestStopFlagsAndFenceReleaseCLI(t *testing.T) {
 		t.Errorf("kill: %s", r)
 	}
 }
+
+// TestAttachStoppingAfterServerDeath: a generation left stopping by its
+// server's death is shown with the tmux id it had, which the new server may
+// give another identity's session: attach refuses it (not_found, exit 4)
+// instead of putting a person in that other agent's terminal.
+func TestAttachStoppingAfterServerDeath(t *testing.T) {
+	t.Parallel()
+	d := StartDaemon(t, DaemonOpts{})
+	mark := stopMark(t)
+	spec := stopSpec(t, "attachstop", "g1", mark, "ignore")
+	s := createWith(t, d, spec, "--stop-timeout", "120s")
+	agent := waitTag(t, mark, "g1", "agent")
+	defer syscall.Kill(agent.pid, syscall.SIGKILL) // the stop would wait 120 s for it
+	pid, ok := d.liveServerPID()
+	if !ok {
+		t.Fatal("no tmux server")
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	WaitFor(t, waitDeadline, "the generation stopping in the fence", func() error {
+		if !fenceStopping(t, d, spec) {
+			return errorf("not stopping yet")
+		}
+		return nil
+	})
+	other := NewSpec(t, "attachstop-other")
+	other.Argv = []string{"sleep", "1000"}
+	o := d.MustCreate(t, other, "published") // on the new server; its id may be s.ID
+	t.Logf("stopping generation's id %s, the new session's %s", s.ID, o.ID)
+	for _, args := range [][]string{{"attach", s.Name}, {"attach", "--state-dir", spec.StateDir, "--session-id", spec.SessionID}} {
+		r := d.CLI(t, args...)
+		if r.Code != 4 || !strings.Contains(r.Stderr, "stopping") {
+			t.Errorf("%v: want exit 4 (not_found) saying the generation is stopping\n%s", args, r)
+		}
+	}
+}

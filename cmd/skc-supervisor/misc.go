@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"syscall"
 
+	"github.com/skc-supervisor/skc-supervisor/api"
 	"github.com/skc-supervisor/skc-supervisor/doctor"
 	"github.com/skc-supervisor/skc-supervisor/lifecycle"
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
@@ -30,22 +31,10 @@ func runAttach(cli *CLI, args []string) int {
 	if err != nil {
 		return cli.fail(o, err)
 	}
-	res, err := c.Show(cli.ctx, ref)
+	target, err := attachTarget(cli, c, ref)
 	c.Close()
 	if err != nil {
 		return cli.fail(o, err)
-	}
-	if res.Session == nil {
-		return cli.fail(o, verdict.Errorf(verdict.CodeNotFound, nil, "the identity has no live session to attach to"))
-	}
-	if s := res.Session; s.AttachHint != "" {
-		// Another host's session: its tmux server is not reachable from here.
-		return cli.fail(o, verdict.Errorf(verdict.CodeRemoteSession, map[string]any{"host": s.Host, "name": s.Name},
-			"session %s runs on host %s: attach there with `%s`", s.Name, s.Host, s.AttachHint))
-	}
-	target := "=" + res.Session.Name
-	if res.Session.ID != "" {
-		target = res.Session.ID
 	}
 	tmux, err := exec.LookPath(p.Tmux)
 	if err != nil {
@@ -58,6 +47,50 @@ func runAttach(cli *CLI, args []string) int {
 	}
 	err = syscall.Exec(tmux, argv, os.Environ())
 	return cli.fail(o, verdict.Errorf(verdict.CodeInternal, nil, "exec %s: %w", tmux, err))
+}
+
+// attachTarget resolves ref to the tmux target attach hands tmux: the
+// session's $id, or "=name" for a session listed without one. A stopping
+// generation is shown from its published record after its session went, with
+// the tmux id it had — an id a newer server may have given another session —
+// so its id is resolved once more and must name a live session of the same
+// generation: attaching a person to another agent's terminal would be worse
+// than refusing.
+func attachTarget(cli *CLI, c *api.Client, ref api.Ref) (string, error) {
+	res, err := c.Show(cli.ctx, ref)
+	if err != nil {
+		return "", err
+	}
+	s := res.Session
+	if s == nil {
+		return "", verdict.Errorf(verdict.CodeNotFound, nil, "the identity has no live session to attach to")
+	}
+	if s.AttachHint != "" {
+		// Another host's session: its tmux server is not reachable from here.
+		return "", verdict.Errorf(verdict.CodeRemoteSession, map[string]any{"host": s.Host, "name": s.Name},
+			"session %s runs on host %s: attach there with `%s`", s.Name, s.Host, s.AttachHint)
+	}
+	if s.ID == "" {
+		return "=" + s.Name, nil
+	}
+	if s.State != lifecycle.StateStopping {
+		return s.ID, nil
+	}
+	again, err := c.Show(cli.ctx, api.Ref{Name: s.ID})
+	if err == nil && again.Session != nil && sameGeneration(s, again.Session) {
+		return s.ID, nil
+	}
+	if err != nil && verdict.CodeOf(err) != verdict.CodeNotFound {
+		return "", err
+	}
+	return "", verdict.Errorf(verdict.CodeNotFound, map[string]any{"name": s.Name, "id": s.ID, "state": s.State},
+		"session %s (%s) is gone: its generation %d is stopping until its processes are proven gone; there is nothing to attach to", s.Name, s.ID, s.Generation)
+}
+
+// sameGeneration: a and b are one generation of one identity in one session.
+func sameGeneration(a, b *api.Session) bool {
+	return a.Managed && b.Managed && a.ID == b.ID && a.StateDir == b.StateDir &&
+		a.SessionID == b.SessionID && a.Generation == b.Generation
 }
 
 // runTmuxctl is `tmuxctl decode`: control-mode bytes on stdin → JSON lines.
