@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
@@ -55,10 +56,7 @@ func (m *Manager) Kill(ctx context.Context, ref Ref) (KillResult, error) {
 			"generation %d is stopping; the request ended before its processes were proven gone (%v)", ctx.Err())
 	}
 	if run.err != nil {
-		if verdict.CodeOf(run.err) == verdict.CodeIdentityReservedUnknown {
-			return KillResult{}, run.err
-		}
-		return KillResult{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "stop: %w", run.err)
+		return KillResult{}, stopRunError(pub, run.err)
 	}
 	rec := run.rec
 	if rec.Verdict == "" {
@@ -110,4 +108,19 @@ func (m *Manager) publishedFor(ctx context.Context, ref Ref) (fence.Published, b
 	}
 	// The fence's in-memory name index: one map read, not every identity row.
 	return m.fence.CachedPublishedByName(ctx, ref.Name)
+}
+
+// stopRunError is the refusal of a kill or restart whose stop run ended with
+// err: a stop cut short by the daemon's shutdown is busy (retry later: the next
+// daemon continues it with the same deadline), an unknown owner stays what it
+// is, anything else is the fence's.
+func stopRunError(p fence.Published, err error) error {
+	switch {
+	case errors.Is(err, errInterrupted):
+		return stoppingError(p, verdict.CodeBusy,
+			"generation %d is stopping; the supervisor is shutting down and the next one continues the stop with the same deadline: retry then (%v)", err)
+	case verdict.CodeOf(err) == verdict.CodeIdentityReservedUnknown:
+		return err
+	}
+	return verdict.Errorf(verdict.CodeFenceUnavailable, nil, "stop: %w", err)
 }

@@ -289,10 +289,8 @@ func (m *Manager) stopForRestart(ctx context.Context, p fence.Published) error {
 		return stoppingError(p, verdict.CodeTimeout,
 			"generation %d is stopping; the request ended before its processes were proven gone (%v)", ctx.Err())
 	}
-	if run.err != nil && verdict.CodeOf(run.err) == verdict.CodeIdentityReservedUnknown {
-		return run.err
-	} else if run.err != nil {
-		return verdict.Errorf(verdict.CodeFenceUnavailable, nil, "stop: %w", run.err)
+	if run.err != nil {
+		return stopRunError(p, run.err)
 	}
 	return nil
 }

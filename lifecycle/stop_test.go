@@ -152,6 +152,35 @@ func TestCreateWhileStopping(t *testing.T) {
 	}
 }
 
+// TestKillInterruptedByShutdown: a kill still waiting out its grace when the
+// daemon shuts down is refused busy (retry later: the next daemon continues
+// the stop), not fence_unavailable — nothing is wrong with the fence.
+func TestKillInterruptedByShutdown(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	res, err := e.createSpec(t, "interrupted", time.Second, 60*time.Second, "agent", "ignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := 0
+	waitFor(t, "agent start", func() bool { agent = agentPID(res.Session.PanePID); return agent != 0 && isReady(agent) })
+	defer syscall.Kill(agent, syscall.SIGKILL) // the grace is 60 s; nobody waits it out
+	killed := make(chan error, 1)
+	go func() {
+		_, err := e.m.Kill(context.Background(), Ref{Name: res.Session.Name})
+		killed <- err
+	}()
+	waitFor(t, "the stop to begin", func() bool {
+		id, _ := e.identity("interrupted")
+		p, ok, err := e.store.PublishedFor(context.Background(), id)
+		return err == nil && ok && p.Stopping != nil
+	})
+	e.close()
+	ve := verdict.AsError(<-killed)
+	if ve == nil || ve.Code != verdict.CodeBusy || ve.Details["stopping"] != true || !strings.Contains(ve.Message, "shutting down") {
+		t.Fatalf("kill interrupted by shutdown: %v, want busy saying the supervisor is shutting down", ve)
+	}
+}
+
 // TestUnprovableStopAndRelease: a generation whose processes cannot be proven
 // gone (its cgroup.events unreadable) stays blocked with an unresolved verdict;
 // `fence release` is refused while its processes are alive, and clears it
