@@ -50,6 +50,10 @@ func DecodeCreate(body []byte) (CreateRequest, error) {
 		if err := dec.Decode(&raw); err != nil {
 			return req, syntaxError(err, "")
 		}
+		if unpairedSurrogate(raw) {
+			// encoding/json would make it U+FFFD: refused, as raw bad bytes are.
+			return req, invalid(key, "contains an unpaired surrogate escape (not valid UTF-8)")
+		}
 		if err := json.Unmarshal(raw, target); err != nil {
 			return req, invalid(key, "has the wrong type (%s)", typeName(err))
 		}
@@ -61,6 +65,61 @@ func DecodeCreate(body []byte) (CreateRequest, error) {
 		return req, invalid("body", "has data after the JSON object")
 	}
 	return req, nil
+}
+
+// unpairedSurrogate reports whether the JSON text b holds a \u escape of a
+// UTF-16 surrogate that is not one half of a pair (high then low): JSON allows
+// it, but it names no character, and encoding/json decodes it as U+FFFD.
+// Backslashes occur only inside strings in valid JSON, so a plain scan of
+// escapes is exact.
+func unpairedSurrogate(b []byte) bool {
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		if i+1 >= len(b) || b[i+1] != 'u' {
+			i++ // an escaped character: \\ must not start another escape
+			continue
+		}
+		r, ok := hex4(b, i+2)
+		switch {
+		case !ok || r < 0xD800 || r > 0xDFFF:
+		case r >= 0xDC00: // a low half alone
+			return true
+		default: // a high half: a low one must follow at once
+			lo, ok := rune(0), false
+			if i+7 < len(b) && b[i+6] == '\\' && b[i+7] == 'u' {
+				lo, ok = hex4(b, i+8)
+			}
+			if !ok || lo < 0xDC00 || lo > 0xDFFF {
+				return true
+			}
+			i += 6
+		}
+		i += 5
+	}
+	return false
+}
+
+// hex4 reads the four hex digits of a \u escape at b[at:].
+func hex4(b []byte, at int) (rune, bool) {
+	if at+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[at : at+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }
 
 func syntaxError(err error, what string) error {

@@ -199,7 +199,7 @@ func DecodeInput(body []byte) (InputRequest, error) {
 	if dec.More() {
 		return InputRequest{}, invalid("body", "more than one JSON value")
 	}
-	if bytes.ContainsRune([]byte(in.Text), utf8.RuneError) && !hasReplacementChar(body) {
+	if unpairedSurrogate(body) {
 		return InputRequest{}, invalid("text", "text contains an unpaired surrogate escape (not valid UTF-8)")
 	}
 	return in, nil
@@ -220,13 +220,6 @@ func inputField(err error) string {
 		}
 	}
 	return "body"
-}
-
-// hasReplacementChar reports whether the body itself carries U+FFFD, raw or as
-// an escape: only then may decoded text contain it.
-func hasReplacementChar(body []byte) bool {
-	return bytes.ContainsRune(body, utf8.RuneError) ||
-		bytes.Contains(bytes.ToLower(body), []byte(`\ufffd`))
 }
 
 // outputLine is one JSON line of an output stream.

@@ -30,6 +30,8 @@ func TestDecodeInput(t *testing.T) {
 		{"{\"text\":\"raw \xef\xbf\xbd too\"}", "", "raw \ufffd too"},
 		{"{\"text\":\"a\xffb\"}", "text", ""},
 		{`{"text":"a\ud800b"}`, "text", ""},
+		{`{"text":"a\udc00"}`, "text", ""},
+		{`{"text":"\ud83d\ude00 \\ud800 kept"}`, "", "\U0001F600 \\ud800 kept"},
 		{`{"keys":["C-c"],"bogus":true}`, "bogus", ""},
 		{`{"text":5}`, "text", ""},
 		{`{"keys":"C-c"}`, "keys", ""},

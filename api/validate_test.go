@@ -1,6 +1,8 @@
 package api
 
 import (
+	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -226,6 +228,26 @@ func FuzzValidate(f *testing.F) {
 	})
 }
 
+// TestDecodeCreateSurrogates: an unpaired surrogate escape in any field is
+// refused naming the field (encoding/json would have made it U+FFFD and run
+// the agent with an argument nobody sent); pairs and escaped backslashes pass.
+func TestDecodeCreateSurrogates(t *testing.T) {
+	base := `"state_dir":"/tmp/s","session_id":"a"`
+	for _, c := range []struct{ body, field string }{
+		{`{` + base + `,"argv":["sleep","\ud800"]}`, "argv"},
+		{`{` + base + `,"argv":["x"],"label":"a\udfffb"}`, "label"},
+		{`{"state_dir":"/tmp/s\uD800\u0041","session_id":"a","argv":["x"]}`, "state_dir"},
+		{`{` + base + `,"argv":["x"],"env":{"K":"\ud800\ud800"}}`, "env"},
+		{`{` + base + `,"argv":["x"],"cwd":"/\ud800"}`, "cwd"},
+		{`{` + base + `,"argv":["\ud83d\ude00","\\ud800"]}`, ""},
+	} {
+		_, err := DecodeCreate([]byte(c.body))
+		if got := fieldOf(err); (c.field == "" && err != nil) || (c.field != "" && got != c.field) {
+			t.Errorf("%s: %v, want field %q", c.body, err, c.field)
+		}
+	}
+}
+
 // FuzzDecodeCreate: decoding arbitrary bodies never panics; an accepted body
 // either validates within the limits or is refused with a field.
 func FuzzDecodeCreate(f *testing.F) {
@@ -238,6 +260,10 @@ func FuzzDecodeCreate(f *testing.F) {
 	f.Add([]byte(`{"state_dir":"/x","session_id":"a","argv":["\ud800"]`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req, err := DecodeCreate(body)
+		if err == nil && strings.ContainsRune(fmt.Sprint(req.Argv, req.Env, req.Label), utf8.RuneError) &&
+			!bytes.ContainsRune(body, utf8.RuneError) && !bytes.Contains(bytes.ToLower(body), []byte(`\ufffd`)) {
+			t.Fatalf("accepted %q with a U+FFFD the body did not carry: %q", body, req.Argv)
+		}
 		if err != nil {
 			if e := verdict.AsError(err); e.Code != verdict.CodeInvalidRequest || e.Details["field"] == nil {
 				t.Fatalf("refusal without a field: %v", err)
