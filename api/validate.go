@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"path/filepath"
 	"sort"
@@ -124,7 +125,7 @@ func validSessionID(id string) (string, error) {
 		c := id[i]
 		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
 		if !ok {
-			return "", invalid(field, "byte %d (%q) is outside A-Z a-z 0-9 . _ -", i, c)
+			return "", invalid(field, "byte %d (%s) is outside A-Z a-z 0-9 . _ -", i, byteName(id, i))
 		}
 	}
 	return id, nil
@@ -299,4 +300,18 @@ func validWait(ms *int64) (time.Duration, error) {
 		return 0, invalid(fieldWait, "must be 0-%d milliseconds, got %d", MaxWait.Milliseconds(), *ms)
 	}
 	return time.Duration(*ms) * time.Millisecond, nil
+}
+
+// byteName names the byte s[i] for a refusal: the character it is when ASCII,
+// else its value and the character it starts or belongs to (never the byte
+// read as Latin-1, which names a character the caller did not send).
+func byteName(s string, i int) string {
+	c := s[i]
+	if c < utf8.RuneSelf {
+		return fmt.Sprintf("%q", rune(c))
+	}
+	if r, n := utf8.DecodeRuneInString(s[i:]); r != utf8.RuneError || n > 1 {
+		return fmt.Sprintf("0x%02x, the start of %q", c, r)
+	}
+	return fmt.Sprintf("0x%02x", c)
 }

@@ -228,6 +228,18 @@ func FuzzValidate(f *testing.F) {
 	})
 }
 
+// TestSessionIDByteNamed: a refused byte is named as the character the caller
+// sent, never as its Latin-1 reading.
+func TestSessionIDByteNamed(t *testing.T) {
+	for id, want := range map[string]string{"aü": "byte 1 (0xc3, the start of 'ü')", "a b": "byte 1 (' ')",
+		"a\xff": "byte 1 (0xff)", "a\n": `byte 1 ('\n')`} {
+		r := CreateRequest{StateDir: "/tmp/s", SessionID: id, Argv: []string{"sh"}}
+		if _, err := Validate(r); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", id, err, want)
+		}
+	}
+}
+
 // TestDecodeCreateSurrogates: an unpaired surrogate escape in any field is
 // refused naming the field (encoding/json would have made it U+FFFD and run
 // the agent with an argument nobody sent); pairs and escaped backslashes pass.

@@ -257,12 +257,17 @@ func wantJSON(fs *flag.FlagSet, args []string) {
 // badValue matches the flag package's error for a value its flag refused.
 var badValue = regexp.MustCompile(`^invalid value (".*") for flag -([a-z-]+): (.*)$`)
 
+// helpRequest is a verb's -h or --help: not an error, but it leaves the verb
+// as one does (fail prints the verb's usage and answers 0).
+type helpRequest struct{ verb string }
+
+func (h helpRequest) Error() string { return "usage: skc-supervisor " + usages[h.verb] }
+
 // usageError is a usage error of verbName (exit 2). A flag with a bad value
 // gets a short message naming the flag (details.field), not the whole usage.
 func usageError(verbName string, err error) error {
 	if errors.Is(err, flag.ErrHelp) {
-		return verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "usage"},
-			"usage: skc-supervisor %s", usages[verbName])
+		return helpRequest{verb: verbName}
 	}
 	if m := badValue.FindStringSubmatch(err.Error()); m != nil {
 		why := m[3]
@@ -291,6 +296,34 @@ func (d *durationFlag) Set(s string) error {
 	return nil
 }
 
+// wholeFlag is a durationFlag the API carries in whole units (milliseconds,
+// seconds): a value between two units is refused rather than cut down to
+// one the caller did not write (`--stop-timeout 500us` was "got 0").
+type wholeFlag struct {
+	d    *durationFlag
+	unit time.Duration
+	name string // the unit, plural
+}
+
+func (w wholeFlag) String() string {
+	if w.d == nil {
+		return ""
+	}
+	return w.d.String()
+}
+
+func (w wholeFlag) Set(s string) error {
+	var v durationFlag
+	if err := v.Set(s); err != nil {
+		return err
+	}
+	if time.Duration(v)%w.unit != 0 {
+		return fmt.Errorf("want whole %s (such as %v)", w.name, time.Duration(v).Truncate(w.unit)+w.unit)
+	}
+	*w.d = v
+	return nil
+}
+
 // paths resolves the instance layout from flags and environment.
 func (cli *CLI) paths(o opts) (home.Paths, error) {
 	return home.Resolve(o.o, cli.getenv)
@@ -307,6 +340,13 @@ func (cli *CLI) client(o opts) (*api.Client, error) {
 
 // fail reports err in the requested format and returns its exit code.
 func (cli *CLI) fail(o opts, err error) int {
+	var help helpRequest
+	if errors.As(err, &help) {
+		// Asked for (VERB -h, --help): the usage on stdout and success, as
+		// the bare `--help` answers, not a refusal.
+		fmt.Fprintf(cli.stdout, "usage: skc-supervisor %s\n", usages[help.verb])
+		return verdict.ExitOK
+	}
 	body := api.NewErrorBody(err)
 	if o.json {
 		cli.printJSON(body)

@@ -96,6 +96,9 @@ func TestExitCodesWithoutDaemon(t *testing.T) {
 		{[]string{"create", "--state-dir", "/tmp/x", "--session-id", "a", "--wait", "soon", "--json", "--", "true"}, 2, "invalid_request", "wait"},
 		{[]string{"create", "--state-dir", "/tmp/x", "--session-id", "z2", "sleep", "100", "--json"}, 2, "invalid_request", "argv"},
 		{[]string{"verdicts", "--since", "abc", "--json"}, 2, "invalid_request", "since"},
+		// A duration between two of the API's units is refused, not cut down.
+		{[]string{"create", "--json", "--state-dir", "/tmp/x", "--session-id", "a", "--stop-timeout", "500us", "--", "true"}, 2, "invalid_request", "stop_timeout"},
+		{[]string{"create", "--json", "--state-dir", "/tmp/x", "--session-id", "a", "--restart-interval", "1.5s", "--", "true"}, 2, "invalid_request", "restart_interval"},
 		{[]string{"wait", "x", "--idle", "soon", "--json=true"}, 2, "invalid_request", "idle"},
 		// Global flags may come before the verb (serve's "try it" lines).
 		{[]string{"--home", "/nonexistent-skc/h", "ls", "--json"}, 69, "daemon_unreachable", ""},
@@ -136,6 +139,30 @@ func TestSubVerbUsage(t *testing.T) {
 		if code != 2 || a.Error == nil || a.Error.Details["field"] != "usage" || !strings.Contains(a.Error.Message, c.want) {
 			t.Fatalf("%q: exit %d %s; want 2 and %q", c.args, code, stdout, c.want)
 		}
+	}
+}
+
+// TestVerbHelp: VERB --help (or -h) prints that verb's usage on stdout and
+// exits 0, as the bare --help does; it is not a refusal. After "--" it is the
+// command's word, not ours.
+func TestVerbHelp(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"create", "--help"}, "usage: skc-supervisor create --state-dir DIR"},
+		{[]string{"ls", "-h"}, "usage: skc-supervisor ls"},
+		{[]string{"fence", "release", "--help"}, "usage: skc-supervisor fence release --reservation ID"},
+		{[]string{"wait", "--json", "--help"}, "usage: skc-supervisor wait"},
+	} {
+		code, stdout, stderr := run(t, c.args...)
+		if code != 0 || !strings.HasPrefix(stdout, c.want) || stderr != "" {
+			t.Errorf("%q: exit %d stdout %q stderr %q; want 0 and %q", c.args, code, stdout, stderr, c.want)
+		}
+	}
+	code, stdout, _ := run(t, "create", "--json", "--state-dir", "/tmp/x", "--session-id", "h", "--", "sh", "--help")
+	if code != 69 || strings.Contains(stdout, "usage") {
+		t.Errorf("create … -- sh --help: exit %d %s; want the create sent (69: no daemon here)", code, stdout)
 	}
 }
 

@@ -67,9 +67,9 @@ func runCreate(cli *CLI, args []string) int {
 	fs.StringVar(&req.Label, "label", "", "")
 	fs.Var(env, "env", "")
 	wait := durationFlag(api.DefaultWait)
-	fs.Var(&wait, "wait", "")
+	fs.Var(wholeFlag{&wait, time.Millisecond, "milliseconds"}, "wait", "")
 	stopTimeout := durationFlag(api.DefaultStopTimeout)
-	fs.Var(&stopTimeout, "stop-timeout", "")
+	fs.Var(wholeFlag{&stopTimeout, time.Millisecond, "milliseconds"}, "stop-timeout", "")
 	rf := restartFlags(fs, &req)
 	argv, err := commandArgs(fs, args)
 	if err != nil {
@@ -361,9 +361,9 @@ func restartFlags(fs *flag.FlagSet, req *api.CreateRequest) *createRestartFlags 
 		interval: durationFlag(api.DefaultRestartInterval), fs: fs}
 	fs.StringVar(&req.Restart, "restart", "", "")
 	fs.Var(&rf.resume, "resume-arg", "")
-	fs.Var(&rf.delay, "restart-delay", "")
+	fs.Var(wholeFlag{&rf.delay, time.Millisecond, "milliseconds"}, "restart-delay", "")
 	fs.Int64Var(&rf.burst, "restart-burst", api.DefaultRestartBurst, "")
-	fs.Var(&rf.interval, "restart-interval", "")
+	fs.Var(wholeFlag{&rf.interval, time.Second, "seconds"}, "restart-interval", "")
 	return rf
 }
 
