@@ -75,7 +75,9 @@ func (m *Manager) releasableRow(row fence.Reservation, ev map[string]any) error 
 	m.mu.Lock()
 	_, ours := m.inflight[row.ID]
 	m.mu.Unlock()
-	l := fence.Liveness(row.OwnerPID, row.OwnerIncarnation)
+	// From this host: another host's owner is unknown here, never "dead"
+	// (its pid means nothing on this machine).
+	l := fence.OwnerLive(row, m.host, fence.Liveness)
 	ev["owner_pid"], ev["owner_liveness"], ev["phase"] = row.OwnerPID, l.String(), row.Phase.String()
 	if ours || l == fence.Alive {
 		return verdict.Errorf(verdict.CodeIdentityReservedLive,

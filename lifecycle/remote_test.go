@@ -149,3 +149,29 @@ func TestForgetHostFreesItsIdentities(t *testing.T) {
 		t.Fatalf("create after the forget: %+v %v", res, err)
 	}
 }
+
+// TestReleaseOtherHostsRow: `fence release` of a row another host's process
+// holds releases it (nothing here can prove that owner alive) and says its
+// liveness is unknown — its pid names nothing on this machine, so "dead"
+// (what a local probe of that pid answered) was not true.
+func TestReleaseOtherHostsRow(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	ctx := context.Background()
+	other, err := sqlite.Open(filepath.Join(e.home, "fence.sqlite"), fence.Options{Host: fence.Host{Name: "elsewhere"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	id, spec := e.identity("remote-row")
+	rr, err := other.Reserve(ctx, id, spec)
+	if err != nil || rr.Outcome != fence.Reserved {
+		t.Fatalf("reserve as elsewhere: %+v %v", rr, err)
+	}
+	rec, err := e.m.Release(ctx, rr.Reservation.ID)
+	if err != nil || rec.Verdict != verdict.VerdictReleased {
+		t.Fatalf("release: %+v %v", rec, err)
+	}
+	if rec.Evidence["owner_liveness"] != fence.LiveUnknown.String() {
+		t.Fatalf("owner_liveness %v, want %s", rec.Evidence["owner_liveness"], fence.LiveUnknown)
+	}
+}
