@@ -314,7 +314,7 @@ func publishedView(s *census.Session, p fence.Published) View {
 	return View{Name: s.Name, ID: s.ID, Managed: true,
 		StateDir: p.Identity.StateDir, SessionID: p.Identity.SessionID,
 		StateFile: p.StateFile, Label: p.Label, Generation: p.Generation, Authoritative: !p.Ended,
-		PanePID: s.PanePID, PaneDead: s.PaneDead, Attached: s.Attached, CreatedAt: s.Created.UTC(),
+		PanePID: s.PanePID, PaneDead: s.PaneDead, Attached: s.Attached, CreatedAt: createdAt(s.Created, p),
 		State: stateOf(p, s.PaneDead), StopTimeoutMS: p.StopTimeoutMS,
 		ActivityAt: activityAt(s), Restart: restartPolicy(p), Restarts: p.Restart.Restarts}
 }
@@ -419,6 +419,7 @@ func (m *Manager) viewOf(s *census.Session, pub *fence.Published) View {
 	switch {
 	case v.Authoritative:
 		v.State, v.StopTimeoutMS = stateOf(*pub, s.PaneDead), pub.StopTimeoutMS
+		v.CreatedAt = createdAt(s.Created, *pub)
 		restartFields(&v, *pub)
 	case pub.Ended && pub.TmuxID == s.ID && pub.Generation == v.Generation:
 		// Between two generations: the session kept for the next start.
@@ -435,10 +436,24 @@ func (m *Manager) attemptView(a *attempt, pub fence.Published) View {
 		Name: a.name, ID: a.tmuxID, Managed: true,
 		StateDir: a.req.Identity.StateDir, SessionID: a.req.Identity.SessionID,
 		StateFile: pub.StateFile, Generation: a.res.Generation, Authoritative: true,
-		Label: pub.Label, PanePID: a.panePID, CreatedAt: a.created.UTC(),
+		Label: pub.Label, PanePID: a.panePID, CreatedAt: createdAt(a.created, pub),
 		State: StateRunning, StopTimeoutMS: pub.StopTimeoutMS,
 		Restart: restartPolicy(pub), Restarts: pub.Restart.Restarts, Host: m.host.Name,
 	}
+}
+
+// createdAt is a published generation's created_at: when its session became
+// the identity's. That is tmux's session_created for a session made for it,
+// but a warm pool's standby was made before anyone asked for it (its
+// session_created can predate the identity's previous generation), so a
+// session first used by this generation — no restart since the create — is
+// dated by the publication when that is later. A restart keeps its session
+// and its date.
+func createdAt(tmuxCreated time.Time, p fence.Published) time.Time {
+	if p.Restart.Restarts == 0 && p.PublishedAt.After(tmuxCreated) {
+		return p.PublishedAt.UTC()
+	}
+	return tmuxCreated.UTC()
 }
 
 func generationTag(s *census.Session) uint64 {
