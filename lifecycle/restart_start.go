@@ -295,15 +295,19 @@ func (m *Manager) stopForRestart(ctx context.Context, p fence.Published) error {
 	return nil
 }
 
-// awaitGeneration waits until a generation after gen is published (not
-// ended) and returns its session's View.
+// awaitGeneration waits until a generation after gen is published (it may
+// have ended since) and returns its session's View.
 func (m *Manager) awaitGeneration(ctx context.Context, id fence.Identity, gen uint64) (View, error) {
 	for {
 		p, ok, err := m.fence.PublishedFor(ctx, id)
-		if err == nil && ok && p.Generation > gen && !p.Ended {
+		if err == nil && ok && p.Generation > gen {
+			// Published — also when it has ended since (an agent that
+			// exits at once): the restart is answered by the generation it
+			// started, not by one a later policy restart starts, nor by a
+			// failure its give-up would claim.
 			return m.generationView(ctx, p), nil
 		}
-		if err == nil && ok && p.Ended && p.Generation >= gen && p.Restart.State == fence.RestartGaveUp {
+		if err == nil && ok && p.Ended && p.Generation == gen && p.Restart.State == fence.RestartGaveUp {
 			return View{}, verdict.Errorf(verdict.CodeSpawnFailed, map[string]any{"generation": p.Generation},
 				"the next generation could not be started: the identity gave up (see its verdicts)")
 		}
@@ -324,7 +328,7 @@ func (m *Manager) generationView(ctx context.Context, p fence.Published) View {
 		return v
 	}
 	v := stoppingView(p)
-	v.PaneDead, v.State, v.Host = false, StateRunning, m.host.Name
+	v.PaneDead, v.State, v.Host = p.Ended, stateOf(p, p.Ended), m.host.Name
 	restartFields(&v, p)
 	return v
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 	"github.com/skc-supervisor/skc-supervisor/proctree"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -188,6 +189,34 @@ func TestRestartVerb(t *testing.T) {
 	if len(withReason(recs, verdict.VerdictEnded, verdict.ReasonManualRestart)) != 1 ||
 		len(withReason(recs, verdict.VerdictPublished, verdict.ReasonManualRestart)) != 1 {
 		t.Fatalf("verdicts: %v", verdictNames(recs))
+	}
+}
+
+// TestRestartVerbAgentExitsAtOnce: a manual restart whose new agent exits at
+// once (its policy's next start an hour away) is answered by the generation
+// it started — published, and ended since — not by a later one, and not as a
+// failure; with a start limit of 1 its give-up is not a spawn_failed either.
+func TestRestartVerbAgentExitsAtOnce(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	for _, burst := range []int{5, 1} {
+		exe, _ := os.Executable()
+		id, spec, marks := e.restartSpec(fmt.Sprintf("quick%d", burst), fence.RestartOnFailure, time.Hour, burst, "agent", "exit", "2")
+		spec.ResumeArgv = []string{exe, "agent", "markexit", marks, "2"}
+		res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "generation 1 ended", func() bool { return count(e.verdicts(id), verdict.VerdictEnded) == 1 })
+		v, err := e.m.Restart(context.Background(), Ref{Identity: &id})
+		// With a limit of 1, generation 1's end gave up and its session went:
+		// the restart starts generation 2 in a new one.
+		if err != nil || v.Generation != 2 || (burst > 1 && v.ID != res.Session.ID) {
+			t.Fatalf("burst %d: restart: %+v %v, want generation 2 (in %s)", burst, v, err, res.Session.ID)
+		}
+		waitFor(t, "generation 2 ended", func() bool { return count(e.verdicts(id), verdict.VerdictEnded) == 2 })
+		if p := e.published(id); p.Generation != 2 {
+			t.Fatalf("burst %d: generation %d published after the restart, want 2 (the next start is an hour away)", burst, p.Generation)
+		}
 	}
 }
 
