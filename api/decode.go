@@ -27,44 +27,53 @@ func DecodeCreate(body []byte) (CreateRequest, error) {
 		"restart_delay_ms": &req.RestartDelayMS, "restart_burst": &req.RestartBurst,
 		"restart_interval_s": &req.RestartIntervalS,
 	}
+	return req, decodeObject(body, targets)
+}
+
+// decodeObject decodes body, one JSON object, into targets strictly: keys
+// matched exactly (encoding/json alone would fold "TEXT" into "text"), no
+// unknown or repeated keys (it would keep the last of two), each value of its
+// field's type and no unpaired surrogate escape in it, nothing after the
+// object. Every refusal names its field.
+func decodeObject(body []byte, targets map[string]any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return req, syntaxError(err, "must be one JSON object")
+		return syntaxError(err, "must be one JSON object")
 	}
 	seen := make(map[string]bool, len(targets))
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return req, syntaxError(err, "")
+			return syntaxError(err, "")
 		}
 		key, _ := tok.(string)
 		target, ok := targets[key]
 		switch {
 		case !ok:
-			return req, invalid(key, "unknown field")
+			return invalid(key, "unknown field")
 		case seen[key]:
-			return req, invalid(key, "given twice")
+			return invalid(key, "given twice")
 		}
 		seen[key] = true
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
-			return req, syntaxError(err, "")
+			return syntaxError(err, "")
 		}
 		if unpairedSurrogate(raw) {
 			// encoding/json would make it U+FFFD: refused, as raw bad bytes are.
-			return req, invalid(key, "contains an unpaired surrogate escape (not valid UTF-8)")
+			return invalid(key, "contains an unpaired surrogate escape (not valid UTF-8)")
 		}
 		if err := json.Unmarshal(raw, target); err != nil {
-			return req, invalid(key, "has the wrong type (%s)", typeName(err))
+			return invalid(key, "has the wrong type (%s)", typeName(err))
 		}
 	}
 	if _, err := dec.Token(); err != nil {
-		return req, syntaxError(err, "")
+		return syntaxError(err, "")
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return req, invalid("body", "has data after the JSON object")
+		return invalid("body", "has data after the JSON object")
 	}
-	return req, nil
+	return nil
 }
 
 // unpairedSurrogate reports whether the JSON text b holds a \u escape of a

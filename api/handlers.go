@@ -1,13 +1,13 @@
 package api
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
@@ -150,7 +150,7 @@ func (s *Server) handleFence(w http.ResponseWriter, r *http.Request) {
 // handleRelease is POST /v1/fence/release {"reservation_id": "…"}.
 func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 	var req ReleaseRequest
-	if !readStrict(w, r, &req, `{"reservation_id": "…"}`) {
+	if !readStrict(w, r, map[string]any{"reservation_id": &req.ReservationID}, `{"reservation_id": "…"}`) {
 		return
 	}
 	if len(req.ReservationID) != 32 || strings.Trim(req.ReservationID, "0123456789abcdef") != "" {
@@ -169,7 +169,7 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 // the name (invalid_request, details.field host).
 func (s *Server) handleForget(w http.ResponseWriter, r *http.Request) {
 	var req ForgetRequest
-	if !readStrict(w, r, &req, `{"host": "…"}`) {
+	if !readStrict(w, r, map[string]any{"host": &req.Host}, `{"host": "…"}`) {
 		return
 	}
 	if req.Host == "" {
@@ -184,24 +184,22 @@ func (s *Server) handleForget(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, res)
 }
 
-// readStrict reads a small JSON body into v, refusing unknown fields; on
-// failure it has answered invalid_request (details.field body, the shape
-// wanted in the message) and reports false.
-func readStrict(w http.ResponseWriter, r *http.Request, v any, want string) bool {
+// readStrict reads a small JSON body into targets (decodeObject: the same
+// strict rules as a create's body); on failure it has answered
+// invalid_request naming the field, with the shape wanted in the message, and
+// reports false.
+func readStrict(w http.ResponseWriter, r *http.Request, targets map[string]any, want string) bool {
 	body, ok := readBody(w, r)
 	if !ok {
 		return false
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" {
-			// Name the field, as a create's body does (details.field).
-			writeError(w, invalid(te.Field, "has the wrong type (%s); want %s", typeName(err), want))
-			return false
-		}
-		writeError(w, invalid("body", "want %s: %v", want, err))
+	if !utf8.Valid(body) {
+		writeError(w, invalid("body", "is not valid UTF-8; want %s", want))
+		return false
+	}
+	if err := decodeObject(body, targets); err != nil {
+		e := verdict.AsError(err)
+		writeError(w, verdict.Errorf(e.Code, e.Details, "%s; want %s", e.Message, want))
 		return false
 	}
 	return true

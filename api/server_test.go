@@ -287,7 +287,7 @@ func TestForgetEndpoint(t *testing.T) {
 	for _, c := range []struct{ name, body, field string }{
 		{"no host", `{}`, "host"},
 		{"empty host", `{"host":""}`, "host"},
-		{"unknown field", `{"host":"a","bogus":1}`, "body"},
+		{"unknown field", `{"host":"a","bogus":1}`, "bogus"}, // named, as create names it
 		{"wrong type", `{"host":1}`, "host"}, // named, as create names its fields
 		{"empty", ``, "body"},
 	} {
@@ -343,13 +343,15 @@ func TestFleetQueries(t *testing.T) {
 }
 
 // TestReleaseAndForgetBodies: the operator endpoints refuse a bad body with
-// invalid_request naming the field when there is one (a wrong type), the body
-// otherwise.
+// invalid_request naming the field when there is one (a wrong type, an
+// unknown, repeated or case-folded key), the body otherwise.
 func TestReleaseAndForgetBodies(t *testing.T) {
 	h := start(t, os.Getuid())
 	for _, c := range []struct{ path, body, field string }{
 		{"/v1/fence/release", `{"reservation_id":1}`, "reservation_id"},
-		{"/v1/fence/release", `{"reservation_id":"x","more":1}`, "body"},
+		{"/v1/fence/release", `{"reservation_id":"x","more":1}`, "more"},
+		{"/v1/fence/release", `{"reservation_id":"x","reservation_id":"y"}`, "reservation_id"},
+		{"/v1/fence/forget", `{"HOST":"a"}`, "HOST"},
 		{"/v1/fence/release", `nonsense`, "body"},
 		{"/v1/fence/release", ``, "body"},
 		{"/v1/fence/release", `{}`, "reservation_id"},

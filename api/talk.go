@@ -1,14 +1,11 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -182,44 +179,21 @@ func (s *Server) handleInput(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, InputResponse{Status: "sent"})
 }
 
-// DecodeInput decodes an input body strictly (unknown fields refused). Text
-// that was not valid UTF-8 on the wire — raw invalid bytes, or an unpaired
-// surrogate escape, both of which encoding/json would turn into U+FFFD
-// silently — is refused rather than altered.
+// DecodeInput decodes an input body strictly, as a create's (decodeObject:
+// unknown, repeated or case-folded keys refused). Text that was not valid
+// UTF-8 on the wire — raw invalid bytes, or an unpaired surrogate escape, both
+// of which encoding/json would turn into U+FFFD silently — is refused rather
+// than altered.
 func DecodeInput(body []byte) (InputRequest, error) {
 	if !utf8.Valid(body) {
 		return InputRequest{}, invalid("text", "the body is not valid UTF-8")
 	}
 	var in InputRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil {
-		return InputRequest{}, invalid(inputField(err), "not a valid input object: %v", err)
-	}
-	if dec.More() {
-		return InputRequest{}, invalid("body", "more than one JSON value")
-	}
-	if unpairedSurrogate(body) {
-		return InputRequest{}, invalid("text", "text contains an unpaired surrogate escape (not valid UTF-8)")
+	err := decodeObject(body, map[string]any{"text": &in.Text, "enter": &in.Enter, "keys": &in.Keys})
+	if err != nil {
+		return InputRequest{}, err
 	}
 	return in, nil
-}
-
-// inputField is the field a decoding error is about: the unknown field's name
-// (encoding/json says `json: unknown field "NAME"`), the field of a value of
-// the wrong type, else the body.
-func inputField(err error) string {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) && te.Field != "" {
-		return te.Field
-	}
-	const unknown = `json: unknown field "`
-	if msg := err.Error(); strings.HasPrefix(msg, unknown) && strings.HasSuffix(msg, `"`) {
-		if f := msg[len(unknown) : len(msg)-1]; f != "" && utf8.ValidString(f) {
-			return f
-		}
-	}
-	return "body"
 }
 
 // outputLine is one JSON line of an output stream.
