@@ -3,9 +3,9 @@ package lifecycle
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 	"github.com/skc-supervisor/skc-supervisor/proctree"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"

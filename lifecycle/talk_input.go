@@ -61,39 +61,76 @@ func ValidateInput(in Input) error {
 	return nil
 }
 
-// namedKeys are tmux's key names (key-string.c) that an input may send.
-var namedKeys = map[string]bool{
-	"Enter": true, "Escape": true, "Tab": true, "BTab": true, "BSpace": true, "Space": true,
-	"Up": true, "Down": true, "Left": true, "Right": true, "Home": true, "End": true,
-	"PageUp": true, "PageDown": true, "PgUp": true, "PgDn": true, "PPage": true, "NPage": true,
-	"Insert": true, "Delete": true, "IC": true, "DC": true,
-	"KP0": true, "KP1": true, "KP2": true, "KP3": true, "KP4": true, "KP5": true, "KP6": true,
-	"KP7": true, "KP8": true, "KP9": true, "KPEnter": true,
-}
+// Key names an input may send, by what tmux (3.3a and 3.7c alike: checked by
+// typing every one into a pane) makes of their modifiers. A name tmux cannot
+// encode is not refused by send-keys: it is typed as its letters (S-Enter
+// arrives as "S-Enter" on 3.3a) or sends nothing (C-Tab), or a modifier is
+// dropped (S-a as "a" on 3.7c) — so only what both encode is accepted.
+var (
+	// anyModKeys take C-, M- and S- in any combination (xterm's modified
+	// cursor and function keys).
+	anyModKeys = map[string]bool{
+		"Up": true, "Down": true, "Left": true, "Right": true, "Home": true, "End": true,
+		"PageUp": true, "PageDown": true, "PgUp": true, "PgDn": true, "PPage": true, "NPage": true,
+		"Insert": true, "Delete": true, "IC": true, "DC": true,
+	}
+	// metaKeys take M- only (Space also C-: NUL).
+	metaKeys = map[string]bool{
+		"Enter": true, "Escape": true, "Tab": true, "BTab": true, "BSpace": true, "Space": true,
+		"KP0": true, "KP1": true, "KP2": true, "KP3": true, "KP4": true, "KP5": true, "KP6": true,
+		"KP7": true, "KP8": true, "KP9": true, "KPEnter": true,
+	}
+)
 
 // ValidKey reports whether k is a key an input may name: modifiers `C-`, `M-`,
-// `S-` (each at most once), then a named key, F1–F12, or one printable ASCII
-// character other than space. Nothing else reaches send-keys without -l, so no
-// string is ever looked up by tmux as something else.
+// `S-` (each at most once), then a key that takes them —
+//   - Up, Down, Left, Right, Home, End, PageUp/PgUp/PPage, PageDown/PgDn/NPage,
+//     Insert/IC, Delete/DC and F1–F12: any modifiers;
+//   - Enter, Escape, Tab, BTab, BSpace, Space, KP0–KP9, KPEnter: M- only (Space
+//     also C-);
+//   - one printable ASCII character other than space: M-; C- for a letter or
+//     one of @ [ \ ] ^ _ ? (and / without M-); never S- (type the character
+//     itself: "A", not "S-a").
+//
+// Nothing else reaches send-keys without -l, so no string is ever looked up by
+// tmux as something else.
 func ValidKey(k string) bool {
-	seen := map[byte]bool{}
-	for len(k) > 2 && k[1] == '-' && (k[0] == 'C' || k[0] == 'M' || k[0] == 'S') {
-		if seen[k[0]] {
+	var ctrl, meta, shift bool
+	for len(k) > 2 && k[1] == '-' {
+		var m *bool
+		switch k[0] {
+		case 'C':
+			m = &ctrl
+		case 'M':
+			m = &meta
+		case 'S':
+			m = &shift
+		default:
 			return false
 		}
-		seen[k[0]] = true
-		k = k[2:]
+		if *m {
+			return false
+		}
+		*m, k = true, k[2:]
 	}
-	if namedKeys[k] {
+	switch {
+	case anyModKeys[k] || functionKey(k):
 		return true
+	case metaKeys[k]:
+		return !shift && (!ctrl || k == "Space")
+	case len(k) != 1 || k[0] <= ' ' || k[0] >= 0x7f || shift:
+		return false
+	case ctrl:
+		c := k[0]
+		return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || strings.IndexByte("@[\\]^_?", c) >= 0 || c == '/' && !meta
 	}
-	if len(k) == 1 {
-		return k[0] > ' ' && k[0] < 0x7f
-	}
-	if n, err := strconv.Atoi(strings.TrimPrefix(k, "F")); err == nil && k[0] == 'F' && k[1] != '0' {
-		return n >= 1 && n <= 12
-	}
-	return false
+	return true
+}
+
+// functionKey: F1–F12.
+func functionKey(k string) bool {
+	n, err := strconv.Atoi(strings.TrimPrefix(k, "F"))
+	return err == nil && len(k) > 1 && k[0] == 'F' && k[1] != '0' && k[1] != '+' && k[1] != '-' && n >= 1 && n <= 12
 }
 
 // inputCommands is the tmux command list that types in to pane, in order.

@@ -540,13 +540,20 @@ func TestSanitizeTail(t *testing.T) {
 	}
 }
 
+// TestValidKey: the keys tmux 3.3a and 3.7c both encode are accepted, and
+// those either types as its letters, drops or strips a modifier from are
+// refused (the table was read off both by typing each key into a pane).
 func TestValidKey(t *testing.T) {
-	for _, k := range []string{"Enter", "C-c", "M-x", "C-M-a", "S-Up", "F1", "F12", "a", "~", "BSpace", "Escape"} {
+	for _, k := range []string{"Enter", "C-c", "C-C", "M-x", "C-M-a", "S-Up", "C-S-Home", "C-M-S-F5", "F1", "F12",
+		"a", "~", ";", "BSpace", "Escape", "M-Enter", "M-BSpace", "C-Space", "C-M-Space", "C-@", "C-[", "C-\\",
+		"C-?", "C-_", "C-/", "M-/", "M-;", "KP0", "M-KPEnter", "PgDn", "IC"} {
 		if !ValidKey(k) {
 			t.Errorf("%q refused", k)
 		}
 	}
-	for _, k := range []string{"", "F0", "F13", "F01", "C-", "C-C-c", "ab", " ", "Space ", "#{x}", "é", "C-é", "0x03"} {
+	for _, k := range []string{"", "F0", "F13", "F01", "F+1", "C-", "C-C-c", "ab", " ", "Space ", "#{x}", "é", "C-é", "0x03",
+		"S-Enter", "S-a", "S-C-a", "C-S-a", "M-S-x", "S-;", "C-~", "S-Space", "C-;", "C-1", "C-Tab", "C-#",
+		"C-Enter", "C-BSpace", "C-KP0", "C-M-/", "C-.", "S-Tab", "X-a"} {
 		if ValidKey(k) {
 			t.Errorf("%q accepted", k)
 		}
