@@ -85,9 +85,14 @@ func (c *Client) Output(ctx context.Context, ref Ref, fn func(OutputChunk) error
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for sc.Scan() {
-		ch, err := parseOutputLine(sc.Bytes())
-		if err != nil {
+		ch, end, err := parseOutputLine(sc.Bytes())
+		switch {
+		case err != nil:
 			return err
+		case end == OutputEndStopping:
+			return c.unreachable(errors.New("the daemon ended the output stream (it is stopping)"))
+		case end != "":
+			return nil
 		}
 		if err := fn(ch); err != nil {
 			return err
@@ -99,21 +104,26 @@ func (c *Client) Output(ctx context.Context, ref Ref, fn func(OutputChunk) error
 	return nil
 }
 
-func parseOutputLine(b []byte) (OutputChunk, error) {
+// parseOutputLine reads one line of an output stream: a chunk, or the last
+// line's reason (end).
+func parseOutputLine(b []byte) (ch OutputChunk, end string, err error) {
 	var l outputLine
 	if err := json.Unmarshal(b, &l); err != nil {
-		return OutputChunk{}, verdict.Errorf(verdict.CodeInternal, nil, "output stream line: %v", err)
+		return OutputChunk{}, "", verdict.Errorf(verdict.CodeInternal, nil, "output stream line: %v", err)
+	}
+	if l.End != "" {
+		return OutputChunk{}, l.End, nil
 	}
 	at, _ := time.Parse(time.RFC3339Nano, l.At)
-	ch := OutputChunk{At: at, Unknown: l.Unknown}
+	ch = OutputChunk{At: at, Unknown: l.Unknown}
 	if l.Dropped != nil {
 		ch.Dropped = *l.Dropped
-		return ch, nil
+		return ch, "", nil
 	}
 	data, err := base64.StdEncoding.DecodeString(l.DataB64)
 	if err != nil {
-		return OutputChunk{}, verdict.Errorf(verdict.CodeInternal, nil, "output stream data: %v", err)
+		return OutputChunk{}, "", verdict.Errorf(verdict.CodeInternal, nil, "output stream data: %v", err)
 	}
 	ch.Data = data
-	return ch, nil
+	return ch, "", nil
 }

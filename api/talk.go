@@ -202,7 +202,15 @@ type outputLine struct {
 	DataB64 string `json:"data_b64,omitempty"`
 	Dropped *int64 `json:"dropped_bytes,omitempty"`
 	Unknown bool   `json:"dropped_unknown,omitempty"`
+	End     string `json:"end,omitempty"` // the last line: why the stream ended (OutputEnd…)
 }
+
+// Why an output stream ended, on its last line ({"at", "end": …}): a reader
+// that must follow on (a log shipper) tells a session's end from the daemon's.
+const (
+	OutputEndSession  = "session_ended"
+	OutputEndStopping = "supervisor_stopping"
+)
 
 func (s *Server) handleOutput(w http.ResponseWriter, r *http.Request) {
 	t, ref, ok := s.talker(w, r)
@@ -233,6 +241,7 @@ func (s *Server) handleOutput(w http.ResponseWriter, r *http.Request) {
 	for {
 		chunks, ok := st.Next(ctx)
 		if !ok {
+			s.endOutput(enc, w, r)
 			return
 		}
 		for _, c := range chunks {
@@ -247,6 +256,23 @@ func (s *Server) handleOutput(w http.ResponseWriter, r *http.Request) {
 				return // the client hung up
 			}
 		}
+		flush(w)
+	}
+}
+
+// endOutput writes an output stream's last line, saying why it ended: the
+// daemon stopping, or the session's end — nothing when the client hung up.
+func (s *Server) endOutput(enc *json.Encoder, w http.ResponseWriter, r *http.Request) {
+	line := outputLine{At: time.Now().UTC().Format(time.RFC3339Nano), End: OutputEndSession}
+	select {
+	case <-s.stopping:
+		line.End = OutputEndStopping
+	default:
+		if r.Context().Err() != nil {
+			return
+		}
+	}
+	if enc.Encode(line) == nil {
 		flush(w)
 	}
 }

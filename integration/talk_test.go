@@ -62,16 +62,24 @@ func TestTalkCLIAndAPI(t *testing.T) {
 // followHTTP opens GET …/output?follow=1 and returns its lines; the channel
 // closes when the stream ends.
 // awaitStreamEnd drains a follow stream until the daemon ends it, which it
-// must do once the followed session is gone (why: what ended it).
+// must do once the followed session is gone (why: what ended it), with a last
+// line that says so ({"at", "end": "session_ended"}).
 func awaitStreamEnd(t *testing.T, lines <-chan string, why string) {
 	t.Helper()
 	deadline := time.After(30 * time.Second)
+	last := ""
 	for {
 		select {
-		case _, ok := <-lines:
-			if !ok {
-				return
+		case l, ok := <-lines:
+			if ok {
+				last = l
+				continue
 			}
+			var end struct{ At, End string }
+			if json.Unmarshal([]byte(last), &end) != nil || end.End != "session_ended" || end.At == "" {
+				t.Fatalf("output stream ended by %s: last line %q, want {\"at\", \"end\": \"session_ended\"}", why, last)
+			}
+			return
 		case <-deadline:
 			t.Fatalf("output stream did not end with %s", why)
 		}
@@ -322,4 +330,25 @@ func TestTalkKeptForRestart(t *testing.T) {
 		t.Fatal(r)
 	}
 	awaitStreamEnd(t, lines, "the kill")
+}
+
+// TestOutputEndsWithDaemonStop: a follow stream the daemon ends because it is
+// stopping says so on its last line, so a reader knows to reconnect rather
+// than take the session for ended.
+func TestOutputEndsWithDaemonStop(t *testing.T) {
+	t.Parallel()
+	d := StartDaemon(t, DaemonOpts{})
+	spec := NewSpec(t, "outstop")
+	spec.Argv = []string{"/bin/sh", "-c", "echo started; exec cat"}
+	s := d.MustCreate(t, spec, "published")
+	lines := followHTTP(t, d, s.Name)
+	d.Stop(t)
+	last := ""
+	for l := range lines {
+		last = l
+	}
+	var end struct{ At, End string }
+	if json.Unmarshal([]byte(last), &end) != nil || end.End != "supervisor_stopping" {
+		t.Fatalf("last line %q, want {\"at\", \"end\": \"supervisor_stopping\"}", last)
+	}
 }
