@@ -297,10 +297,22 @@ func (s *Server) handleWait(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	res, err := t.Wait(ctx, ref, req)
 	if err != nil {
-		writeError(w, err)
+		writeError(w, s.stoppedError(err))
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// stoppedError is err, unless the daemon's stop cut the request short: then
+// busy (retry with the next daemon), not the timeout the ended wait looks like.
+func (s *Server) stoppedError(err error) error {
+	select {
+	case <-s.stopping:
+		return verdict.Errorf(verdict.CodeBusy, map[string]any{"shutting_down": true},
+			"the supervisor is shutting down: ask the next daemon (%v)", err)
+	default:
+		return err
+	}
 }
 
 // parseWait reads ?exit=1 | idle=DURATION | text=S, and timeout=DURATION (Go

@@ -342,6 +342,17 @@ func TestOutputEndsWithDaemonStop(t *testing.T) {
 	spec.Argv = []string{"/bin/sh", "-c", "echo started; exec cat"}
 	s := d.MustCreate(t, spec, "published")
 	lines := followHTTP(t, d, s.Name)
+	// A wait the stop cuts short is busy (ask the next daemon), not the
+	// timeout its ended wait would look like.
+	waited := make(chan Result, 1)
+	go func() { waited <- d.CLI(t, "wait", s.Name, "--idle", "1h", "--json") }()
+	WaitFor(t, waitDeadline, "the wait's output subscription", func() error {
+		_, b := d.Get(t, "/metrics")
+		if !strings.Contains(string(b), "\nskc_output_subscribers 2\n") {
+			return errorf("subscribers: not 2 yet")
+		}
+		return nil
+	})
 	d.Stop(t)
 	last := ""
 	for l := range lines {
@@ -350,5 +361,8 @@ func TestOutputEndsWithDaemonStop(t *testing.T) {
 	var end struct{ At, End string }
 	if json.Unmarshal([]byte(last), &end) != nil || end.End != "supervisor_stopping" {
 		t.Fatalf("last line %q, want {\"at\", \"end\": \"supervisor_stopping\"}", last)
+	}
+	if r := <-waited; r.Code != 75 || !strings.Contains(r.Stdout, `"busy"`) {
+		t.Errorf("wait cut short by the stop: want exit 75 (busy)\n%s", r)
 	}
 }
