@@ -156,7 +156,15 @@ func (m *Manager) resolveIdentity(ctx context.Context, id fence.Identity) (Targe
 		t.Remote = true
 		return t, nil
 	}
-	if p.Ended || !m.inThisLife(&p) {
+	if !m.inThisLife(&p) {
+		return t, nil
+	}
+	if p.Ended {
+		// Between two generations its session may be kept for the next
+		// start (a dead pane): the identity names it as its name does.
+		if s, found := m.census.ByID(p.TmuxID); found && s.Identity() == p.Identity.Digest() {
+			t.Session = &s
+		}
 		return t, nil
 	}
 	for i := 0; i < 2; i++ {

@@ -389,6 +389,11 @@ func TestKeptSessionKilledByHand(t *testing.T) {
 		v, err := e.m.Show(context.Background(), Ref{Name: res.Session.Name})
 		return err == nil && v.Session != nil && v.Session.State == StateExited && v.Session.NextStartAt != nil
 	})
+	// By identity it is the same session (it said "no live session").
+	if v, err := e.m.Show(context.Background(), Ref{Identity: &id}); err != nil || v.Session == nil ||
+		v.Session.ID != res.Session.ID || v.Session.State != StateExited || v.Session.NextStartAt == nil {
+		t.Fatalf("show by identity while waiting: %+v %v", v.Session, err)
+	}
 	if out, err := execTmux(e, "kill-session", "-t", res.Session.ID); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}

@@ -33,3 +33,18 @@ func TestStaleTagsJoinByTmuxID(t *testing.T) {
 		t.Fatal("a session with an @skc- tag is stale")
 	}
 }
+
+// TestViewStartingInKeptSession: while the next generation is being started in
+// its kept session — tagged with it, not published yet — the session shows
+// state starting with the identity's restart count, not as a bare session.
+func TestViewStartingInKeptSession(t *testing.T) {
+	s := census.Session{ID: "$7", Name: "skc-x", Managed: true, PanePID: 42, Created: time.Unix(1700000000, 0),
+		Tags: map[string]string{census.TagGeneration: "4"}}
+	p := fence.Published{Identity: fence.Identity{StateDir: "/s", SessionID: "a"}, Generation: 3, TmuxID: "$7",
+		Ended: true, Spec: fence.Spec{Restart: fence.RestartAlways},
+		Restart: fence.RestartInfo{State: fence.RestartExited, Restarts: 2, Due: time.Unix(1700000100, 0)}}
+	v := (&Manager{}).viewOf(&s, &p)
+	if v.State != StateStarting || v.Restart != fence.RestartAlways || v.Restarts != 2 || v.Authoritative || v.Generation != 4 {
+		t.Fatalf("view %+v", v)
+	}
+}

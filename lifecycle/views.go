@@ -425,6 +425,11 @@ func (m *Manager) viewOf(s *census.Session, pub *fence.Published) View {
 		// Between two generations: the session kept for the next start.
 		v.State = stateOf(*pub, s.PaneDead)
 		restartFields(&v, *pub)
+	case pub.Ended && pub.TmuxID == s.ID && v.Generation > pub.Generation && pub.Restart.State == fence.RestartExited:
+		// The next generation is being started in the kept session: tagged,
+		// not published yet.
+		v.State = StateStarting
+		restartFields(&v, *pub)
 	}
 	return v
 }
