@@ -103,6 +103,15 @@ func (m *Manager) resolveName(ctx context.Context, name string) (Target, bool, e
 			// gone: the stopping generation is what the name still names.
 			return Target{Identity: &p.Identity, Published: &p}, true, nil
 		}
+		if !found && !ok {
+			// Or an ended generation whose restart is pending, its session
+			// gone with its server.
+			for _, w := range m.waitingGenerations(ctx) {
+				if w.SessionName == name {
+					return Target{Identity: &w.Identity, Published: &w}, true, nil
+				}
+			}
+		}
 	}
 	if !found || isStandby(&s) {
 		return Target{}, false, nil

@@ -403,6 +403,56 @@ func TestKeptSessionKilledByHand(t *testing.T) {
 	}
 }
 
+// TestWaitingListedAfterServerDeath: an identity waiting out its restart
+// delay whose kept session went with its server still holds the identity:
+// ls, show by name and show by identity list it as exited with its next start
+// (it vanished from both until it restarted).
+func TestWaitingListedAfterServerDeath(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, spec, _ := e.restartSpec("gonewait", fence.RestartOnFailure, time.Hour, 5, "agent", "exit", "2")
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "waiting out the delay", func() bool { p := e.published(id); return p.Ended && p.Restart.State == fence.RestartExited })
+	old := e.serverPID(t)
+	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the next server's census", func() bool {
+		info, ok := e.census.Info()
+		return ok && info.PID != old && e.census.Synced()
+	})
+	other, ospec := e.identity("gonewait-other")
+	if _, err := e.m.Create(context.Background(), CreateRequest{Identity: other, Spec: ospec, Wait: 30 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, v *View) {
+		t.Helper()
+		if v == nil || v.Name != res.Session.Name || v.State != StateExited || v.NextStartAt == nil || v.Generation != 1 {
+			t.Fatalf("%s: %+v, want generation 1 exited with its next start", what, v)
+		}
+	}
+	l, err := e.m.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed *View
+	for i := range l.Sessions {
+		if l.Sessions[i].Name == res.Session.Name {
+			listed = &l.Sessions[i]
+		}
+	}
+	check("ls", listed)
+	for _, ref := range []Ref{{Name: res.Session.Name}, {Identity: &id}} {
+		sh, err := e.m.Show(context.Background(), ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(fmt.Sprintf("show %+v", ref), sh.Session)
+	}
+}
+
 // TestDelaySurvivesDaemonRestart: the next start's due time is in the fence:
 // a daemon stopped while an identity waits out its delay leaves no restarter
 // behind (Shutdown waits for them), and the next daemon's start schedules it

@@ -292,6 +292,7 @@ func (m *Manager) liveInLife(ctx context.Context, snap census.Snapshot, sc *list
 			byTmux[p.TmuxID] = *p
 		}
 	})
+	sc.stopping = m.waitingUnlisted(ctx, snap, sc.ids, sc.stopping)
 	slices.SortFunc(sc.stopping, func(a, b fence.Published) int { return strings.Compare(a.SessionName, b.SessionName) })
 	return byTmux, behind, err
 }
@@ -326,13 +327,57 @@ func restartPolicy(p fence.Published) string {
 	return p.Spec.Restart
 }
 
-// stoppingView is the View of a stopping generation whose session is gone.
+// stoppingView is the View of a stopping generation whose session is gone —
+// or of an ended one waiting out its restart delay after its session went
+// with its server (state exited or starting, with its next start).
 func stoppingView(p fence.Published) View {
-	return View{Name: p.SessionName, ID: p.TmuxID, Managed: true,
+	v := View{Name: p.SessionName, ID: p.TmuxID, Managed: true,
 		StateDir: p.Identity.StateDir, SessionID: p.Identity.SessionID,
-		StateFile: p.StateFile, Label: p.Label, Generation: p.Generation, Authoritative: true,
+		StateFile: p.StateFile, Label: p.Label, Generation: p.Generation, Authoritative: !p.Ended,
 		PanePID: p.PanePID, PaneDead: true, CreatedAt: p.PublishedAt.UTC(),
 		State: StateStopping, StopTimeoutMS: p.StopTimeoutMS, Restart: restartPolicy(p), Restarts: p.Restart.Restarts}
+	if p.Ended {
+		v.State = stateOf(p, true)
+		restartFields(&v, p)
+	}
+	return v
+}
+
+// waiting: p ended and its next start is due or under way (restart policy).
+func waiting(p *fence.Published) bool {
+	return p.Ended && p.Restart.State == fence.RestartExited
+}
+
+// waitingGenerations are the ended generations of the identities whose
+// restart is pending (a restarter runs for each: few).
+func (m *Manager) waitingGenerations(ctx context.Context) []fence.Published {
+	m.mu.Lock()
+	digests := make([]string, 0, len(m.restarters))
+	for d := range m.restarters {
+		digests = append(digests, d)
+	}
+	m.mu.Unlock()
+	var out []fence.Published
+	for _, d := range digests {
+		if p, ok, err := m.fence.CachedPublished(ctx, d); err == nil && ok && waiting(&p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// waitingUnlisted appends to out the waiting generations (waitingGenerations)
+// whose session no list of this server life shows — it went with its
+// server: they still hold their identity, and `ls` shows them until the next
+// generation starts.
+func (m *Manager) waitingUnlisted(ctx context.Context, snap census.Snapshot, ids map[string]bool, out []fence.Published) []fence.Published {
+	for _, p := range m.waitingGenerations(ctx) {
+		if _, listed := ids[p.TmuxID]; listed && p.ServerPID == snap.Info.PID && p.ServerStart == snap.Info.StartTime {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // Show returns one session with its reservation row and verdicts. The fence's
@@ -376,7 +421,7 @@ func (m *Manager) showParts(ctx context.Context, ref Ref) (*View, fence.Identity
 	case t.Remote:
 		v = new(View)
 		*v = remoteView(*t.Published)
-	case t.Published != nil && t.Published.Stopping != nil && !t.Published.Ended:
+	case t.Published != nil && (t.Published.Stopping != nil && !t.Published.Ended || waiting(t.Published)):
 		v = new(View)
 		*v = stoppingView(*t.Published)
 	}
