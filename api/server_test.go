@@ -288,7 +288,7 @@ func TestForgetEndpoint(t *testing.T) {
 		{"no host", `{}`, "host"},
 		{"empty host", `{"host":""}`, "host"},
 		{"unknown field", `{"host":"a","bogus":1}`, "bogus"}, // named, as create names it
-		{"wrong type", `{"host":1}`, "host"}, // named, as create names its fields
+		{"wrong type", `{"host":1}`, "host"},                 // named, as create names its fields
 		{"empty", ``, "body"},
 	} {
 		st, b := h.raw(t, "POST", "/v1/fence/forget", c.body, nil)
