@@ -1,11 +1,14 @@
 package lifecycle
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/census"
 	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
 // TestStaleTagsJoinByTmuxID: a session the census listed before the saga set its
@@ -46,5 +49,21 @@ func TestViewStartingInKeptSession(t *testing.T) {
 	v := (&Manager{}).viewOf(&s, &p)
 	if v.State != StateStarting || v.Restart != fence.RestartAlways || v.Restarts != 2 || v.Authoritative || v.Generation != 4 {
 		t.Fatalf("view %+v", v)
+	}
+}
+
+// TestWaitExitUnknown: wait --exit on a name nothing of this host ever wore,
+// or an identity without a generation, is not_found saying so (it said the
+// session "is gone", with an empty name for an identity).
+func TestWaitExitUnknown(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	_, err := e.m.Wait(context.Background(), Ref{Name: "never-was"}, WaitRequest{Exit: true})
+	if ve := verdict.AsError(err); ve == nil || ve.Code != verdict.CodeNotFound || !strings.Contains(ve.Message, `no session named "never-was"`) {
+		t.Errorf("wait on an unknown name: %v", err)
+	}
+	id, _ := e.identity("never-created")
+	_, err = e.m.Wait(context.Background(), Ref{Identity: &id}, WaitRequest{Exit: true})
+	if ve := verdict.AsError(err); ve == nil || ve.Code != verdict.CodeNotFound || !strings.Contains(ve.Message, "no generation to wait for") {
+		t.Errorf("wait on an unknown identity: %v", err)
 	}
 }

@@ -110,8 +110,12 @@ func (m *Manager) waitExit(ctx context.Context, ref Ref) (WaitResult, error) {
 		return WaitResult{}, remoteSession(pub)
 	case err != nil:
 		return WaitResult{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%v", err)
+	case !ok && ref.Identity != nil:
+		return WaitResult{}, verdict.Errorf(verdict.CodeNotFound,
+			map[string]any{"state_dir": ref.Identity.StateDir, "session_id": ref.Identity.SessionID},
+			"identity %s %s has no generation to wait for", ref.Identity.StateDir, ref.Identity.SessionID)
 	case !ok:
-		return WaitResult{}, goneErr(ref.Name)
+		return WaitResult{}, notFoundName(ref.Name) // nothing of this host ever wore it
 	case pub.Ended:
 		recs, err := m.verdictsOf(ctx, pub.Identity)
 		if err != nil {
