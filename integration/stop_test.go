@@ -600,3 +600,38 @@ func TestAttachStoppingAfterServerDeath(t *testing.T) {
 		}
 	}
 }
+
+// TestAttachWaitingAfterServerDeath: an identity waiting out its restart
+// delay whose kept session went with its server is listed as exited with the
+// tmux id it had; attach refuses it (exit 4) rather than follow that id to
+// whatever session a newer server gave it.
+func TestAttachWaitingAfterServerDeath(t *testing.T) {
+	t.Parallel()
+	d := StartDaemon(t, DaemonOpts{})
+	spec := NewSpec(t, "attachwait")
+	spec.Argv = []string{"/bin/sh", "-c", "exit 2"}
+	s := createWith(t, d, spec, "--restart", "on-failure", "--restart-delay", "60s")
+	WaitFor(t, waitDeadline, "the identity waiting for its restart", func() error {
+		if r := d.CLI(t, "show", "--json", s.Name); !strings.Contains(r.Stdout, `"state":"exited"`) {
+			return errorf("not exited yet: %s", r.Stdout)
+		}
+		return nil
+	})
+	pid, ok := d.liveServerPID()
+	if !ok {
+		t.Fatal("no tmux server")
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	other := NewSpec(t, "attachwait-other")
+	other.Argv = []string{"sleep", "1000"}
+	o := d.MustCreate(t, other, "published")
+	t.Logf("waiting generation's id %s, the new session's %s", s.ID, o.ID)
+	if r := d.CLI(t, "show", "--json", s.Name); r.Code != 0 || !strings.Contains(r.Stdout, `"state":"exited"`) {
+		t.Errorf("show of the waiting identity after its server died: want it exited\n%s", r)
+	}
+	if r := d.CLI(t, "attach", s.Name); r.Code != 4 || !strings.Contains(r.Stderr, "is gone") {
+		t.Errorf("attach: want exit 4 (not_found) saying its session is gone\n%s", r)
+	}
+}

@@ -50,12 +50,13 @@ func runAttach(cli *CLI, args []string) int {
 }
 
 // attachTarget resolves ref to the tmux target attach hands tmux: the
-// session's $id, or "=name" for a session listed without one. A stopping
-// generation is shown from its published record after its session went, with
-// the tmux id it had — an id a newer server may have given another session —
-// so its id is resolved once more and must name a live session of the same
-// generation: attaching a person to another agent's terminal would be worse
-// than refusing.
+// session's $id, or "=name" for a session listed without one. A generation
+// that is not running (stopping, or ended and waiting for its restart) may be
+// shown from its published record after its session went, with the tmux id
+// it had — an id a newer server may have given another session — so its id
+// is resolved once more and must name a live session of the same generation
+// (a kept session does): attaching a person to another agent's terminal would
+// be worse than refusing.
 func attachTarget(cli *CLI, c *api.Client, ref api.Ref) (string, error) {
 	res, err := c.Show(cli.ctx, ref)
 	if err != nil {
@@ -73,8 +74,8 @@ func attachTarget(cli *CLI, c *api.Client, ref api.Ref) (string, error) {
 	if s.ID == "" {
 		return "=" + s.Name, nil
 	}
-	if s.State != lifecycle.StateStopping {
-		return s.ID, nil
+	if s.State == "" || s.State == lifecycle.StateRunning {
+		return s.ID, nil // listed, running (or not ours): the id is the live one's
 	}
 	again, err := c.Show(cli.ctx, api.Ref{Name: s.ID})
 	if err == nil && again.Session != nil && sameGeneration(s, again.Session) {
@@ -83,8 +84,12 @@ func attachTarget(cli *CLI, c *api.Client, ref api.Ref) (string, error) {
 	if err != nil && verdict.CodeOf(err) != verdict.CodeNotFound {
 		return "", err
 	}
+	why := "is stopping until its processes are proven gone"
+	if s.State != lifecycle.StateStopping {
+		why = "has ended (" + s.State + ")"
+	}
 	return "", verdict.Errorf(verdict.CodeNotFound, map[string]any{"name": s.Name, "id": s.ID, "state": s.State},
-		"session %s (%s) is gone: its generation %d is stopping until its processes are proven gone; there is nothing to attach to", s.Name, s.ID, s.Generation)
+		"session %s (%s) is gone: its generation %d %s; there is nothing to attach to", s.Name, s.ID, s.Generation, why)
 }
 
 // sameGeneration: a and b are one generation of one identity in one session.
