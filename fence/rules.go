@@ -126,10 +126,16 @@ const maxStarts = 100
 
 // nextStarts is the restart bookkeeping of a generation published at now: a
 // restart (reason set, over an earlier generation) counts one more start
-// after the first and keeps the consecutive failures; a create starts over.
+// after the first and keeps the consecutive failures; a create starts over. A
+// person's restart request counts too, but starts the start limit's window
+// and the backoff afresh: a give-up it overrides (or a crash loop it answers)
+// would otherwise give up again at the first end.
 func nextStarts(old Published, hadOld bool, reason string, now time.Time) RestartInfo {
-	if reason == "" || !hadOld {
+	switch {
+	case reason == "" || !hadOld:
 		return RestartInfo{Starts: []time.Time{now}}
+	case reason == verdict.ReasonManualRestart:
+		return RestartInfo{Restarts: old.Restart.Restarts + 1, Starts: []time.Time{now}}
 	}
 	starts := append(append([]time.Time(nil), old.Restart.Starts...), now)
 	if len(starts) > maxStarts {

@@ -51,11 +51,11 @@ func testRestartBookkeeping(t *testing.T, h Harness) {
 	if ok, err := s.SetRestart(ctx, id, p1.Generation, fence.RestartStopped, fence.RestartNext{State: fence.RestartGaveUp}, nil); err != nil || ok {
 		t.Fatalf("set restart from the wrong state: %v %v", ok, err)
 	}
-	now := fence.RestartNext{State: fence.RestartExited, Reason: verdict.ReasonManualRestart, Failures: 1}
+	now := fence.RestartNext{State: fence.RestartExited, Reason: verdict.ReasonRestart, Failures: 1}
 	if ok, err := s.SetRestart(ctx, id, p1.Generation, fence.RestartExited, now, nil); err != nil || !ok {
 		t.Fatalf("set restart: %v %v", ok, err)
 	}
-	p2 := publishSpec(t, s, id, spec, verdict.ReasonManualRestart)
+	p2 := publishSpec(t, s, id, spec, verdict.ReasonRestart)
 	if p2.Restart.Restarts != 1 || len(p2.Restart.Starts) != 2 || p2.Restart.Failures != 1 || p2.Restart.State != "" {
 		t.Fatalf("restart publish: %+v", p2.Restart)
 	}
