@@ -339,13 +339,15 @@ func (m *Manager) generationView(ctx context.Context, p fence.Published) View {
 // next generation started meanwhile: kill that one).
 func (m *Manager) killWaiting(ctx context.Context, p fence.Published) (KillResult, bool, error) {
 	next := fence.RestartNext{State: fence.RestartStopped, Failures: p.Restart.Failures}
-	ok, err := m.fence.SetRestart(ctx, p.Identity, p.Generation, p.Restart.State, next, nil)
+	rec := stoppedRecord(p, verdict.ActionKill, verdict.ReasonKilledByRequest)
+	ok, err := m.fence.SetRestart(ctx, p.Identity, p.Generation, p.Restart.State, next, &rec)
 	if err != nil {
 		return KillResult{}, true, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
 	}
 	if !ok {
 		return KillResult{}, false, nil
 	}
+	m.verdicts.Filed(rec)
 	if _, present := m.sessionOf(p); present {
 		m.markKilling(p.TmuxID, killReason{reason: verdict.ReasonKilledByRequest, byKill: true})
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
@@ -389,8 +391,12 @@ func (m *Manager) keptRemoved(ctx context.Context, id string, life tmuxctl.Serve
 			continue
 		}
 		next := fence.RestartNext{State: fence.RestartStopped, Failures: p.Restart.Failures}
-		if _, err := m.fence.SetRestart(ctx, p.Identity, p.Generation, fence.RestartExited, next, nil); err != nil {
+		rec := stoppedRecord(p, verdict.ActionEnd, verdict.ReasonTmuxSessionMissing)
+		ok, err := m.fence.SetRestart(ctx, p.Identity, p.Generation, fence.RestartExited, next, &rec)
+		if err != nil {
 			m.log.Warn().Err(err).Str("tmux_id", id).Msg("kept session killed by hand: restart not cancelled")
+		} else if ok {
+			m.verdicts.Filed(rec)
 		}
 	}
 }

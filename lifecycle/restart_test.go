@@ -401,6 +401,32 @@ func TestKeptSessionKilledByHand(t *testing.T) {
 	if e.published(id).Generation != 1 || lines(marks) != 0 {
 		t.Fatal("restarted after its kept session was killed by hand")
 	}
+	// The cancelled restart is a verdict of its own, after the generation's end.
+	if st := withReason(e.verdicts(id), verdict.VerdictStopped, verdict.ReasonTmuxSessionMissing); len(st) != 1 ||
+		st[0].Action != verdict.ActionEnd || st[0].Session == nil || st[0].Session.Generation != 1 {
+		t.Fatalf("verdicts: %v", verdictNames(e.verdicts(id)))
+	}
+}
+
+// TestKillWaitingWritesStopped: a kill of an identity waiting out its delay
+// stops it for good and says so in a stopped verdict (killed_by_request,
+// action kill) — the feed showed only the generation's end before, which
+// announced a next start that never came.
+func TestKillWaitingWritesStopped(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, spec, _ := e.restartSpec("killwait", fence.RestartOnFailure, time.Hour, 5, "agent", "exit", "2")
+	if _, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "waiting out the delay", func() bool { p := e.published(id); return p.Ended && p.Restart.State == fence.RestartExited })
+	if _, err := e.m.Kill(context.Background(), Ref{Identity: &id}); err != nil {
+		t.Fatal(err)
+	}
+	recs := e.verdicts(id)
+	st := withReason(recs, verdict.VerdictStopped, verdict.ReasonKilledByRequest)
+	if len(st) != 1 || st[0].Action != verdict.ActionKill || st[0].Sequence == 0 || e.published(id).Restart.State != fence.RestartStopped {
+		t.Fatalf("verdicts: %v", verdictNames(recs))
+	}
 }
 
 // TestWaitingListedAfterServerDeath: an identity waiting out its restart

@@ -63,7 +63,11 @@ func verdictExamples() []Record {
 	gaveUp.Restart = &RestartRef{Count: 4}
 	gaveUp.Evidence = map[string]any{"restart_burst": json.Number("5"),
 		"restart_interval_s": json.Number("300"), "starts_in_interval": json.Number("5")}
-	return []Record{pub, existing, refused, failed, reclaimed, cleaned, preserved, unresolved, adopted, ended, released, gaveUp}
+	stopped := ex(29, ActionKill, OutcomeSuccess, VerdictStopped, ReasonKilledByRequest)
+	stopped.Session = exSession
+	stopped.Restart = &RestartRef{Count: 2}
+	stopped.Evidence = map[string]any{"next_start_due": "2026-11-30T01:03:00Z"}
+	return []Record{pub, existing, refused, failed, reclaimed, cleaned, preserved, unresolved, adopted, ended, released, gaveUp, stopped}
 }
 
 // exitKindExamples has one ended record per exit kind, in ExitKinds order.

@@ -77,6 +77,12 @@ const (
 	// its start limit allows (restart_burst starts within
 	// restart_interval_s); it is not started again until a create.
 	VerdictGaveUp = "gave_up"
+	// VerdictStopped: an identity waiting out its restart delay (its
+	// generation ended, its next start due) was stopped for good before that
+	// start: by a kill request (reason killed_by_request), or its kept
+	// session was killed by hand (tmux_session_missing). Its generation's
+	// ended verdict came before; nothing starts it again until a create.
+	VerdictStopped = "stopped"
 )
 
 // Exit kinds: skc.exit_kind, on an ended verdict only.
@@ -166,7 +172,7 @@ const (
 var Verdicts = []string{
 	VerdictPublished, VerdictExisting, VerdictRefused, VerdictFailed,
 	VerdictReclaimed, VerdictOrphanCleaned, VerdictPreserved, VerdictUnresolved,
-	VerdictAdopted, VerdictEnded, VerdictReleased, VerdictGaveUp,
+	VerdictAdopted, VerdictEnded, VerdictReleased, VerdictGaveUp, VerdictStopped,
 }
 
 // Actions lists every event.action value.
