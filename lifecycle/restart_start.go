@@ -327,9 +327,11 @@ func (m *Manager) generationView(ctx context.Context, p fence.Published) View {
 		v.Host = m.host.Name
 		return v
 	}
-	v := stoppingView(p)
-	v.PaneDead, v.State, v.Host = p.Ended, stateOf(p, p.Ended), m.host.Name
-	restartFields(&v, p)
+	v := stoppingView(p) // an ended one's state and next start included
+	if !p.Ended {
+		v.PaneDead, v.State = false, stateOf(p, false)
+	}
+	v.Host = m.host.Name
 	return v
 }
 

@@ -335,11 +335,11 @@ func stoppingView(p fence.Published) View {
 		StateDir: p.Identity.StateDir, SessionID: p.Identity.SessionID,
 		StateFile: p.StateFile, Label: p.Label, Generation: p.Generation, Authoritative: !p.Ended,
 		PanePID: p.PanePID, PaneDead: true, CreatedAt: p.PublishedAt.UTC(),
-		State: StateStopping, StopTimeoutMS: p.StopTimeoutMS, Restart: restartPolicy(p), Restarts: p.Restart.Restarts}
+		State: StateStopping, StopTimeoutMS: p.StopTimeoutMS}
 	if p.Ended {
 		v.State = stateOf(p, true)
-		restartFields(&v, p)
 	}
+	restartFields(&v, p)
 	return v
 }
 
