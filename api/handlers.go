@@ -223,9 +223,37 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *Server) handleUnknown(w http.ResponseWriter, r *http.Request) {
+// handleUnknown answers what no route took: a path that exists with other
+// methods is 405 method_not_allowed with an Allow header (a client that sent
+// GET to …/input must learn it has the method wrong, not that the session is
+// missing); any other path is 404.
+func (s *Server) handleUnknown(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
+	if allowed := allowedMethods(mux, r); len(allowed) > 0 {
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		writeError(w, verdict.Errorf(verdict.CodeMethodNotAllowed,
+			map[string]any{"method": r.Method, "path": r.URL.Path, "allowed": allowed},
+			"%s %s: this path takes %s", r.Method, r.URL.Path, strings.Join(allowed, ", ")))
+		return
+	}
 	writeError(w, verdict.Errorf(verdict.CodeNotFound, map[string]any{"method": r.Method, "path": r.URL.Path},
 		"no endpoint %s %s", r.Method, r.URL.Path))
+}
+
+// apiMethods are the methods any route of ours takes (HEAD rides on GET).
+var apiMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodDelete}
+
+// allowedMethods lists the methods for which mux routes r's path to a real
+// endpoint rather than the catch-all.
+func allowedMethods(mux *http.ServeMux, r *http.Request) []string {
+	var allowed []string
+	for _, m := range apiMethods {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := mux.Handler(probe); pattern != "" && pattern != "/" {
+			allowed = append(allowed, m)
+		}
+	}
+	return allowed
 }
 
 func parseSince(r *http.Request) (since int64, follow bool, err error) {

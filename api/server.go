@@ -86,7 +86,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/ping", s.handlePing)
 	mux.HandleFunc("GET /v1/info", s.handleInfo)
 	mux.HandleFunc("GET /metrics", s.handleMetrics)
-	mux.HandleFunc("/", s.handleUnknown)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { s.handleUnknown(mux, w, r) })
 	return s.guard(mux)
 }
 

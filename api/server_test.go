@@ -361,3 +361,31 @@ func TestReleaseAndForgetBodies(t *testing.T) {
 		wantErr(t, st, b, http.StatusBadRequest, "invalid", verdict.CodeInvalidRequest, c.field)
 	}
 }
+
+// TestMethodNotAllowed: a known path with the wrong method is 405 with the
+// methods it takes (details.allowed); an unknown path stays 404.
+func TestMethodNotAllowed(t *testing.T) {
+	h := start(t, os.Getuid())
+	cases := []struct {
+		method, path string
+		allowed      []any
+	}{
+		{"GET", "/v1/sessions/skc-x/input", []any{"POST"}},
+		{"PUT", "/v1/sessions", []any{"GET", "HEAD", "POST"}},
+		{"POST", "/v1/sessions/skc-x", []any{"GET", "HEAD", "DELETE"}},
+		{"DELETE", "/v1/ping", []any{"GET", "HEAD"}},
+		{"GET", "/v1/fence/release", []any{"POST"}},
+	}
+	for _, c := range cases {
+		st, b := h.raw(t, c.method, c.path, "", nil)
+		wantErr(t, st, b, 405, "invalid", verdict.CodeMethodNotAllowed, "")
+		_, e := decodeErr(t, b)
+		if fmt.Sprint(e.Details["allowed"]) != fmt.Sprint(c.allowed) {
+			t.Errorf("%s %s: allowed %v, want %v", c.method, c.path, e.Details["allowed"], c.allowed)
+		}
+	}
+	for _, p := range []string{"/v1/nope", "/v1/sessions/a/b/c", "/"} {
+		st, b := h.raw(t, "GET", p, "", nil)
+		wantErr(t, st, b, 404, "error", verdict.CodeNotFound, "")
+	}
+}

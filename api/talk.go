@@ -88,7 +88,8 @@ type Talker interface {
 func (s *Server) talker(w http.ResponseWriter, r *http.Request) (Talker, Ref, bool) {
 	t, ok := s.cfg.Service.(Talker)
 	if !ok {
-		s.handleUnknown(w, r)
+		writeError(w, verdict.Errorf(verdict.CodeNotFound, map[string]any{"method": r.Method, "path": r.URL.Path},
+			"no endpoint %s %s", r.Method, r.URL.Path))
 		return nil, Ref{}, false
 	}
 	ref, err := refFrom(r)

@@ -22,6 +22,9 @@ const (
 	CodePermissionDenied Code = "permission_denied"
 	// CodeBodyTooLarge: the API request body is over 1 MiB.
 	CodeBodyTooLarge Code = "body_too_large"
+	// CodeMethodNotAllowed: the API path exists but not with this method;
+	// details.allowed (and the Allow header) lists the methods it takes.
+	CodeMethodNotAllowed Code = "method_not_allowed"
 	// CodeIdentityReservedLive: a live owner holds the identity's reservation.
 	CodeIdentityReservedLive Code = "identity_reserved_live"
 	// CodeIdentityReservedUnknown: the owner's liveness cannot be established, so
@@ -123,6 +126,7 @@ var classes = map[Code]Class{
 	CodeNotFound:                       {http.StatusNotFound, ExitNotFound, "no_such_session", StatusError},
 	CodePermissionDenied:               {http.StatusForbidden, ExitPermission, "peer_not_allowed", StatusError},
 	CodeBodyTooLarge:                   {http.StatusRequestEntityTooLarge, ExitUsage, "body_too_large", StatusInvalid},
+	CodeMethodNotAllowed:               {http.StatusMethodNotAllowed, ExitUsage, "method_not_allowed", StatusInvalid},
 	CodeIdentityReservedLive:           {http.StatusConflict, ExitRefused, "owner_alive", StatusRefused},
 	CodeIdentityReservedUnknown:        {http.StatusConflict, ExitRefused, "owner_liveness_unknown", StatusRefused},
 	CodeIdentityFenceContended:         {http.StatusConflict, ExitBusy, "fence_contended", StatusRefused},
@@ -146,7 +150,7 @@ var classes = map[Code]Class{
 // Codes lists every code in documentation order.
 var Codes = []Code{
 	CodeInvalidRequest, CodeNotFound, CodePermissionDenied, CodeBodyTooLarge,
-	CodeIdentityReservedLive, CodeIdentityReservedUnknown, CodeIdentityFenceContended,
+	CodeMethodNotAllowed, CodeIdentityReservedLive, CodeIdentityReservedUnknown, CodeIdentityFenceContended,
 	CodeIdentityIncarnationUnavailable, CodeIdentityOrphanUnresolved,
 	CodeIdentityExistingOwner, CodeIdentityStateFileMismatch,
 	CodeFenceLost, CodeSpawnFailed, CodeTagFailed, CodeTmuxUnavailable,

@@ -91,7 +91,7 @@ func TestEveryConstantIsListed(t *testing.T) {
 
 func TestClassifyTable(t *testing.T) {
 	httpByStatus := map[string][]int{
-		StatusInvalid: {400, 413}, StatusRefused: {409}, StatusError: {403, 404, 409, 422, 500, 503, 504},
+		StatusInvalid: {400, 405, 413}, StatusRefused: {409}, StatusError: {403, 404, 409, 422, 500, 503, 504},
 	}
 	reasons := map[string]Code{}
 	for _, c := range Codes {
@@ -127,6 +127,7 @@ func TestClassifyTable(t *testing.T) {
 	}{
 		{CodeInvalidRequest, http.StatusBadRequest, 2, StatusInvalid},
 		{CodeBodyTooLarge, http.StatusRequestEntityTooLarge, 2, StatusInvalid},
+		{CodeMethodNotAllowed, http.StatusMethodNotAllowed, 2, StatusInvalid},
 		{CodePermissionDenied, http.StatusForbidden, 77, StatusError},
 		{CodeNotFound, http.StatusNotFound, 4, StatusError},
 		{CodeIdentityReservedLive, http.StatusConflict, 3, StatusRefused},

@@ -69,7 +69,7 @@ func TestDocExamplesParse(t *testing.T) {
 			t.Errorf("%s: %v", line, err)
 		}
 	}
-	if want := len(Verdicts) + len(ExitKinds) + len(Reasons) + len(Codes); n < want-6 {
+	if want := len(Verdicts) + len(ExitKinds) + len(Reasons) + len(Codes); n < want-7 {
 		t.Fatalf("%d example lines, want about %d", n, want)
 	}
 }
@@ -163,11 +163,12 @@ func genVerdictsDoc(t *testing.T, docs map[string]string) string {
 }
 
 var exampleDetails = map[Code]map[string]any{
-	CodeInvalidRequest: {"field": "state_dir"},
-	CodeNotFound:       {"name": "skc-nope"},
-	CodeBodyTooLarge:   {"limit_bytes": 1 << 20},
-	CodeBusy:           {"pid": 4242},
-	CodeRemoteSession:  {"host": "host-a", "name": "skc-3f2a9c1e5b7d-9b1c2d3e4f5a69788796a5b4c3d2e1f0"},
+	CodeInvalidRequest:   {"field": "state_dir"},
+	CodeNotFound:         {"name": "skc-nope"},
+	CodeBodyTooLarge:     {"limit_bytes": 1 << 20},
+	CodeMethodNotAllowed: {"method": "GET", "path": "/v1/sessions/skc-nope/input", "allowed": []string{"POST"}},
+	CodeBusy:             {"pid": 4242},
+	CodeRemoteSession:    {"host": "host-a", "name": "skc-3f2a9c1e5b7d-9b1c2d3e4f5a69788796a5b4c3d2e1f0"},
 }
 
 var exampleMessages = map[Code]string{
@@ -175,6 +176,7 @@ var exampleMessages = map[Code]string{
 	CodeNotFound:          "no session named skc-nope",
 	CodePermissionDenied:  "peer uid 1001 is not the daemon's uid 1000",
 	CodeBodyTooLarge:      "request body over 1048576 bytes",
+	CodeMethodNotAllowed:  "GET /v1/sessions/skc-nope/input: this path takes POST",
 	CodeDaemonUnreachable: "dial /run/user/1000/skc/api.sock: connect: no such file or directory",
 	CodeBusy:              "SKC_HOME /home/ana/.local/state/skc is held by pid 4242",
 	CodeRemoteSession:     "session skc-3f2a9c1e5b7d-9b1c2d3e4f5a69788796a5b4c3d2e1f0 runs on host host-a: act on it there",

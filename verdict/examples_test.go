@@ -165,7 +165,7 @@ func reasonExamples() []Record {
 func codeInVerdicts(c Code) bool {
 	switch c {
 	case CodeInvalidRequest, CodeNotFound, CodePermissionDenied, CodeBodyTooLarge,
-		CodeDaemonUnreachable, CodeRemoteSession:
+		CodeMethodNotAllowed, CodeDaemonUnreachable, CodeRemoteSession:
 		return false
 	}
 	return true
