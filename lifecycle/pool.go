@@ -119,7 +119,10 @@ func (p *pool) take(life tmuxctl.ServerLife) (standby, bool) {
 	for len(p.free) > 0 {
 		sb := p.free[0]
 		p.free = p.free[1:]
-		if sb.life == life && pidAliveSig(sb.panePID) {
+		// A standby killed a moment ago is a zombie until tmux reaps it:
+		// kill(pid, 0) would call it alive and the create would publish a
+		// generation whose agent never starts.
+		if sb.life == life && proctree.LifeRunning(sb.panePID, sb.paneStart) {
 			return sb, true
 		}
 		if sb.life == life {
@@ -230,7 +233,7 @@ func (p *pool) fill(ctx context.Context) bool {
 			switch {
 			case sb.life != life: // its server is gone, and the session with it
 				dead = append(dead, sb) // removeDead kills no session of another life
-			case pidAliveSig(sb.panePID):
+			case proctree.LifeRunning(sb.panePID, sb.paneStart):
 				kept = append(kept, sb)
 			default:
 				dead = append(dead, sb)
@@ -409,7 +412,7 @@ func (p *pool) sweepHandoffs() {
 	}
 	for _, e := range ents {
 		h, err := readHandoff(filepath.Join(p.dir, e.Name()))
-		if err != nil || !pidAliveSig(h.panePID) {
+		if err != nil || !proctree.LifeRunning(h.panePID, 0) {
 			_ = os.Remove(filepath.Join(p.dir, e.Name()))
 		}
 	}
@@ -575,11 +578,6 @@ func (m *Manager) PoolStats() PoolStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return PoolStats{Size: p.size, Ready: len(p.free), Claims: p.claims}
-}
-
-// pidAliveSig reports whether pid exists (signal 0).
-func pidAliveSig(pid int) bool {
-	return pid > 0 && syscall.Kill(pid, 0) == nil
 }
 
 // isStandby reports whether s is a warm pool's standby not yet claimed: its

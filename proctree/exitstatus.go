@@ -66,6 +66,18 @@ func groupExited(fd int) bool {
 	return err == nil && n == 1 && p[0].Revents&unix.POLLIN != 0
 }
 
+// LifeRunning reports whether pid still names the process life that started at
+// start (field 22 of /proc/PID/stat) and has not exited: not gone, not a
+// zombie its parent has yet to reap, not a reused number. kill(pid, 0)
+// answers yes to the first and the last of those.
+func LifeRunning(pid int, start uint64) bool {
+	if pid <= 0 {
+		return false
+	}
+	st, err := readStat(pid)
+	return err == nil && !st.zombie() && (start == 0 || st.start == start)
+}
+
 // Running reports whether pid names a process that has not exited (exists
 // and is not a zombie). It tells whether a tmux server is still there when one
 // of its panes' processes exits: a server that died closed its ptys, and the

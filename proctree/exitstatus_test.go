@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -149,4 +150,38 @@ func execd(pid int) bool {
 	}
 	st, err := readStat(pid)
 	return err == nil && !st.zombie()
+}
+
+// TestLifeRunning: a process killed but not yet reaped by its parent (as a
+// standby tmux has not reaped) is not running, though kill(pid, 0) still
+// succeeds on it; nor is a live process whose start time is not the one
+// recorded (its pid was reused).
+func TestLifeRunning(t *testing.T) {
+	c, start := startSleeper(t)
+	pid := c.Process.Pid
+	if !LifeRunning(pid, start) || !LifeRunning(pid, 0) {
+		t.Fatalf("a running sleeper is not running")
+	}
+	if LifeRunning(pid, start+1) {
+		t.Fatalf("another start time (a reused pid) counts as running")
+	}
+	if err := c.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for { // until it is a zombie: we do not reap it yet
+		if st, err := readStat(pid); err == nil && st.zombie() {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if syscall.Kill(pid, 0) != nil {
+		t.Fatalf("kill(pid, 0) fails on an unreaped zombie: the case this guards is not shown")
+	}
+	if LifeRunning(pid, start) {
+		t.Fatalf("an unreaped zombie counts as running")
+	}
+	_ = c.Wait()
+	if LifeRunning(pid, start) || LifeRunning(-1, 0) || LifeRunning(0, 0) {
+		t.Fatalf("a reaped process (or no pid) counts as running")
+	}
 }
