@@ -170,7 +170,7 @@ func TestRestartStorm(t *testing.T) {
 // clears its pane (the gated helper never ran an agent) and keeps the
 // session; after publication the attempt's generation is preserved.
 func TestRestartFaultPoints(t *testing.T) {
-	points := []string{"restart-decided", "restart:helper_invoked", "respawned", "restart:new-session",
+	points := []string{"restart-decided", "restart:reserved", "restart:helper_invoked", "respawned", "restart:new-session",
 		"restart:spawned", "restart:tagged", "restart:publish", "restart:published"}
 	for _, point := range points {
 		fp := struct {

@@ -61,6 +61,7 @@ func (m *Manager) startNext(ctx context.Context, p fence.Published) bool {
 	default:
 		return true // a generation was published meanwhile (a create got there first)
 	}
+	m.fault.hitIn(true, FaultReserved)
 	res.StartReason = p.Restart.Reason
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sagaTimeout)
 	defer cancel()
