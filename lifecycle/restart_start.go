@@ -362,7 +362,9 @@ func (m *Manager) killWaiting(ctx context.Context, p fence.Published) (KillResul
 		}
 		m.waitCensusGone(ctx, p.TmuxID)
 	}
-	return KillResult{Status: "killed", Verdict: m.endedVerdictOf(ctx, p)}, true, nil
+	// The answer is the verdict this kill wrote: the ended one was written
+	// when the generation ended, and announced a start that now never comes.
+	return KillResult{Status: "killed", Verdict: rec}, true, nil
 }
 
 // waitingTarget returns the ended generation ref names when its identity

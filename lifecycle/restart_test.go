@@ -419,13 +419,17 @@ func TestKillWaitingWritesStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "waiting out the delay", func() bool { p := e.published(id); return p.Ended && p.Restart.State == fence.RestartExited })
-	if _, err := e.m.Kill(context.Background(), Ref{Identity: &id}); err != nil {
+	kr, err := e.m.Kill(context.Background(), Ref{Identity: &id})
+	if err != nil {
 		t.Fatal(err)
 	}
 	recs := e.verdicts(id)
 	st := withReason(recs, verdict.VerdictStopped, verdict.ReasonKilledByRequest)
 	if len(st) != 1 || st[0].Action != verdict.ActionKill || st[0].Sequence == 0 || e.published(id).Restart.State != fence.RestartStopped {
 		t.Fatalf("verdicts: %v", verdictNames(recs))
+	}
+	if kr.Verdict.Sequence != st[0].Sequence || kr.Verdict.Verdict != verdict.VerdictStopped {
+		t.Fatalf("kill answered %s %d, want the stopped verdict %d", kr.Verdict.Verdict, kr.Verdict.Sequence, st[0].Sequence)
 	}
 }
 
