@@ -309,8 +309,10 @@ func (s *Server) handleWait(w http.ResponseWriter, r *http.Request) {
 func (s *Server) stoppedError(err error) error {
 	select {
 	case <-s.stopping:
+		// err is the cut-short wait's own timeout: saying so would
+		// contradict the code, so only the stop is named.
 		return verdict.Errorf(verdict.CodeBusy, map[string]any{"shutting_down": true},
-			"the supervisor is shutting down: ask the next daemon (%v)", err)
+			"the supervisor is shutting down: ask the next daemon")
 	default:
 		return err
 	}
