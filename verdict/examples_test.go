@@ -47,7 +47,7 @@ func verdictExamples() []Record {
 	cleaned := withRes(ex(22, ActionRecover, OutcomeSuccess, VerdictOrphanCleaned, ReasonOrphanCleanup), "spawned")
 	cleaned.Session = &SessionRef{Name: "skc-3f2a9c1e5b7d-0a1b2c3d4e5f60718293a4b5c6d7e8f9", ID: "$5"}
 	preserved := withRes(ex(23, ActionRecover, OutcomeSuccess, VerdictPreserved, ReasonChildAuthoritative), "tagged")
-	preserved.Code, preserved.Session = CodeIdentityExistingOwner, exSession
+	preserved.Session = exSession // no code: the kept child is the answer, not a fault
 	unresolved := withRes(ex(24, ActionRecover, OutcomeUnknown, VerdictUnresolved, ReasonInspectionUnknown), "helper_invoked")
 	unresolved.Code = CodeIdentityOrphanUnresolved
 	adopted := ex(25, ActionAdopt, OutcomeSuccess, VerdictAdopted, ReasonDaemonRestart)
