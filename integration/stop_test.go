@@ -79,8 +79,19 @@ func isReady(pid int) bool {
 
 // markProc is one live process of a test's agents, as the sampler sees it.
 type markProc struct {
-	pid       int
-	role, tag string
+	pid             int
+	role, tag, mark string
+}
+
+// kill sends SIGKILL to p if it still is p: a pid whose process ended may
+// already be another test's process (pid_max is 32768 here, and a parallel
+// run wraps it), so the argv must still carry the test's unique mark.
+func (p markProc) kill() {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.pid))
+	if err != nil || !bytes.Contains(b, []byte(p.mark)) {
+		return
+	}
+	_ = syscall.Kill(p.pid, syscall.SIGKILL)
 }
 
 // markProcs lists the live (non-zombie) processes whose argv carries mark.
@@ -100,7 +111,7 @@ func markProcs(mark string) []markProc {
 		if len(f) < 5 || f[3] != mark || isZombie(pid) {
 			continue
 		}
-		out = append(out, markProc{pid: pid, role: f[1], tag: f[2]})
+		out = append(out, markProc{pid: pid, role: f[1], tag: f[2], mark: mark})
 	}
 	return out
 }
@@ -575,7 +586,7 @@ func TestAttachStoppingAfterServerDeath(t *testing.T) {
 	spec := stopSpec(t, "attachstop", "g1", mark, "ignore")
 	s := createWith(t, d, spec, "--stop-timeout", "120s")
 	agent := waitTag(t, mark, "g1", "agent")
-	defer syscall.Kill(agent.pid, syscall.SIGKILL) // the stop would wait 120 s for it
+	defer agent.kill() // the stop would wait 120 s for it
 	pid, ok := d.liveServerPID()
 	if !ok {
 		t.Fatal("no tmux server")

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"strings"
-	"syscall"
 	"testing"
 )
 
@@ -47,8 +46,10 @@ func TestStopListsGoneSession(t *testing.T) {
 		t.Fatalf("ls line for %s: %q\n%s", s.Name, line, r)
 	}
 	// End it: the agent and its helper are this test's processes.
-	_ = syscall.Kill(agent.pid, syscall.SIGKILL)
-	_ = syscall.Kill(s.PanePID, syscall.SIGKILL)
+	agent.kill()
+	if s.PanePID != agent.pid {
+		markProc{pid: s.PanePID, mark: agent.mark}.kill()
+	}
 	d.WaitVerdict(t, "ended verdict of "+s.Name, endedFor(s.Name))
 	WaitFor(t, waitDeadline, "ls to drop the ended generation", func() error {
 		for _, ls := range d.List(t).Sessions {
