@@ -39,6 +39,11 @@ const (
 	TagReservation = "@skc-reservation" // reservation id, 32 hex
 	TagState       = "@skc-state"       // digest of the state file, 64 hex
 	TagControl     = "@skc-control"     // "1" on the hidden control session
+	// TagSince is when the session became its identity's, in Unix
+	// nanoseconds: a warm pool's standby was made long before anyone asked
+	// for it, and its session_created says so, and a restart in the same
+	// session keeps the date.
+	TagSince = "@skc-since"
 )
 
 // Session is one tmux session as the census last saw it.

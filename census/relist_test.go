@@ -179,9 +179,9 @@ func startFakeInfo(t *testing.T, f *fakeTmux, cfg config, info tmuxctl.ServerInf
 
 // fakeControl is the list line of the control session, $0, which every
 // list of a live server shows.
-const fakeControl = "$0\t1700000000\t1\t%0\t99\t0\t\t\t1700000000\t1\t\t\t\t\tskc-control"
+const fakeControl = "$0\t1700000000\t1\t%0\t99\t0\t\t\t1700000000\t1\t\t\t\t\t\tskc-control"
 
-const fakeLine = "$1\t1700000000\t0\t%1\t100\t0\t\t\t1700000000\t\t\t\t\t\tone"
+const fakeLine = "$1\t1700000000\t0\t%1\t100\t0\t\t\t1700000000\t\t\t\t\t\t\tone"
 
 // A lone notification re-lists at once (leading edge): with a quiet period
 // and a maximum delay of an hour, only the leading edge can run it.
@@ -275,7 +275,7 @@ func TestRetryBackoff(t *testing.T) {
 	eventually(t, "recovered", func() bool { return c.Synced() && c.lastSync.Load() > 0 })
 }
 
-const fakeLine2 = "$2\t1700000000\t0\t%2\t101\t0\t\t\t1700000000\t\t\t\t\t\ttwo"
+const fakeLine2 = "$2\t1700000000\t0\t%2\t101\t0\t\t\t1700000000\t\t\t\t\t\t\ttwo"
 
 // Session ends cost an id-only list, not a full one; a new id in it is read
 // by id, and any other notification takes the full list.
@@ -310,7 +310,7 @@ func TestEndsUseIDList(t *testing.T) {
 	}
 }
 
-const fakeLine3 = "$3\t1700000000\t0\t%3\t102\t0\t\t\t1700000000\t\t\t\t\t\tthree"
+const fakeLine3 = "$3\t1700000000\t0\t%3\t102\t0\t\t\t1700000000\t\t\t\t\t\t\tthree"
 
 // A subscription change that only drops or adds sessions costs an id-only
 // list while the census still holds a dropped one or lacks an added one,
@@ -425,7 +425,7 @@ func TestManyFreshIDsCostFullList(t *testing.T) {
 	full0, ids0 := f.counts()
 	lines := []string{fakeLine}
 	for i := 10; i < 10+maxFreshReads+1; i++ {
-		lines = append(lines, "$"+strconv.Itoa(i)+"\t1700000000\t0\t%"+strconv.Itoa(i)+"\t1\t0\t\t\t1700000000\t\t\t\t\t\tn"+strconv.Itoa(i))
+		lines = append(lines, "$"+strconv.Itoa(i)+"\t1700000000\t0\t%"+strconv.Itoa(i)+"\t1\t0\t\t\t1700000000\t\t\t\t\t\t\tn"+strconv.Itoa(i))
 	}
 	f.setLines(lines...)
 	f.notify("%sessions-changed")

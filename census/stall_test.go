@@ -73,7 +73,7 @@ func TestStallThenRenameAndKill(t *testing.T) {
 	}
 }
 
-const fakeLine2Renamed = "$2\t1700000000\t0\t%2\t101\t0\t\t\t1700000000\t\t\t\t\t\trenamed"
+const fakeLine2Renamed = "$2\t1700000000\t0\t%2\t101\t0\t\t\t1700000000\t\t\t\t\t\t\trenamed"
 
 // A full trigger (a rename) arriving while an id-only list waits for its
 // spacing is due by its own debounce, not by the id list's spacing: the

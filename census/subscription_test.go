@@ -142,7 +142,7 @@ func TestActivityWithinCreationSecond(t *testing.T) {
 	sub := c.Subscribe(10)
 	defer sub.Close()
 	created := time.Now().Unix()
-	quiet := fmt.Sprintf("$2\t%d\t0\t%%2\t101\t0\t\t\t%d\t\t\t\t\t\ttwo", created, created)
+	quiet := fmt.Sprintf("$2\t%d\t0\t%%2\t101\t0\t\t\t%d\t\t\t\t\t\t\ttwo", created, created)
 	f.setLines(fakeLine, quiet)
 	f.notify("%sessions-changed")
 	if ch := next(t, sub); ch.Kind != Added || ch.Session.ID != "$2" || !ch.Session.Activity.IsZero() {

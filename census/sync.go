@@ -41,7 +41,7 @@ import (
 // relies on the list alone for the sessions it judges: it reads them exactly.
 
 // tagNames are the tags read in the list, in field order.
-var tagNames = [...]string{TagControl, TagIdentity, TagGeneration, TagReservation, TagState}
+var tagNames = [...]string{TagControl, TagIdentity, TagGeneration, TagReservation, TagState, TagSince}
 
 // tagVals holds the tagNames values, in order.
 type tagVals [len(tagNames)]string
@@ -52,7 +52,7 @@ const (
 	// listFormat puts the name last so that it is "the rest of the line".
 	listFormat = "#{session_id}\t#{session_created}\t#{session_attached}\t" +
 		"#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{pane_dead_status}\t#{pane_dead_signal}\t#{window_activity}" + wroteFlag + "\t" +
-		"#{@skc-control}\t#{@skc-identity}\t#{@skc-generation}\t#{@skc-reservation}\t#{@skc-state}\t" +
+		"#{@skc-control}\t#{@skc-identity}\t#{@skc-generation}\t#{@skc-reservation}\t#{@skc-state}\t#{@skc-since}\t" +
 		"#{session_name}"
 	// baseFormat is listFormat without tags, for sessions whose list line did
 	// not parse (a hand-set tag holding a tab or newline).

@@ -28,7 +28,7 @@ func entryFor(id int, name, ident string) *entry {
 }
 
 func TestParseRowOddLines(t *testing.T) {
-	good := "$3\t1796000000\t1\t%4\t42\t1\t7\t\t1796000000\t\t" + digest(1) + "\t2\t\t\tname with\\ttab and spaces"
+	good := "$3\t1796000000\t1\t%4\t42\t1\t7\t\t1796000000\t\t" + digest(1) + "\t2\t\t\t\tname with\\ttab and spaces"
 	r, ok := parseRow(good)
 	if !ok || r.broken || r.s.Name != `name with\ttab and spaces` || !r.s.PaneDead || *r.s.PaneDeadStatus != 7 ||
 		r.list[1] != digest(1) || r.list[2] != "2" || r.s.Attached != 1 || r.s.PanePID != 42 {
@@ -41,8 +41,8 @@ func TestParseRowOddLines(t *testing.T) {
 	}
 	broken := []string{
 		"$5\t1796000000", // too few fields (a tag held a newline)
-		"$5\t1796000000\t0\t%1\t9\t0\t\t\t1796000000\t\ta\tb\t\t\t\tn", // a tag held a tab: the name has one
-		"$5\tx\t0\t%1\t9\t0\t\t\t1\t\t\t\t\t\tn",                       // created not a number
+		"$5\t1796000000\t0\t%1\t9\t0\t\t\t1796000000\t\ta\tb\t\t\t\t\tn", // a tag held a tab: the name has one
+		"$5\tx\t0\t%1\t9\t0\t\t\t1\t\t\t\t\t\t\tn",                       // created not a number
 	}
 	for _, line := range broken {
 		r, ok := parseRow(line)
@@ -50,7 +50,7 @@ func TestParseRowOddLines(t *testing.T) {
 			t.Errorf("%q: want broken $5, got %+v ok=%v", line, r, ok)
 		}
 	}
-	bad := "$6\t1\t0\t%1\t9\t0\t\t\t1\t\tx y\t\t\t\tn"
+	bad := "$6\t1\t0\t%1\t9\t0\t\t\t1\t\tx y\t\t\t\t\tn"
 	if r, _ := parseRow(bad); !r.badTags || r.broken {
 		t.Errorf("a tag with a space must force an exact read: %+v", r)
 	}
@@ -189,7 +189,7 @@ func TestJudge(t *testing.T) {
 // valid id.
 func FuzzParseRow(f *testing.F) {
 	f.Add("$3\t1796000000\t1\t%4\t42\t1\t7\t\t1796000000\t\t" + digest(1) + "\t2\t\t\tname")
-	f.Add("$5\t1\t0\t%1\t9\t0\t\t\t1\t\ta\tb\t\t\t\tn")
+	f.Add("$5\t1\t0\t%1\t9\t0\t\t\t1\t\ta\tb\t\t\t\t\tn")
 	f.Add("%end 1 2 3")
 	f.Fuzz(func(t *testing.T, line string) {
 		if r, ok := parseRow(line); ok && !validID(r.s.ID) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -34,6 +35,39 @@ func (f *faultyTmux) CommandIn(ctx context.Context, life tmuxctl.ServerLife, arg
 		}
 	}
 	return f.tmuxAPI.CommandIn(ctx, life, args...)
+}
+
+// PipelineIn fails the chosen commands of a pipeline (a failed one is sent
+// too when failOn says so) and sends the rest in one round trip.
+func (f *faultyTmux) PipelineIn(ctx context.Context, life tmuxctl.ServerLife, cmds [][]string) ([]tmuxctl.Reply, []error) {
+	f.mu.Lock()
+	fn := f.failOn
+	f.mu.Unlock()
+	replies, errs := make([]tmuxctl.Reply, len(cmds)), make([]error, len(cmds))
+	var sent [][]string
+	var at []int
+	for i, args := range cmds {
+		send, err := true, error(nil)
+		if fn != nil {
+			if s, e := fn(args); e != nil {
+				send, err = s, e
+			}
+		}
+		errs[i] = err
+		if send {
+			sent, at = append(sent, args), append(at, i)
+		}
+	}
+	if len(sent) == 0 {
+		return replies, errs
+	}
+	rs, es := f.tmuxAPI.PipelineIn(ctx, life, sent)
+	for j, i := range at {
+		if errs[i] == nil {
+			replies[i], errs[i] = rs[j], es[j]
+		}
+	}
+	return replies, errs
 }
 
 func withFaults(e *env, fn func(args []string) (bool, error)) {
@@ -73,6 +107,41 @@ func TestSpawnFailedLeavesNothing(t *testing.T) {
 		t.Fatalf("verdict %+v", rec)
 	}
 	checkNoTrace(t, e, id)
+}
+
+// TestTagConnectionLost: the control connection ends under the tag step —
+// the server died — in a create's own session and in a claimed standby's:
+// tmux_unavailable (tmux was not there to refuse a tag), not tag_failed,
+// and nothing left of the attempt once tmux answers again.
+func TestTagConnectionLost(t *testing.T) {
+	for _, pool := range []int{0, 1} {
+		t.Run(fmt.Sprintf("pool%d", pool), func(t *testing.T) {
+			e := startPoolEnv(t, "", pool)
+			withFaults(e, func(args []string) (bool, error) {
+				if args[0] == "set-option" && len(args) > 3 && args[3] == TagState {
+					return true, &tmuxctl.ExitError{EOF: true}
+				}
+				return false, nil
+			})
+			id, spec := e.identity("tagconn")
+			_, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec})
+			if verdict.CodeOf(err) != verdict.CodeTmuxUnavailable {
+				t.Fatalf("err %v, want tmux_unavailable", err)
+			}
+			// The claim names the pipeline's first failed command, the tag
+			// step the tag: which path ran.
+			cause, _ := lastVerdict(t, e, id).Evidence["cause"].(string)
+			if claimed := strings.Contains(cause, "set-option: "); claimed != (pool == 1) {
+				t.Fatalf("cause %q: claimed %v, want %v", cause, claimed, pool == 1)
+			}
+			withFaults(e, nil)
+			res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: 10 * time.Second})
+			if err != nil || res.Status != verdict.VerdictPublished {
+				t.Fatalf("create once tmux answers: %+v %v", res, err)
+			}
+			waitFor(t, "one session of the identity", func() bool { return len(e.sessions(id.Digest())) == 1 })
+		})
+	}
 }
 
 func TestTagFailedKillsAndReleases(t *testing.T) {

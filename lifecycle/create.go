@@ -36,6 +36,7 @@ const (
 	TagGeneration  = census.TagGeneration
 	TagReservation = census.TagReservation
 	TagState       = census.TagState
+	TagSince       = census.TagSince
 )
 
 // sagaTimeout bounds the steps after Reserve. They run detached from the caller's
@@ -68,6 +69,7 @@ type attempt struct {
 	paneStart uint64 // the pane process's start time, 0 when unknown (proctree.Hold)
 	paneID    string
 	created   time.Time
+	since     string // @skc-since (Unix ns): set once by tags, or the kept session's ("" if none)
 	spawned   uint64 // tmux's command number of the new-session (census.AdmitCreated)
 	start     time.Time
 	stop      context.CancelFunc

@@ -23,7 +23,7 @@ import (
 //     recovery finds it by the attempt name or by the standby's tmux id in
 //     its server life — an orphan either way until published, killed and
 //     proven gone before the row is reclaimed.
-//  2. rename-session and the four @skc-* tags, pipelined on the control
+//  2. rename-session and the five @skc-* tags, pipelined on the control
 //     connection (one round trip; each names the session by its id, so
 //     their order on the wire does not matter), while the hand-off file is
 //     written beside them. The standby already carries remain-on-exit (set
@@ -87,10 +87,10 @@ func (m *Manager) claimSaga(ctx context.Context, a *attempt, sb standby) (Create
 var errStandbyGone = errors.New("standby gone")
 
 // renameAndTag renames the claimed standby to the attempt's name and sets
-// its tags: five commands in one pipeline (one round trip; the rename first
+// its tags: six commands in one pipeline (one round trip; the rename first
 // on the wire, so tmux never shows a standby's name with an identity's tags),
 // while the hand-off file is written. It returns errStandbyGone when tmux
-// refused all five (the session is gone; ids are never reused in a server
+// refused all six (the session is gone; ids are never reused in a server
 // life, so nothing was changed anywhere).
 func (m *Manager) renameAndTag(ctx context.Context, a *attempt, cgroup string) error {
 	tags := a.tags()
@@ -121,7 +121,7 @@ func (m *Manager) renameAndTag(ctx context.Context, a *attempt, cgroup string) e
 	return nil
 }
 
-// claimError classifies the five replies of renameAndTag: nil when all
+// claimError classifies the six replies of renameAndTag: nil when all
 // succeeded, errStandbyGone when tmux refused all, otherwise the first
 // failure — an unanswered command makes the attempt uncertain (undo abandons
 // the row to recovery, which decides from live tmux).
@@ -156,7 +156,10 @@ func claimError(a *attempt, cmds [][]string, errs []error) error {
 	if errors.As(first, &ce) {
 		return verdict.Errorf(verdict.CodeTagFailed, map[string]any{"tmux": ce.Lines}, "%s: %w", cmds[firstAt][0], first)
 	}
-	return verdict.Errorf(verdict.CodeTagFailed, nil, "%s: %w", cmds[firstAt][0], first)
+	// The connection failed (the server died, say): tmux was not there to
+	// refuse anything.
+	return verdict.Errorf(verdict.CodeTmuxUnavailable, map[string]any{"command": cmds[firstAt][0]},
+		"%s: %w", cmds[firstAt][0], first)
 }
 
 // handOff gives a claimed standby its reservation, after the fence recorded

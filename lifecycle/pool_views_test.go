@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/fence"
 )
 
 // TestPoolCreatedAt: a session served by a standby is dated by its create,
@@ -41,5 +43,35 @@ func TestPoolCreatedAt(t *testing.T) {
 		if s.ID == res.Session.ID && s.CreatedAt.Before(t0) {
 			t.Errorf("ls: created_at %v before the create (%v)", s.CreatedAt, t0)
 		}
+	}
+}
+
+// TestPoolRestartKeepsDate: a restart in the session a standby served keeps
+// the session's date (its @skc-since) instead of going back to the
+// standby's spawn, and an agent that never wrote has no activity_at — not
+// the standby's spawn second that tmux's dead-pane notice left behind.
+func TestPoolRestartKeepsDate(t *testing.T) {
+	e := startPoolEnv(t, "", 1)
+	time.Sleep(1100 * time.Millisecond) // the standby's creation second wholly before the create
+	ctx := context.Background()
+	id, spec, marks := e.restartSpec("redated", fence.RestartOnFailure, 10*time.Millisecond, 5, "agent", "exit", "2")
+	t0 := time.Now()
+	res, err := e.m.Create(ctx, CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	if err != nil || e.m.PoolStats().Claims != 1 {
+		t.Fatalf("create %+v %v, pool %+v", res, err, e.m.PoolStats())
+	}
+	waitFor(t, "the restarted agent", func() bool { return lines(marks) == 1 && e.published(id).Restart.Restarts == 1 })
+	if err := e.census.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sh, err := e.m.Show(ctx, Ref{Identity: &id})
+	if err != nil || sh.Session == nil || sh.Session.ID != res.Session.ID {
+		t.Fatalf("show: %+v %v, want the kept session %s", sh.Session, err, res.Session.ID)
+	}
+	if !sh.Session.CreatedAt.Equal(res.Session.CreatedAt) || sh.Session.CreatedAt.Before(t0) {
+		t.Errorf("after the restart: created_at %v, want the create's %v", sh.Session.CreatedAt, res.Session.CreatedAt)
+	}
+	if sh.Session.ActivityAt != nil {
+		t.Errorf("after the restart: activity_at %v, want null (no agent wrote)", sh.Session.ActivityAt)
 	}
 }

@@ -95,7 +95,8 @@ func (m *Manager) keptOf(p fence.Published) *keptSession {
 	if !ok || s.PaneID == "" || !safeName(s.Name) {
 		return nil
 	}
-	return &keptSession{tmuxID: s.ID, paneID: s.PaneID, name: s.Name, life: m.lifeOf(p.ServerPID, p.ServerStart)}
+	return &keptSession{tmuxID: s.ID, paneID: s.PaneID, name: s.Name, since: s.Tags[TagSince],
+		life: m.lifeOf(p.ServerPID, p.ServerStart)}
 }
 
 // leftoverOf is the session the identity's ended generation left standing:

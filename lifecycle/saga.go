@@ -217,9 +217,9 @@ func (m *Manager) spawnError(a *attempt, err error) error {
 }
 
 // tag sets the @skc-* tags by id, one set-option per command line (each costs
-// O(sessions) in tmux, so each is set exactly once). The four are sent at once,
-// pipelined on the control connection, and the saga waits for all four replies:
-// one round trip instead of four. Their order on the wire is not fixed, so a
+// O(sessions) in tmux, so each is set exactly once). They are sent at once,
+// pipelined on the control connection, and the saga waits for all replies:
+// one round trip instead of five. Their order on the wire is not fixed, so a
 // session may briefly carry @skc-identity before its other tags; nothing relies on
 // the order — a session is authoritative only with the published generation's
 // tags, recorded after `tagged`, and recovery finds an attempt by its unique name.
@@ -233,7 +233,7 @@ func (m *Manager) spawnError(a *attempt, err error) error {
 // hence before the helper's gate opens, so no agent can exit before it.
 func (m *Manager) tag(ctx context.Context, a *attempt) error {
 	tags := a.tags()
-	var errs [len(tags) + 1]error
+	errs := make([]error, len(tags)+1)
 	var wg sync.WaitGroup
 	for i := range errs {
 		wg.Add(1)
@@ -262,16 +262,18 @@ func (m *Manager) tag(ctx context.Context, a *attempt) error {
 		}
 		var ce *tmuxctl.CommandError
 		if !errors.As(err, &ce) {
-			// The connection failed: whether the tag landed is unknown, and so
-			// whether a kill can be confirmed; undo decides.
-			return verdict.Errorf(verdict.CodeTagFailed, nil, "set-option %s: %w", tagName(tags, i), err)
+			// The connection failed (the server died, say): whether the tag
+			// landed is unknown, and so whether a kill can be confirmed; undo
+			// decides. Not a refusal of the tag: tmux was not there to ask.
+			return verdict.Errorf(verdict.CodeTmuxUnavailable, map[string]any{"command": "set-option"},
+				"set-option %s: %w", tagName(tags, i), err)
 		}
 		return verdict.Errorf(verdict.CodeTagFailed, map[string]any{"tmux": ce.Lines}, "set-option %s: %w", tagName(tags, i), err)
 	}
 	return nil
 }
 
-func tagName(tags [4][2]string, i int) string {
+func tagName(tags [][2]string, i int) string {
 	if i < len(tags) {
 		return tags[i][0]
 	}
@@ -305,21 +307,35 @@ func (m *Manager) admitCreated(a *attempt) error {
 // its tags were set.
 func (m *Manager) createdSession(a *attempt) census.Session {
 	s := census.Session{ID: a.tmuxID, Name: a.name, Created: a.created.UTC(), PaneID: a.paneID, PanePID: a.panePID,
-		Tags: make(map[string]string, 4)}
+		Tags: make(map[string]string, 5)}
 	for _, t := range a.tags() {
 		s.Tags[t[0]] = t[1]
+	}
+	if a.since != "" {
+		s.Tags[TagSince] = a.since // a kept session's, which tags does not set again
 	}
 	return s
 }
 
-// tags are the @skc-* tags of the attempt's session, name and value.
-func (a *attempt) tags() [4][2]string {
-	return [4][2]string{
+// tags are the @skc-* tags of the attempt's session, name and value. A
+// session that becomes the identity's now (a new one, a claimed standby, a
+// create's reuse of a kept one) is dated by @skc-since; a restart in the
+// kept session leaves its date as it is.
+func (a *attempt) tags() [][2]string {
+	t := [][2]string{
 		{TagGeneration, strconv.FormatUint(a.res.Generation, 10)},
 		{TagReservation, a.res.ID},
 		{TagState, stateDigest(a.req.Spec.StateFile)},
 		{TagIdentity, a.digest},
 	}
+	if a.restart != nil && a.restart.kept != nil {
+		a.since = a.restart.kept.since
+		return t
+	}
+	if a.since == "" {
+		a.since = strconv.FormatInt(time.Now().UnixNano(), 10)
+	}
+	return append(t, [2]string{TagSince, a.since})
 }
 
 func stateDigest(stateFile string) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -96,9 +97,13 @@ func restartFields(v *View, p fence.Published) {
 	}
 }
 
-// activityAt is a session's ActivityAt.
-func activityAt(s *census.Session) *time.Time {
-	if s.Activity.IsZero() {
+// activityAt is a session's ActivityAt: nil when the pane has not written
+// since the session became the identity's (since, its created_at). A
+// claimed standby's window dates its activity from the standby's spawn,
+// and tmux's dead-pane notice moves the cursor as output would: neither is
+// the agent's. Activity is whole seconds, so the comparison is too.
+func activityAt(s *census.Session, since time.Time) *time.Time {
+	if s.Activity.IsZero() || s.Activity.Before(since.Truncate(time.Second)) {
 		return nil
 	}
 	t := s.Activity.UTC()
@@ -315,9 +320,9 @@ func publishedView(s *census.Session, p fence.Published) View {
 	return View{Name: s.Name, ID: s.ID, Managed: true,
 		StateDir: p.Identity.StateDir, SessionID: p.Identity.SessionID,
 		StateFile: p.StateFile, Label: p.Label, Generation: p.Generation, Authoritative: !p.Ended,
-		PanePID: s.PanePID, PaneDead: s.PaneDead, Attached: s.Attached, CreatedAt: createdAt(s.Created, p),
+		PanePID: s.PanePID, PaneDead: s.PaneDead, Attached: s.Attached, CreatedAt: createdAt(s, p),
 		State: stateOf(p, s.PaneDead), StopTimeoutMS: p.StopTimeoutMS,
-		ActivityAt: activityAt(s), Restart: restartPolicy(p), Restarts: p.Restart.Restarts}
+		ActivityAt: activityAt(s, createdAt(s, p)), Restart: restartPolicy(p), Restarts: p.Restart.Restarts}
 }
 
 func restartPolicy(p fence.Published) string {
@@ -451,8 +456,9 @@ func (m *Manager) verdictsOf(ctx context.Context, id fence.Identity) ([]verdict.
 // viewOf joins a census session with its published identity (nil when none). It is
 // authoritative when the session carries exactly the published generation's tags.
 func (m *Manager) viewOf(s *census.Session, pub *fence.Published) View {
+	since := sinceOf(s)
 	v := View{Name: s.Name, ID: s.ID, Managed: s.Managed, PanePID: s.PanePID,
-		PaneDead: s.PaneDead, Attached: s.Attached, CreatedAt: s.Created.UTC(), ActivityAt: activityAt(s),
+		PaneDead: s.PaneDead, Attached: s.Attached, CreatedAt: since, ActivityAt: activityAt(s, since),
 		Host: m.host.Name}
 	if pub == nil || !s.Managed {
 		return v
@@ -464,7 +470,8 @@ func (m *Manager) viewOf(s *census.Session, pub *fence.Published) View {
 	switch {
 	case v.Authoritative:
 		v.State, v.StopTimeoutMS = stateOf(*pub, s.PaneDead), pub.StopTimeoutMS
-		v.CreatedAt = createdAt(s.Created, *pub)
+		v.CreatedAt = createdAt(s, *pub)
+		v.ActivityAt = activityAt(s, v.CreatedAt)
 		restartFields(&v, *pub)
 	case pub.Ended && pub.TmuxID == s.ID && pub.Generation == v.Generation:
 		// Between two generations: the session kept for the next start.
@@ -482,28 +489,41 @@ func (m *Manager) viewOf(s *census.Session, pub *fence.Published) View {
 // attemptView is the View of a session this Manager just published: the census
 // may not have listed it yet.
 func (m *Manager) attemptView(a *attempt, pub fence.Published) View {
+	s := m.createdSession(a)
 	return View{
 		Name: a.name, ID: a.tmuxID, Managed: true,
 		StateDir: a.req.Identity.StateDir, SessionID: a.req.Identity.SessionID,
 		StateFile: pub.StateFile, Generation: a.res.Generation, Authoritative: true,
-		Label: pub.Label, PanePID: a.panePID, CreatedAt: createdAt(a.created, pub),
+		Label: pub.Label, PanePID: a.panePID, CreatedAt: createdAt(&s, pub),
 		State: StateRunning, StopTimeoutMS: pub.StopTimeoutMS,
 		Restart: restartPolicy(pub), Restarts: pub.Restart.Restarts, Host: m.host.Name,
 	}
 }
 
 // createdAt is a published generation's created_at: when its session became
-// the identity's. That is tmux's session_created for a session made for it,
-// but a warm pool's standby was made before anyone asked for it (its
-// session_created can predate the identity's previous generation), so a
-// session first used by this generation — no restart since the create — is
-// dated by the publication when that is later. A restart keeps its session
-// and its date.
-func createdAt(tmuxCreated time.Time, p fence.Published) time.Time {
-	if p.Restart.Restarts == 0 && p.PublishedAt.After(tmuxCreated) {
+// the identity's, its @skc-since (sinceOf). A session tagged before there
+// was @skc-since (or listed before its tags) falls back to tmux's
+// session_created — but a warm pool's standby was made before anyone asked
+// for it, so a session first used by this generation (no restart since the
+// create) is then dated by the publication when that is later.
+func createdAt(s *census.Session, p fence.Published) time.Time {
+	if _, ok := s.Tags[TagSince]; !ok && p.Restart.Restarts == 0 && p.PublishedAt.After(s.Created) {
 		return p.PublishedAt.UTC()
 	}
-	return tmuxCreated.UTC()
+	return sinceOf(s)
+}
+
+// sinceOf is when session s became its identity's: its @skc-since, else
+// tmux's session_created (a session of no identity, or tagged before
+// @skc-since existed). A tag that is no number, or one before the
+// session's creation second, is a hand edit and not believed.
+func sinceOf(s *census.Session) time.Time {
+	if n, err := strconv.ParseInt(s.Tags[TagSince], 10, 64); err == nil {
+		if t := time.Unix(0, n); !t.Before(s.Created.Truncate(time.Second)) {
+			return t.UTC()
+		}
+	}
+	return s.Created.UTC()
 }
 
 func generationTag(s *census.Session) uint64 {

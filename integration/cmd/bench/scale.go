@@ -17,8 +17,8 @@ import (
 // censusListFormat is the census's own list (census/sync.go listFormat, copied:
 // it is unexported), so the raw baseline reads exactly what a resync reads.
 const censusListFormat = "#{session_id}\t#{session_created}\t#{session_attached}\t" +
-	"#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{pane_dead_status}\t#{pane_dead_signal}\t" +
-	"#{@skc-control}\t#{@skc-identity}\t#{@skc-generation}\t#{@skc-reservation}\t#{@skc-state}\t" +
+	"#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{pane_dead_status}\t#{pane_dead_signal}\t#{window_activity}\t" +
+	"#{@skc-control}\t#{@skc-identity}\t#{@skc-generation}\t#{@skc-reservation}\t#{@skc-state}\t#{@skc-since}\t" +
 	"#{session_name}"
 
 // scaleTarget caps the wanted sessions by free ptys (every live pane holds
