@@ -573,3 +573,28 @@ func TestCreateWhileRestartWaitsReusesKeptSession(t *testing.T) {
 		t.Fatalf("after the create the fence says %+v", p)
 	}
 }
+
+// TestViewCensusBehindNextGeneration: the next generation was published in
+// the kept session and the census has not re-read its tags yet (they still
+// name the ended one): the session is shown as the new generation, running,
+// with its policy — not as a managed session of no state (ls showed state
+// null and restart null in that window).
+func TestViewCensusBehindNextGeneration(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, spec, marks := e.restartSpec("behind", fence.RestartOnFailure, 10*time.Millisecond, 5, "agent", "exit", "2")
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the restarted agent", func() bool { return lines(marks) == 1 && e.published(id).Restart.Restarts == 1 })
+	p := e.published(id)
+	s, ok := e.census.ByID(res.Session.ID)
+	if !ok || p.Ended || p.TmuxID != res.Session.ID {
+		t.Fatalf("census %v, published %+v", ok, p)
+	}
+	s.Tags = map[string]string{TagIdentity: id.Digest(), TagGeneration: "1"} // as before the restart's tags
+	v := e.m.viewOf(&s, &p)
+	if v.State != StateRunning || v.Generation != p.Generation || !v.Authoritative || v.Restart != fence.RestartOnFailure || v.Restarts != 1 {
+		t.Fatalf("view %+v, want generation %d running, on-failure, restarts 1", v, p.Generation)
+	}
+}

@@ -99,11 +99,18 @@ func restartFields(v *View, p fence.Published) {
 
 // activityAt is a session's ActivityAt: nil when the pane has not written
 // since the session became the identity's (since, its created_at). A
-// claimed standby's window dates its activity from the standby's spawn,
-// and tmux's dead-pane notice moves the cursor as output would: neither is
-// the agent's. Activity is whole seconds, so the comparison is too.
-func activityAt(s *census.Session, since time.Time) *time.Time {
+// claimed standby's window dates its activity from the standby's spawn:
+// not the agent's. Output within the session's creation second is told
+// only by the pane's cursor and history (census wroteFlag), which tmux's
+// dead-pane notice moves too and a respawn keeps (the notice stays in the
+// history): for a dead pane, or a generation started after the first in
+// its session (doubt), an activity at the creation second is that notice,
+// not output. Activity is whole seconds, so the comparisons are too.
+func activityAt(s *census.Session, since time.Time, doubt bool) *time.Time {
 	if s.Activity.IsZero() || s.Activity.Before(since.Truncate(time.Second)) {
+		return nil
+	}
+	if doubt && s.Activity.Equal(s.Created.Truncate(time.Second)) {
 		return nil
 	}
 	t := s.Activity.UTC()
@@ -322,7 +329,15 @@ func publishedView(s *census.Session, p fence.Published) View {
 		StateFile: p.StateFile, Label: p.Label, Generation: p.Generation, Authoritative: !p.Ended,
 		PanePID: s.PanePID, PaneDead: s.PaneDead, Attached: s.Attached, CreatedAt: createdAt(s, p),
 		State: stateOf(p, s.PaneDead), StopTimeoutMS: p.StopTimeoutMS,
-		ActivityAt: activityAt(s, createdAt(s, p)), Restart: restartPolicy(p), Restarts: p.Restart.Restarts}
+		ActivityAt: activityAt(s, createdAt(s, p), s.PaneDead || p.Restart.Restarts > 0),
+		Restart: restartPolicy(p), Restarts: p.Restart.Restarts}
+}
+
+// inCensusLife: p was published in the server life the census lists, by
+// this host.
+func (m *Manager) inCensusLife(p fence.Published) bool {
+	life, ok := m.serverLife()
+	return ok && !m.remote(&p) && p.ServerPID == life.PID && p.ServerStart == life.StartTime
 }
 
 func restartPolicy(p fence.Published) string {
@@ -458,7 +473,7 @@ func (m *Manager) verdictsOf(ctx context.Context, id fence.Identity) ([]verdict.
 func (m *Manager) viewOf(s *census.Session, pub *fence.Published) View {
 	since := sinceOf(s)
 	v := View{Name: s.Name, ID: s.ID, Managed: s.Managed, PanePID: s.PanePID,
-		PaneDead: s.PaneDead, Attached: s.Attached, CreatedAt: since, ActivityAt: activityAt(s, since),
+		PaneDead: s.PaneDead, Attached: s.Attached, CreatedAt: since, ActivityAt: activityAt(s, since, s.PaneDead),
 		Host: m.host.Name}
 	if pub == nil || !s.Managed {
 		return v
@@ -471,8 +486,15 @@ func (m *Manager) viewOf(s *census.Session, pub *fence.Published) View {
 	case v.Authoritative:
 		v.State, v.StopTimeoutMS = stateOf(*pub, s.PaneDead), pub.StopTimeoutMS
 		v.CreatedAt = createdAt(s, *pub)
-		v.ActivityAt = activityAt(s, v.CreatedAt)
+		v.ActivityAt = activityAt(s, v.CreatedAt, s.PaneDead || pub.Restart.Restarts > 0)
 		restartFields(&v, *pub)
+	case !pub.Ended && pub.TmuxID == s.ID && pub.Generation > v.Generation && m.inCensusLife(*pub):
+		// The next generation was published in this session a moment ago
+		// and the census has not re-read its tags yet — nor its respawned
+		// pane, still dead in its picture: the fence's record says both.
+		v = publishedView(s, *pub)
+		v.PanePID, v.PaneDead, v.State = pub.PanePID, false, stateOf(*pub, false)
+		v.Host = m.host.Name
 	case pub.Ended && pub.TmuxID == s.ID && pub.Generation == v.Generation:
 		// Between two generations: the session kept for the next start.
 		v.State = stateOf(*pub, s.PaneDead)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/census"
+	"github.com/skc-supervisor/skc-supervisor/fence"
 )
 
 // A session's View carries the census's activity as activity_at, null when
@@ -35,5 +36,39 @@ func TestViewActivityAt(t *testing.T) {
 	e2, _ := vc.encoded(&w)
 	if string(e1) == string(e2) {
 		t.Fatal("the view cache reused the JSON of another activity")
+	}
+}
+
+// TestViewActivityDoubt: an activity at the session's creation second is
+// told only by the pane's cursor and history, which tmux's dead-pane notice
+// moves and a respawn keeps: for a dead pane, or a generation after the
+// first in its session, it is not output (activity_at null); a later second
+// is.
+func TestViewActivityDoubt(t *testing.T) {
+	m := &Manager{}
+	created := time.Unix(1800000000, 0).UTC()
+	pub := fence.Published{Generation: 1, TmuxID: "$1"}
+	cases := []struct {
+		name     string
+		dead     bool
+		restarts int
+		act      time.Time
+		want     bool
+	}{
+		{"live first generation, first second", false, 0, created, true},
+		{"dead pane, first second", true, 0, created, false},
+		{"restarted, first second", false, 1, created, false},
+		{"dead pane, later output", true, 0, created.Add(3 * time.Second), true},
+		{"restarted, later output", false, 2, created.Add(3 * time.Second), true},
+	}
+	for _, tc := range cases {
+		s := census.Session{Name: "a", ID: "$1", Created: created, Managed: true, PaneDead: tc.dead, Activity: tc.act,
+			Tags: map[string]string{TagIdentity: "d", TagGeneration: "1"}}
+		p := pub
+		p.Restart.Restarts = tc.restarts
+		v := m.viewOf(&s, &p)
+		if !v.Authoritative || (v.ActivityAt != nil) != tc.want {
+			t.Errorf("%s: authoritative %v, activity_at %v, want set %v", tc.name, v.Authoritative, v.ActivityAt, tc.want)
+		}
 	}
 }

@@ -40,7 +40,10 @@ func printList(w io.Writer, res api.ListResponse) {
 		ident := "-"
 		if s.Managed {
 			ident = printable(s.StateDir) + " " + printable(s.SessionID)
-			if !s.Authoritative {
+			if !s.Authoritative && s.State == "" {
+				// Between two generations the STATE column says why
+				// (exited, starting, gave_up): only an unexplained
+				// mismatch of tags is flagged.
 				ident += " (not authoritative)"
 			}
 		}
