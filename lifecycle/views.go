@@ -330,7 +330,7 @@ func publishedView(s *census.Session, p fence.Published) View {
 		PanePID: s.PanePID, PaneDead: s.PaneDead, Attached: s.Attached, CreatedAt: createdAt(s, p),
 		State: stateOf(p, s.PaneDead), StopTimeoutMS: p.StopTimeoutMS,
 		ActivityAt: activityAt(s, createdAt(s, p), s.PaneDead || p.Restart.Restarts > 0),
-		Restart: restartPolicy(p), Restarts: p.Restart.Restarts}
+		Restart:    restartPolicy(p), Restarts: p.Restart.Restarts}
 }
 
 // inCensusLife: p was published in the server life the census lists, by
