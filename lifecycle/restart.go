@@ -141,16 +141,21 @@ func gaveUpRecord(p fence.Published, burst int, interval time.Duration, n int) v
 }
 
 // stoppedRecord is the stopped verdict of an identity whose pending restart
-// was cancelled (action, reason: by whom): its feed's readers learn that
-// nothing starts it again.
+// was cancelled, or that had given up (action, reason: by whom): its feed's
+// readers learn that nothing starts it again. Only a cancelled start has a
+// next_start_due.
 func stoppedRecord(p fence.Published, action, reason string) verdict.Record {
-	return verdict.Record{
+	rec := verdict.Record{
 		Action: action, Outcome: verdict.OutcomeSuccess, Verdict: verdict.VerdictStopped, Reason: reason,
 		Identity: identityRef(p.Identity),
 		Session:  &verdict.SessionRef{Name: p.SessionName, ID: p.TmuxID, Generation: p.Generation},
 		Restart:  &verdict.RestartRef{Count: p.Restart.Restarts},
-		Evidence: map[string]any{"next_start_due": p.Restart.Due.UTC().Format(time.RFC3339Nano)},
+		Evidence: map[string]any{"previous_state": p.Restart.State},
 	}
+	if p.Restart.State == fence.RestartExited {
+		rec.Evidence["next_start_due"] = p.Restart.Due.UTC().Format(time.RFC3339Nano)
+	}
+	return rec
 }
 
 // keptSession is the session of an ended generation that a restart reuses:

@@ -152,7 +152,27 @@ func (m *Manager) failedStart(ctx context.Context, p fence.Published, cause erro
 	ok, err := m.fence.SetRestart(fctx, p.Identity, p.Generation, fence.RestartExited, next, also)
 	if err == nil && ok && also != nil {
 		m.verdicts.Filed(*also)
+		// Nothing will run in the kept session again (an agent's end that
+		// gives up removes its session the same way).
+		m.removeKept(ctx, p, "gave up")
 	}
+}
+
+// removeKept removes the session ended generation p kept, if it is still
+// there; why names the reason in the log when it cannot be removed.
+func (m *Manager) removeKept(ctx context.Context, p fence.Published, why string) {
+	if _, present := m.sessionOf(p); !present {
+		return
+	}
+	m.markKilling(p.TmuxID, killReason{reason: verdict.ReasonOrphanCleanup})
+	defer m.unmarkKilling(p.TmuxID)
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
+	defer cancel()
+	if err := m.killConfirm(kctx, m.lifeOf(p.ServerPID, p.ServerStart), p.TmuxID); err != nil {
+		m.log.Warn().Err(err).Str("tmux_id", p.TmuxID).Str("why", why).Msg("kept session not removed")
+		return
+	}
+	m.waitCensusGone(ctx, p.TmuxID)
 }
 
 // respawn starts the attempt's helper in the kept session: respawn-pane -k
@@ -203,16 +223,7 @@ func (m *Manager) dropSuperseded(ctx context.Context, pub fence.Published) {
 		old.ServerStart == pub.ServerStart) {
 		return
 	}
-	if _, present := m.sessionOf(*old); !present {
-		return
-	}
-	m.markKilling(old.TmuxID, killReason{reason: verdict.ReasonOrphanCleanup})
-	defer m.unmarkKilling(old.TmuxID)
-	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
-	defer cancel()
-	if err := m.killConfirm(kctx, m.lifeOf(old.ServerPID, old.ServerStart), old.TmuxID); err != nil {
-		m.log.Warn().Err(err).Str("tmux_id", old.TmuxID).Msg("kept session of an earlier generation not removed")
-	}
+	m.removeKept(ctx, *old, "superseded")
 }
 
 // restartRecord completes a restart's published verdict: its reason, the
@@ -373,11 +384,19 @@ func (m *Manager) killWaiting(ctx context.Context, p fence.Published) (KillResul
 // next start due: what kill and ls act on between two generations.
 func (m *Manager) waitingTarget(ctx context.Context, ref Ref) (fence.Published, bool) {
 	t, err := m.Resolve(ctx, ref)
-	if err != nil || t.Published == nil || !t.Published.Ended || t.Published.Restart.State != fence.RestartExited ||
-		m.remote(t.Published) {
+	if err != nil || t.Published == nil || !t.Published.Ended || m.remote(t.Published) {
 		return fence.Published{}, false
 	}
-	return *t.Published, true
+	switch t.Published.Restart.State {
+	case fence.RestartExited:
+		return *t.Published, true
+	case fence.RestartGaveUp:
+		// Given up with its session still there (a daemon before the
+		// give-up removed it, or one that died first): kill stops it.
+		_, present := m.sessionOf(*t.Published)
+		return *t.Published, present
+	}
+	return fence.Published{}, false
 }
 
 // keptRemoved handles the removal of a session that holds no running

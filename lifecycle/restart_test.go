@@ -598,3 +598,49 @@ func TestViewCensusBehindNextGeneration(t *testing.T) {
 		t.Fatalf("view %+v, want generation %d running, on-failure, restarts 1", v, p.Generation)
 	}
 }
+
+// TestGiveUpOnFailedStartsRemovesKept: an identity that gives up because its
+// next start fails each time (its resume argv cannot start) has its kept
+// session removed, as one that gives up at an agent's end does — it was
+// left dead in ls, and kill then called it not supervised.
+func TestGiveUpOnFailedStartsRemovesKept(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, spec, _ := e.restartSpec("giveupkept", fence.RestartOnFailure, 10*time.Millisecond, 2, "agent", "exit", "2")
+	spec.ResumeArgv = []string{filepath.Join(t.TempDir(), "no-such-agent")}
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "gave up", func() bool { return e.published(id).Restart.State == fence.RestartGaveUp })
+	waitFor(t, "the kept session removed", func() bool { _, ok := e.census.ByID(res.Session.ID); return !ok })
+	if n := len(withReason(e.verdicts(id), verdict.VerdictGaveUp, verdict.ReasonStartLimit)); n != 1 {
+		t.Fatalf("verdicts: %v", verdictNames(e.verdicts(id)))
+	}
+}
+
+// TestKillGaveUpWithKeptSession: a gave-up identity whose session is still
+// there (left by an older daemon) is stopped by kill: the session removed,
+// a stopped verdict (no next_start_due: no start was announced), and the
+// answer is that verdict — not not_found "not supervised".
+func TestKillGaveUpWithKeptSession(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, spec, _ := e.restartSpec("killgaveup", fence.RestartOnFailure, time.Hour, 5, "agent", "exit", "2")
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "waiting out the delay", func() bool { p := e.published(id); return p.Ended && p.Restart.State == fence.RestartExited })
+	p := e.published(id)
+	gaveUp := fence.RestartNext{State: fence.RestartGaveUp, Failures: 5}
+	if ok, err := e.store.SetRestart(context.Background(), id, p.Generation, fence.RestartExited, gaveUp, nil); !ok || err != nil {
+		t.Fatalf("set gave_up: %v %v", ok, err)
+	}
+	kr, err := e.m.Kill(context.Background(), Ref{Name: res.Session.Name})
+	if err != nil || kr.Verdict.Verdict != verdict.VerdictStopped || kr.Verdict.Evidence["next_start_due"] != nil {
+		t.Fatalf("kill: %+v %v, want the stopped verdict without next_start_due", kr, err)
+	}
+	waitFor(t, "the kept session removed", func() bool { _, ok := e.census.ByID(res.Session.ID); return !ok })
+	if st := e.published(id).Restart.State; st != fence.RestartStopped {
+		t.Fatalf("restart state %q, want stopped", st)
+	}
+}
