@@ -185,6 +185,12 @@ func (m *Manager) respawn(ctx context.Context, a *attempt, k *keptSession) error
 	if !ok || life != k.life {
 		return m.spawn(ctx, a)
 	}
+	// The previous generation's lines (its tail is in its ended verdict)
+	// and tmux's dead-pane notice leave the pane's history first: respawn
+	// keeps the history, and the next generation's output tail and
+	// activity must be its own. A refusal (the pane is gone) shows again
+	// at the respawn, which tells it apart.
+	_, _ = m.commandIn(ctx, life, "clear-history", "-t", k.paneID)
 	a.life, a.sent = life, true
 	args := append([]string{"respawn-pane", "-k", "-t", k.paneID, "--"}, m.helperArgv(a)...)
 	if _, err := m.commandIn(ctx, life, args...); err != nil {

@@ -644,3 +644,32 @@ func TestKillGaveUpWithKeptSession(t *testing.T) {
 		t.Fatalf("restart state %q, want stopped", st)
 	}
 }
+
+// TestRestartTailIsOwn: a generation restarted in its kept session has only
+// its own output in its ended verdict's tail: the previous generation's
+// lines stayed in the pane's history across respawn-pane, so a silent
+// second run's end quoted the first run.
+func TestRestartTailIsOwn(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, spec, _ := e.restartSpec("owntail", fence.RestartOnFailure, 10*time.Millisecond, 2, "agent", "exit", "2")
+	spec.Argv = []string{"/bin/sh", "-c", "echo FROM-GEN-ONE; sleep 0.2; exit 3"}
+	spec.ResumeArgv = []string{"/bin/sh", "-c", "sleep 0.2; exit 4"}
+	if _, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "gave up", func() bool { return e.published(id).Restart.State == fence.RestartGaveUp })
+	tails := map[uint64]string{}
+	for _, r := range e.verdicts(id) {
+		if r.Verdict == verdict.VerdictEnded && r.Session != nil {
+			tails[r.Session.Generation] = r.OutputTail
+		}
+	}
+	if len(tails) != 2 || !strings.Contains(tails[1], "FROM-GEN-ONE") {
+		t.Fatalf("ended tails %v: want generation 1's with its line", tails)
+	}
+	for g, tail := range tails {
+		if g != 1 && strings.Contains(tail, "FROM-GEN-ONE") {
+			t.Fatalf("generation %d's tail %q quotes generation 1", g, tail)
+		}
+	}
+}
