@@ -192,6 +192,19 @@ func (m *Manager) failedRecord(a *attempt, cause error, comp string) verdict.Rec
 	if a.name != "" {
 		rec.Session = &verdict.SessionRef{Name: a.name, ID: a.tmuxID, Generation: a.res.Generation}
 	}
+	if r := a.restart; r != nil {
+		// A start after the first: tied to the sequence it belongs to, as
+		// its published verdict would have been (restartRecord).
+		if r.prev.Restart.Reason == verdict.ReasonManualRestart {
+			rec.Action = verdict.ActionRestart
+		}
+		rec.Restart = &verdict.RestartRef{Count: r.prev.Restart.Restarts + 1}
+		rec.Evidence["previous_generation"] = r.prev.Generation
+		rec.Evidence["start_reason"] = r.prev.Restart.Reason
+		if rec.Session == nil {
+			rec.Session = &verdict.SessionRef{Name: r.prev.SessionName, ID: r.prev.TmuxID, Generation: a.res.Generation}
+		}
+	}
 	return rec
 }
 

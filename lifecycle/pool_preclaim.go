@@ -44,7 +44,7 @@ type preclaim struct {
 // the pool has none, or req's command cannot start (the create is refused
 // after its reservation, as without a pool, and the standby stays free).
 func (m *Manager) takePreclaim(req CreateRequest) *preclaim {
-	if m.pool == nil || checkCommand(req.Spec, os.Getenv("PATH")) != nil {
+	if m.pool == nil || checkCommand(req.Spec, os.Getenv("PATH"), false) != nil {
 		return nil
 	}
 	sb, ok := m.takeStandby()

@@ -605,16 +605,37 @@ func TestViewCensusBehindNextGeneration(t *testing.T) {
 // left dead in ls, and kill then called it not supervised.
 func TestGiveUpOnFailedStartsRemovesKept(t *testing.T) {
 	e := startEnv(t, "", "", false)
-	id, spec, _ := e.restartSpec("giveupkept", fence.RestartOnFailure, 10*time.Millisecond, 2, "agent", "exit", "2")
-	spec.ResumeArgv = []string{filepath.Join(t.TempDir(), "no-such-agent")}
+	// The resume command exists at the create (which checks it) and is
+	// removed before the first restart is due (a second later).
+	id, spec, _ := e.restartSpec("giveupkept", fence.RestartOnFailure, time.Second, 2, "agent", "exit", "2")
+	resume := filepath.Join(t.TempDir(), "resume-agent")
+	must(t, os.WriteFile(resume, []byte("#!/bin/sh\nexit 0\n"), 0o700))
+	spec.ResumeArgv = []string{resume}
 	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	must(t, os.Remove(resume))
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "gave up", func() bool { return e.published(id).Restart.State == fence.RestartGaveUp })
 	waitFor(t, "the kept session removed", func() bool { _, ok := e.census.ByID(res.Session.ID); return !ok })
-	if n := len(withReason(e.verdicts(id), verdict.VerdictGaveUp, verdict.ReasonStartLimit)); n != 1 {
-		t.Fatalf("verdicts: %v", verdictNames(e.verdicts(id)))
+	recs := e.verdicts(id)
+	if n := len(withReason(recs, verdict.VerdictGaveUp, verdict.ReasonStartLimit)); n != 1 {
+		t.Fatalf("verdicts: %v", verdictNames(recs))
+	}
+	// Each refused start is tied to its restart sequence and names the
+	// field that could not start.
+	failed := 0
+	for _, r := range recs {
+		if r.Verdict != verdict.VerdictFailed {
+			continue
+		}
+		failed++
+		if r.Restart == nil || r.Session == nil || r.Evidence["field"] != "resume_argv" {
+			t.Fatalf("failed start %+v: want skc.restart, a session and field resume_argv", r)
+		}
+	}
+	if failed == 0 {
+		t.Fatalf("no failed start: %v", verdictNames(recs))
 	}
 }
 

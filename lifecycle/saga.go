@@ -37,7 +37,7 @@ func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retEr
 	// undo only releases the reservation (spawncheck.go). A create whose
 	// reservation recorded a standby checked it before it took the standby.
 	if a.preclaim == nil {
-		if err := checkCommand(a.req.Spec, os.Getenv("PATH")); err != nil {
+		if err := checkCommand(a.req.Spec, os.Getenv("PATH"), a.restart != nil); err != nil {
 			return res, err
 		}
 	}

@@ -34,7 +34,25 @@ const (
 // advisory for what changes afterwards (a file removed between the check and
 // the start still ends the generation with status 127), never a guess: it
 // refuses only what the helper would certainly fail on now.
-func checkCommand(spec fence.Spec, path string) error {
+//
+// A resume_argv is checked too, at the create (a restart runs it, and a
+// typo found only after the first crash costs every start of the burst);
+// in a restart (restart: the spec's argv is the resume_argv) a refusal
+// names resume_argv.
+func checkCommand(spec fence.Spec, path string, restart bool) error {
+	field := "argv"
+	if restart && len(spec.ResumeArgv) > 0 {
+		field = "resume_argv"
+	}
+	if err := checkStart(spec, spec.Argv, field, path); err != nil || restart || len(spec.ResumeArgv) == 0 {
+		return err
+	}
+	return checkStart(spec, spec.ResumeArgv, "resume_argv", path)
+}
+
+// checkStart is checkCommand for one command line, argv, of spec (its cwd
+// and environment); field names it in a refusal.
+func checkStart(spec fence.Spec, argv []string, field, path string) error {
 	if spec.Cwd != "" {
 		st, err := os.Stat(spec.Cwd)
 		if err != nil || !st.IsDir() {
@@ -45,10 +63,10 @@ func checkCommand(spec fence.Spec, path string) error {
 			return spawnRefused(SpawnCwdMissing, "cwd", spec.Cwd, "cwd %q %s", spec.Cwd, why)
 		}
 	}
-	if len(spec.Argv) == 0 {
+	if len(argv) == 0 {
 		return nil // Validate refuses it before; nothing to check here
 	}
-	name := spec.Argv[0]
+	name := argv[0]
 	if strings.Contains(name, "/") {
 		p := name
 		if !filepath.IsAbs(p) {
@@ -56,11 +74,11 @@ func checkCommand(spec fence.Spec, path string) error {
 		}
 		switch executable(p) {
 		case errMissing:
-			return spawnRefused(SpawnExecutableNotFound, "argv", name, "cannot start %q: no such file", name)
+			return spawnRefused(SpawnExecutableNotFound, field, name, "cannot start %q: no such file", name)
 		case errNotExec:
-			return spawnRefused(SpawnNotExecutable, "argv", name, "cannot start %q: not an executable file", name)
+			return spawnRefused(SpawnNotExecutable, field, name, "cannot start %q: not an executable file", name)
 		}
-		return checkInterpreter(name, p)
+		return checkInterpreter(name, p, field)
 	}
 	for i := len(spec.Env) - 1; i >= 0; i-- {
 		if v, ok := cutEnv(spec.Env[i], "PATH"); ok {
@@ -78,15 +96,15 @@ func checkCommand(spec fence.Spec, path string) error {
 		}
 		switch p := filepath.Join(dir, name); executable(p) {
 		case nil:
-			return checkInterpreter(name, p)
+			return checkInterpreter(name, p, field)
 		case errNotExec:
 			notExec = cmp.Or(notExec, p)
 		}
 	}
 	if notExec != "" {
-		return spawnRefused(SpawnNotExecutable, "argv", name, "cannot start %q: %s is not executable", name, notExec)
+		return spawnRefused(SpawnNotExecutable, field, name, "cannot start %q: %s is not executable", name, notExec)
 	}
-	return spawnRefused(SpawnExecutableNotFound, "argv", name, "cannot start %q: not found on the agent's PATH", name)
+	return spawnRefused(SpawnExecutableNotFound, field, name, "cannot start %q: not found on the agent's PATH", name)
 }
 
 // checkInterpreter refuses a script (name, found at p) whose "#!" line names
@@ -94,7 +112,7 @@ func checkCommand(spec fence.Spec, path string) error {
 // exec then fails exactly as for a missing argv[0] (ENOENT, EACCES), after
 // publication. Anything it cannot read for sure (an unreadable file, a
 // relative interpreter) is left to the exec.
-func checkInterpreter(name, p string) error {
+func checkInterpreter(name, p, field string) error {
 	if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() {
 		return nil // never open a FIFO or a device: it could block
 	}
@@ -116,10 +134,10 @@ func checkInterpreter(name, p string) error {
 	}
 	switch executable(interp) {
 	case errMissing:
-		return spawnRefused(SpawnExecutableNotFound, "argv", name,
+		return spawnRefused(SpawnExecutableNotFound, field, name,
 			"cannot start %q: its interpreter %q (#! line) does not exist", name, interp)
 	case errNotExec:
-		return spawnRefused(SpawnNotExecutable, "argv", name,
+		return spawnRefused(SpawnNotExecutable, field, name,
 			"cannot start %q: its interpreter %q (#! line) is not executable", name, interp)
 	}
 	return nil

@@ -50,7 +50,7 @@ func TestCheckCommand(t *testing.T) {
 		{"cwd a file", fence.Spec{Argv: []string{"tool"}, Cwd: filepath.Join(dir, "file")}, bin, SpawnCwdMissing},
 	}
 	for _, c := range cases {
-		err := checkCommand(c.spec, c.path)
+		err := checkCommand(c.spec, c.path, false)
 		got := ""
 		if err != nil {
 			e := verdict.AsError(err)
@@ -62,6 +62,31 @@ func TestCheckCommand(t *testing.T) {
 		if got != c.reason {
 			t.Errorf("%s: reason %q (%v), want %q", c.name, got, err, c.reason)
 		}
+	}
+}
+
+// TestCheckResumeArgv: a resume_argv that cannot start is refused at the
+// create, naming resume_argv — not found out after the first crash, every
+// start of the burst refused — and a restart's refusal of it names it too.
+func TestCheckResumeArgv(t *testing.T) {
+	dir := t.TempDir()
+	spec := fence.Spec{Argv: []string{"/bin/sh"}, ResumeArgv: []string{"no-such-resume-agent"}, Cwd: dir}
+	for _, c := range []struct {
+		name    string
+		spec    fence.Spec
+		restart bool
+	}{
+		{"create", spec, false},
+		{"restart (argv is the resume_argv)", fence.Spec{Argv: spec.ResumeArgv, ResumeArgv: spec.ResumeArgv, Cwd: dir}, true},
+	} {
+		e := verdict.AsError(checkCommand(c.spec, "/usr/bin:/bin", c.restart))
+		if e == nil || e.Code != verdict.CodeSpawnFailed || e.Details["field"] != "resume_argv" ||
+			e.Details["reason"] != SpawnExecutableNotFound {
+			t.Errorf("%s: %v, want spawn_failed executable_not_found naming resume_argv", c.name, e)
+		}
+	}
+	if err := checkCommand(fence.Spec{Argv: []string{"/bin/sh"}, ResumeArgv: []string{"sh", "-c", "true"}, Cwd: dir}, "/usr/bin:/bin", false); err != nil {
+		t.Errorf("a resume_argv that starts: %v", err)
 	}
 }
 
