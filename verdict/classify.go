@@ -25,7 +25,7 @@ const (
 	// CodeMethodNotAllowed: the API path exists but not with this method;
 	// details.allowed (and the Allow header) lists the methods it takes.
 	CodeMethodNotAllowed Code = "method_not_allowed"
-	// CodeIdentityReservedLive: a live owner holds the identity's reservation.
+	// CodeIdentityReservedLive: a live owner holds the identity's reservation, or its previous generation is still stopping (details.stopping: its processes are not proven gone yet).
 	CodeIdentityReservedLive Code = "identity_reserved_live"
 	// CodeIdentityReservedUnknown: the owner's liveness cannot be established, so
 	// the reservation is not displaced.
