@@ -94,6 +94,16 @@ func stateText(now time.Time, s api.Session) string {
 	return s.State
 }
 
+// authoritativeText is show's authoritative line: false between two
+// generations is no fault of the tags, and says so.
+func authoritativeText(s api.Session) string {
+	switch s.State {
+	case "exited", "starting", "stopped", "gave_up":
+		return "false (between two generations)"
+	}
+	return strconv.FormatBool(s.Authoritative)
+}
+
 // restartText is the RESTART column: the policy and the restarts so far.
 func restartText(s api.Session) string {
 	if s.Restart == "" {
@@ -150,7 +160,7 @@ func printSession(w io.Writer, s *api.Session) {
 		{"name", printable(s.Name)}, {"id", s.ID}, {"managed", strconv.FormatBool(s.Managed)},
 		{"state_dir", printable(s.StateDir)}, {"session_id", printable(s.SessionID)},
 		{"state_file", printable(s.StateFile)}, {"generation", strconv.FormatUint(s.Generation, 10)},
-		{"authoritative", strconv.FormatBool(s.Authoritative)}, {"state", stateText(time.Now(), *s)},
+		{"authoritative", authoritativeText(*s)}, {"state", stateText(time.Now(), *s)},
 		{"restart", restartText(*s)}, {"next_start_at", stampText(s.NextStartAt)},
 		{"label", printable(s.Label)},
 		{"pane_pid", strconv.Itoa(s.PanePID)}, {"pane_dead", strconv.FormatBool(s.PaneDead)},

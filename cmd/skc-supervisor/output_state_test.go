@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/api"
 )
@@ -28,5 +29,28 @@ func TestListTextShowsState(t *testing.T) {
 		if len(f) < 4 || f[3] != want {
 			t.Errorf("line %q: state %q", lines[i+1], want)
 		}
+	}
+}
+
+// TestShowTextBetweenGenerations: show's text of an identity waiting out its
+// restart delay says its state, policy and next start, and that it is not
+// authoritative because it is between two generations — not as if its tags
+// were wrong; ls does not flag it "(not authoritative)" either.
+func TestShowTextBetweenGenerations(t *testing.T) {
+	due := time.Now().Add(3 * time.Second)
+	s := api.Session{Name: "skc-w", ID: "$4", Managed: true, StateDir: "/s", SessionID: "w", Generation: 1,
+		State: "exited", Restart: "on-failure", NextStartAt: &due, PaneDead: true}
+	var b bytes.Buffer
+	printShow(&b, api.ShowResponse{Session: &s})
+	for _, want := range []string{"state:", "exited (next start in", "restart:", "on-failure (0)", "next_start_at:",
+		"false (between two generations)"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("show text lacks %q:\n%s", want, b.String())
+		}
+	}
+	b.Reset()
+	printList(&b, api.ListResponse{Census: api.CensusInfo{Synced: true}, Sessions: []api.Session{s}})
+	if strings.Contains(b.String(), "not authoritative") {
+		t.Errorf("ls flags a waiting identity:\n%s", b.String())
 	}
 }
