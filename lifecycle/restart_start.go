@@ -154,25 +154,24 @@ func (m *Manager) failedStart(ctx context.Context, p fence.Published, cause erro
 		m.verdicts.Filed(*also)
 		// Nothing will run in the kept session again (an agent's end that
 		// gives up removes its session the same way).
-		m.removeKept(ctx, p, "gave up")
+		if err := m.removeKept(ctx, p, killReason{reason: verdict.ReasonOrphanCleanup}); err != nil {
+			m.log.Warn().Err(err).Str("tmux_id", p.TmuxID).Msg("kept session of a gave-up identity not removed")
+		}
 	}
 }
 
 // removeKept removes the session ended generation p kept, if it is still
-// there; why names the reason in the log when it cannot be removed.
-func (m *Manager) removeKept(ctx context.Context, p fence.Published, why string) {
+// there, marked as ours (kr) so its disappearance is not taken for a kill
+// by hand, and confirms it gone.
+func (m *Manager) removeKept(ctx context.Context, p fence.Published, kr killReason) error {
 	if _, present := m.sessionOf(p); !present {
-		return
+		return nil
 	}
-	m.markKilling(p.TmuxID, killReason{reason: verdict.ReasonOrphanCleanup})
+	m.markKilling(p.TmuxID, kr)
 	defer m.unmarkKilling(p.TmuxID)
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
 	defer cancel()
-	if err := m.killConfirm(kctx, m.lifeOf(p.ServerPID, p.ServerStart), p.TmuxID); err != nil {
-		m.log.Warn().Err(err).Str("tmux_id", p.TmuxID).Str("why", why).Msg("kept session not removed")
-		return
-	}
-	m.waitCensusGone(ctx, p.TmuxID)
+	return m.killConfirm(kctx, m.lifeOf(p.ServerPID, p.ServerStart), p.TmuxID)
 }
 
 // respawn starts the attempt's helper in the kept session: respawn-pane -k
@@ -229,7 +228,9 @@ func (m *Manager) dropSuperseded(ctx context.Context, pub fence.Published) {
 		old.ServerStart == pub.ServerStart) {
 		return
 	}
-	m.removeKept(ctx, *old, "superseded")
+	if err := m.removeKept(ctx, *old, killReason{reason: verdict.ReasonOrphanCleanup}); err != nil {
+		m.log.Warn().Err(err).Str("tmux_id", old.TmuxID).Msg("kept session of an earlier generation not removed")
+	}
 }
 
 // restartRecord completes a restart's published verdict: its reason, the
@@ -369,17 +370,10 @@ func (m *Manager) killWaiting(ctx context.Context, p fence.Published) (KillResul
 		return KillResult{}, false, nil
 	}
 	m.verdicts.Filed(rec)
-	if _, present := m.sessionOf(p); present {
-		m.markKilling(p.TmuxID, killReason{reason: verdict.ReasonKilledByRequest, byKill: true})
-		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
-		err := m.killConfirm(kctx, m.lifeOf(p.ServerPID, p.ServerStart), p.TmuxID)
-		cancel()
-		m.unmarkKilling(p.TmuxID)
-		if err != nil {
-			return KillResult{}, true, verdict.Errorf(verdict.CodeTmuxUnavailable, nil, "kept session: %w", err)
-		}
-		m.waitCensusGone(ctx, p.TmuxID)
+	if err := m.removeKept(ctx, p, killReason{reason: verdict.ReasonKilledByRequest, byKill: true}); err != nil {
+		return KillResult{}, true, verdict.Errorf(verdict.CodeTmuxUnavailable, nil, "kept session: %w", err)
 	}
+	m.waitCensusGone(ctx, p.TmuxID) // so that an ls right after the kill does not show it
 	// The answer is the verdict this kill wrote: the ended one was written
 	// when the generation ended, and announced a start that now never comes.
 	return KillResult{Status: "killed", Verdict: rec}, true, nil
