@@ -12,10 +12,14 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/skc-supervisor/skc-supervisor/internal/testwatch"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	testwatch.Arm()
+	goleak.VerifyTestMain(m)
+}
 
 // fakeService is the Service the HTTP tests drive: canned answers, the last
 // create spec, and a verdict journal with a live feed.

@@ -12,12 +12,14 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/skc-supervisor/skc-supervisor/internal/testwatch"
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 
 	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 )
 
 func TestMain(m *testing.M) {
+	testwatch.Arm()
 	goleak.VerifyTestMain(m)
 }
 

@@ -16,10 +16,14 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/skc-supervisor/skc-supervisor/internal/testwatch"
 	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	testwatch.Arm()
+	goleak.VerifyTestMain(m)
+}
 
 // shortDir is a fresh 0700 directory with a short path, so sockets fit.
 func shortDir(t *testing.T) string {

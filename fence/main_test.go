@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/skc-supervisor/skc-supervisor/internal/proctest"
+	"github.com/skc-supervisor/skc-supervisor/internal/testwatch"
 )
 
 // The test binary impersonates helper processes (like Go's os/exec tests):
@@ -22,6 +23,7 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(helperEnv); mode != "" {
 		os.Exit(runHelper(mode))
 	}
+	testwatch.Arm()
 	goleak.VerifyTestMain(m)
 }
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -18,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skc-supervisor/skc-supervisor/internal/testwatch"
 	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 	"github.com/skc-supervisor/skc-supervisor/proctree"
 )
@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv("SKC_IT_HELPER"); mode != "" {
 		os.Exit(runHelperMode(mode))
 	}
-	flag.Parse()
+	testwatch.Arm()
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)

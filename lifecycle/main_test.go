@@ -19,6 +19,7 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/census"
 	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/fence/sqlite"
+	"github.com/skc-supervisor/skc-supervisor/internal/testwatch"
 	"github.com/skc-supervisor/skc-supervisor/metrics"
 	"github.com/skc-supervisor/skc-supervisor/proctree"
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
@@ -55,6 +56,7 @@ func TestMain(m *testing.M) {
 			os.Exit(poolChild(os.Args[2:]))
 		}
 	}
+	testwatch.Arm()
 	os.Exit(m.Run())
 }
 

@@ -13,10 +13,14 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/skc-supervisor/skc-supervisor/internal/testwatch"
 	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	testwatch.Arm()
+	goleak.VerifyTestMain(m)
+}
 
 func env(vars map[string]string, lookErr error, cgroup string, euid int) Env {
 	return Env{

@@ -10,10 +10,12 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/skc-supervisor/skc-supervisor/internal/testwatch"
 	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 )
 
 func TestMain(m *testing.M) {
+	testwatch.Arm()
 	goleak.VerifyTestMain(m)
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skc-supervisor/skc-supervisor/internal/testwatch"
 	"go.uber.org/goleak"
 )
 
@@ -19,6 +20,7 @@ func TestMain(m *testing.M) {
 	retryInterval = 50 * time.Millisecond
 	closeTimeout = 500 * time.Millisecond
 	maxBackoff = 50 * time.Millisecond
+	testwatch.Arm()
 	goleak.VerifyTestMain(m)
 }
 

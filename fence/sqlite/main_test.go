@@ -19,6 +19,7 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/fence/fencetest"
 	"github.com/skc-supervisor/skc-supervisor/internal/proctest"
+	"github.com/skc-supervisor/skc-supervisor/internal/testwatch"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
@@ -32,6 +33,7 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(helperEnv); mode != "" {
 		os.Exit(runHelper(mode))
 	}
+	testwatch.Arm()
 	goleak.VerifyTestMain(m)
 }
 
