@@ -187,6 +187,28 @@ func (c *Census) Gone(life tmuxctl.ServerLife, id string) {
 	}
 	c.syncMu.Lock()
 	defer c.syncMu.Unlock()
+	c.goneSynced(life, id)
+}
+
+// TryGone is Gone when the census's sync lock is free, done before it
+// returns true: the usual case, and then a read right after the caller's
+// (a show after the ended verdict its removal preceded) no longer finds the
+// session. It returns false, having done nothing, while a list is in flight:
+// the caller runs Gone on a goroutine of its own then.
+func (c *Census) TryGone(life tmuxctl.ServerLife, id string) bool {
+	if !validID(id) || !c.isRemoving(id) {
+		return true
+	}
+	if !c.syncMu.TryLock() {
+		return false
+	}
+	defer c.syncMu.Unlock()
+	c.goneSynced(life, id)
+	return true
+}
+
+// goneSynced drops session id of life; c.syncMu is held.
+func (c *Census) goneSynced(life tmuxctl.ServerLife, id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.online || c.info.ServerLife != life {

@@ -24,5 +24,15 @@ func (l syncLock) LockCtx(ctx context.Context) error {
 	}
 }
 
+// TryLock takes the lock if it is free and reports whether it did.
+func (l syncLock) TryLock() bool {
+	select {
+	case l <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
 // Unlock releases the lock.
 func (l syncLock) Unlock() { <-l }

@@ -136,7 +136,7 @@ func (m *Manager) killConfirmAfter(ctx context.Context, life tmuxctl.ServerLife,
 	killErr, hasErr := errs[n], errs[n+1]
 	switch {
 	case isCommandError(hasErr):
-		go m.census.Gone(life, id) // proven gone: the census need not read it
+		m.censusGone(life, id) // proven gone: the census need not read it
 		return replies[:n], errs[:n], nil
 	case errors.Is(hasErr, tmuxctl.ErrLifeChanged), errors.Is(killErr, tmuxctl.ErrLifeChanged):
 		return replies[:n], errs[:n], nil
@@ -149,6 +149,16 @@ func (m *Manager) killConfirmAfter(ctx context.Context, life tmuxctl.ServerLife,
 	return replies[:n], errs[:n], m.confirmGone(ctx, life, id)
 }
 
+// censusGone tells the census that session id is proven gone: at once when
+// it can (TryGone), so that the census no longer lists it when the caller
+// goes on to write the end it removed it for; else on a goroutine, behind the
+// list in flight.
+func (m *Manager) censusGone(life tmuxctl.ServerLife, id string) {
+	if !m.census.TryGone(life, id) {
+		go m.census.Gone(life, id)
+	}
+}
+
 // confirmGone polls has-session by id until tmux says the session does not exist.
 func (m *Manager) confirmGone(ctx context.Context, life tmuxctl.ServerLife, id string) error {
 	deadline := time.Now().Add(killConfirmWait)
@@ -156,7 +166,7 @@ func (m *Manager) confirmGone(ctx context.Context, life tmuxctl.ServerLife, id s
 		_, err := m.commandIn(ctx, life, "has-session", "-t", id)
 		switch {
 		case isCommandError(err):
-			go m.census.Gone(life, id)
+			m.censusGone(life, id)
 			return nil
 		case errors.Is(err, tmuxctl.ErrLifeChanged):
 			return nil

@@ -76,12 +76,17 @@ func (m *Manager) Run(ctx context.Context) error {
 // seen them yet (an agent that exits at once) and a human may have changed them.
 func (m *Manager) onRemoved(ctx context.Context, ch census.Change) {
 	s := ch.Session
-	if k, ok := m.killingReason(s.ID); ok && k.byKill {
+	if removedHook != nil {
+		removedHook(ch)
+	}
+	k, ours := m.killingReason(ch.Life, s.ID)
+	defer m.seenRemoved(ch.Life, s.ID)
+	if ours && k.byKill {
 		return
 	}
 	pub, ok := m.publishedByTmuxID(ctx, s.ID, ch.Life)
 	if !ok {
-		if ch.Reason != census.ReasonServerExited && ch.Reason != census.ReasonLifeChanged {
+		if !ours && ch.Reason != census.ReasonServerExited && ch.Reason != census.ReasonLifeChanged {
 			m.keptRemoved(ctx, s.ID, ch.Life)
 		}
 		return
@@ -90,11 +95,18 @@ func (m *Manager) onRemoved(ctx context.Context, ch census.Change) {
 	if ch.Reason == census.ReasonServerExited || ch.Reason == census.ReasonLifeChanged {
 		cause.reason = verdict.ReasonServerExited
 	}
-	if k, ok := m.killingReason(s.ID); ok {
+	if k, ok := m.killingReason(ch.Life, s.ID); ok {
+		// Read again: a removal of ours may have begun since (a kill
+		// racing this change); its reason is the end's.
 		cause = endCause{reason: k.reason, cleanup: true}
 	}
 	m.stopGeneration(pub, cause)
 }
+
+// removedHook, when a test sets it, runs as end detection begins to handle
+// a session's removal: a test can hold the change back, as a busy daemon's
+// scheduling may.
+var removedHook func(ch census.Change)
 
 // onPaneDead stops a published generation whose agent's pane is dead (kept by
 // the remain-on-exit the saga sets on every managed window): "session exists

@@ -83,9 +83,10 @@ func (in inspector) KillConfirm(ctx context.Context, ab fence.Reservation) error
 		// dead pane stays for the restart that follows.
 		return m.clearKeptPane(ctx, life, s)
 	}
-	m.markKilling(s.ID, killReason{reason: verdict.ReasonOrphanCleanup})
-	defer m.unmarkKilling(s.ID)
-	return m.killConfirm(ctx, life, s.ID)
+	m.markKilling(life, s.ID, killReason{reason: verdict.ReasonOrphanCleanup})
+	err = m.killConfirm(ctx, life, s.ID)
+	m.doneKilling(life, s.ID, err == nil)
+	return err
 }
 
 func toFenceAuthority(a census.Authority) fence.Authority {

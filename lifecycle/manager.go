@@ -123,10 +123,12 @@ type Manager struct {
 	mu           sync.Mutex
 	closing      bool
 	inflight     map[string]*attempt      // by reservation id: creates between Reserve and their verdict
-	killing      map[string]killReason    // by tmux id: sessions we are removing ourselves
+	killing      map[killKey]killMark     // by tmux id: sessions we are removing ourselves (killmarks.go)
+	killSwept    time.Time                // when killing was last swept of marks outlived
 	stops        map[string]*stopRun      // by stopKey: generations stopping (stop.go)
 	unprovenSaid map[string]error         // by stopKey: an unresolved verdict was written (once per generation), and its refusal
 	restarters   map[string]chan struct{} // by identity digest: the restarter running (restart.go), its wake
+	startFails   map[string]startFailure  // by identity digest: its restarter's last start that did not publish
 	creates      sync.WaitGroup
 	slots        chan struct{} // admission: one token per create in flight (maxInflightCreates)
 
@@ -181,9 +183,9 @@ func New(cfg Config) (*Manager, error) {
 	m := &Manager{
 		cfg: cfg, tmux: cfg.Tmux, census: cfg.Census, fence: cfg.Fence, host: cfg.Fence.Host(),
 		verdicts: cfg.Verdicts, log: log, fault: f, met: newMetrics(cfg.Metrics),
-		inflight: make(map[string]*attempt), killing: make(map[string]killReason),
+		inflight: make(map[string]*attempt), killing: make(map[killKey]killMark),
 		stops: make(map[string]*stopRun), unprovenSaid: make(map[string]error),
-		restarters: make(map[string]chan struct{}),
+		restarters: make(map[string]chan struct{}), startFails: make(map[string]startFailure),
 		slots:      make(chan struct{}, maxInflightCreates),
 		cmdTimeout: tmuxCommandTimeout, compTimeout: compensateTimeout,
 	}
@@ -235,25 +237,6 @@ func (m *Manager) track(a *attempt) {
 func (m *Manager) untrack(a *attempt) {
 	m.mu.Lock()
 	delete(m.inflight, a.resID)
-	m.mu.Unlock()
-}
-
-func (m *Manager) markKilling(tmuxID string, k killReason) {
-	m.mu.Lock()
-	m.killing[tmuxID] = k
-	m.mu.Unlock()
-}
-
-func (m *Manager) killingReason(tmuxID string) (killReason, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	k, ok := m.killing[tmuxID]
-	return k, ok
-}
-
-func (m *Manager) unmarkKilling(tmuxID string) {
-	m.mu.Lock()
-	delete(m.killing, tmuxID)
 	m.mu.Unlock()
 }
 

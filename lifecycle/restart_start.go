@@ -75,12 +75,47 @@ func (m *Manager) startNext(ctx context.Context, p fence.Published) bool {
 		case verdict.CodeTmuxUnavailable, verdict.CodeFenceUnavailable, verdict.CodeIdentityFenceContended:
 			// No server yet (it died, or tmux is stuck), or a busy fence:
 			// not the agent's failure; look again.
+			m.noteStart(p, err, true)
 			return !sleepCtx(ctx, restartRetry)
 		}
+		m.noteStart(p, err, false)
 		m.failedStart(ctx, p, err)
 		return false
 	}
+	m.noteStart(p, nil, false)
 	return true
+}
+
+// startFailure is a restarter's start of the generation after gen that did
+// not publish: what a restart request waiting for that start answers with.
+type startFailure struct {
+	gen       uint64 // the ended generation it was to follow
+	at        time.Time
+	err       error
+	transient bool // tmux or the fence unavailable: the restarter looks again soon, no failure counted
+}
+
+// noteStart records the outcome of a restarter's start of the generation
+// after p's: a failure for the restart requests that wait for it, nil (it
+// published) to forget the last one.
+func (m *Manager) noteStart(p fence.Published, err error, transient bool) {
+	d := p.Identity.Digest()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err == nil {
+		delete(m.startFails, d)
+		return
+	}
+	m.startFails[d] = startFailure{gen: p.Generation, at: time.Now(), err: err, transient: transient}
+}
+
+// lastStart is the restarter's last failed start after generation gen
+// since t, if any.
+func (m *Manager) lastStart(id fence.Identity, gen uint64, t time.Time) (startFailure, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f, ok := m.startFails[id.Digest()]
+	return f, ok && f.gen == gen && !f.at.Before(t)
 }
 
 // keptOf is the session of ended generation p that the next start reuses:
@@ -167,11 +202,13 @@ func (m *Manager) removeKept(ctx context.Context, p fence.Published, kr killReas
 	if _, present := m.sessionOf(p); !present {
 		return nil
 	}
-	m.markKilling(p.TmuxID, kr)
-	defer m.unmarkKilling(p.TmuxID)
+	life := m.lifeOf(p.ServerPID, p.ServerStart)
+	m.markKilling(life, p.TmuxID, kr)
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
 	defer cancel()
-	return m.killConfirm(kctx, m.lifeOf(p.ServerPID, p.ServerStart), p.TmuxID)
+	err := m.killConfirm(kctx, life, p.TmuxID)
+	m.doneKilling(life, p.TmuxID, err == nil)
+	return err
 }
 
 // respawn starts the attempt's helper in the kept session: respawn-pane -k
@@ -250,111 +287,6 @@ func restartRecord(rec *verdict.Record, r *restartOf) {
 	}
 }
 
-// Restart ends the running generation that ref names (the proven stop, as a
-// kill) and starts the next one now, in the same session; for an identity
-// whose generation has ended (waiting out a delay, stopped, gave up) it
-// starts the next one now. It returns once the next generation is published.
-func (m *Manager) Restart(ctx context.Context, ref Ref) (View, error) {
-	t, err := m.Resolve(ctx, ref)
-	if err != nil {
-		return View{}, err
-	}
-	if t.Published == nil {
-		return View{}, verdict.Errorf(verdict.CodeNotFound, map[string]any{"managed": false},
-			"%s is not a session supervised by this daemon", refString(ref))
-	}
-	if t.Remote || m.remote(t.Published) {
-		// Ended or not, another host's identity: its restarts are that
-		// host's (its restarter reads only its own generations).
-		return View{}, remoteSession(*t.Published)
-	}
-	p := *t.Published
-	if !p.Ended {
-		if err := m.stopForRestart(ctx, p); err != nil {
-			return View{}, err
-		}
-	}
-	cur, ok, err := m.fence.PublishedFor(ctx, p.Identity)
-	if err != nil {
-		return View{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
-	}
-	if ok && cur.Ended && (cur.Restart.State != fence.RestartExited || cur.Restart.Due.After(time.Now())) {
-		now := fence.RestartNext{State: fence.RestartExited, Reason: verdict.ReasonManualRestart}
-		if _, err := m.fence.SetRestart(ctx, cur.Identity, cur.Generation, cur.Restart.State, now, nil); err != nil {
-			return View{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
-		}
-	}
-	m.scheduleRestart(p.Identity)
-	return m.awaitGeneration(ctx, p.Identity, p.Generation)
-}
-
-func refString(ref Ref) string {
-	if ref.Identity != nil {
-		return "identity " + ref.Identity.StateDir + " " + ref.Identity.SessionID
-	}
-	return "session " + strconv.Quote(ref.Name)
-}
-
-// stopForRestart ends p's generation through the proven stop with reason
-// manual_restart (or joins the stop in flight).
-func (m *Manager) stopForRestart(ctx context.Context, p fence.Published) error {
-	cause := endCause{reason: verdict.ReasonManualRestart, cleanup: true, term: true, manual: true}
-	if p.Stopping != nil {
-		cause = causeOf(p.Stopping.Reason)
-	}
-	run := m.stopGeneration(p, cause)
-	select {
-	case <-run.done:
-	case <-ctx.Done():
-		return stoppingError(p, verdict.CodeTimeout,
-			"generation %d is stopping; the request ended before its processes were proven gone (%v)", ctx.Err())
-	}
-	if run.err != nil {
-		return stopRunError(p, run.err)
-	}
-	return nil
-}
-
-// awaitGeneration waits until a generation after gen is published (it may
-// have ended since) and returns its session's View.
-func (m *Manager) awaitGeneration(ctx context.Context, id fence.Identity, gen uint64) (View, error) {
-	for {
-		p, ok, err := m.fence.PublishedFor(ctx, id)
-		if err == nil && ok && p.Generation > gen {
-			// Published — also when it has ended since (an agent that
-			// exits at once): the restart is answered by the generation it
-			// started, not by one a later policy restart starts, nor by a
-			// failure its give-up would claim.
-			return m.generationView(ctx, p), nil
-		}
-		if err == nil && ok && p.Ended && p.Generation == gen && p.Restart.State == fence.RestartGaveUp {
-			return View{}, verdict.Errorf(verdict.CodeSpawnFailed, map[string]any{"generation": p.Generation},
-				"the next generation could not be started: the identity gave up (see its verdicts)")
-		}
-		if !sleepCtx(ctx, pollInterval) {
-			return View{}, verdict.Errorf(verdict.CodeTimeout, map[string]any{"generation": gen},
-				"the next generation after %d was not published before the request ended", gen)
-		}
-	}
-}
-
-// generationView is the View of published generation p: from a fresh read
-// of its session (the census may not have seen the respawned pane yet),
-// else from the fence's record.
-func (m *Manager) generationView(ctx context.Context, p fence.Published) View {
-	if auth, s, err := m.inspectPublished(ctx, p); err == nil && auth == census.Authoritative && s != nil {
-		v := publishedView(s, p)
-		v.Host = m.host.Name
-		return v
-	}
-	v := stoppingView(p) // an ended one's state and next start included
-	if !p.Ended {
-		v.PaneDead, v.State = false, stateOf(p, false)
-	}
-	v.Host = m.host.Name
-	return v
-}
-
 // killWaiting is a kill of an identity whose generation has ended and waits
 // for its next start: it stops for good (no restart) and the kept session
 // is removed. ok is false when the identity was not waiting any more (its
@@ -401,12 +333,9 @@ func (m *Manager) waitingTarget(ctx context.Context, ref Ref) (fence.Published, 
 
 // keptRemoved handles the removal of a session that holds no running
 // generation: when it was kept for an identity waiting out its delay, it
-// was killed by hand (our own removals are marked killing), and a session
-// killed by hand is a stop: the identity is not started again.
+// was killed by hand (onRemoved passes no removal of ours: killmarks.go),
+// and a session killed by hand is a stop: the identity is not started again.
 func (m *Manager) keptRemoved(ctx context.Context, id string, life tmuxctl.ServerLife) {
-	if _, ours := m.killingReason(id); ours {
-		return
-	}
 	waiting, err := m.fence.RestartsDue(ctx, time.Time{})
 	if err != nil {
 		return

@@ -4,17 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
-	"github.com/skc-supervisor/skc-supervisor/proctree"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/skc-supervisor/skc-supervisor/census"
 	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
+	"github.com/skc-supervisor/skc-supervisor/proctree"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
@@ -176,7 +178,7 @@ func TestRestartVerb(t *testing.T) {
 	}
 	first := 0
 	waitFor(t, "first agent", func() bool { first = agentPID(res.Session.PanePID); return first != 0 })
-	v, err := e.m.Restart(context.Background(), Ref{Name: res.Session.Name})
+	v, err := e.m.Restart(boundedCtx(t), Ref{Name: res.Session.Name})
 	if err != nil || v.Generation != 2 || v.ID != res.Session.ID || v.Name != res.Session.Name {
 		t.Fatalf("restart: %+v %v", v, err)
 	}
@@ -207,7 +209,7 @@ func TestRestartVerbAgentExitsAtOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, "generation 1 ended", func() bool { return count(e.verdicts(id), verdict.VerdictEnded) == 1 })
-		v, err := e.m.Restart(context.Background(), Ref{Identity: &id})
+		v, err := e.m.Restart(boundedCtx(t), Ref{Identity: &id})
 		// With a limit of 1, generation 1's end gave up and its session went:
 		// the restart starts generation 2 in a new one.
 		if err != nil || v.Generation != 2 || (burst > 1 && v.ID != res.Session.ID) {
@@ -218,6 +220,15 @@ func TestRestartVerbAgentExitsAtOnce(t *testing.T) {
 			t.Fatalf("burst %d: generation %d published after the restart, want 2 (the next start is an hour away)", burst, p.Generation)
 		}
 	}
+}
+
+// boundedCtx is a request's context for a test: a call that should answer
+// at once but waits instead fails the test (with what it waited for) after
+// two minutes rather than hanging the package until its timeout.
+func boundedCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
 }
 
 // serverPID is the private tmux server's pid.
@@ -692,5 +703,86 @@ func TestRestartTailIsOwn(t *testing.T) {
 		if g != 1 && strings.Contains(tail, "FROM-GEN-ONE") {
 			t.Fatalf("generation %d's tail %q quotes generation 1", g, tail)
 		}
+	}
+}
+
+// TestRestartVerbStartFails: a restart request whose next start fails (its
+// command was removed since the create) is answered by that failure at once
+// — spawn_failed with the start's own reason and when the policy tries
+// again — not after the policy's later tries; once the command is back, the
+// next request starts it.
+func TestRestartVerbStartFails(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, spec, _ := e.restartSpec("gone", fence.RestartOnFailure, time.Minute, 5)
+	script := filepath.Join(id.StateDir, "agent.sh")
+	write := func() {
+		if err := os.WriteFile(script, []byte("#!/bin/sh\nexit 2\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write()
+	spec.Argv, spec.ResumeArgv = []string{script}, nil
+	if _, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "generation 1 ended", func() bool { return count(e.verdicts(id), verdict.VerdictEnded) == 1 })
+	if err := os.Remove(script); err != nil {
+		t.Fatal(err)
+	}
+	// Bounded: a request waiting for the policy's next try (a minute
+	// away, then doubled) fails here instead of hanging the suite.
+	ctx := boundedCtx(t)
+	_, err := e.m.Restart(ctx, Ref{Identity: &id})
+	ve := verdict.AsError(err)
+	if ve == nil || ve.Code != verdict.CodeSpawnFailed || ve.Details["reason"] != SpawnExecutableNotFound ||
+		ve.Details["next_start_at"] == nil || ve.Details["generation"] != uint64(1) {
+		t.Fatalf("restart of a removed command: %v %+v", err, ve)
+	}
+	if p := e.published(id); p.Restart.State != fence.RestartExited || p.Restart.Failures != 1 {
+		t.Fatalf("after the failed start: %+v, want exited with one failure", p.Restart)
+	}
+	write()
+	v, err := e.m.Restart(ctx, Ref{Identity: &id})
+	if err != nil || v.Generation <= 1 {
+		t.Fatalf("restart with the command back: %+v %v", v, err)
+	}
+}
+
+// TestLateRemovalKeepsRestartRequest: the end of an agent that gives up
+// removes its session, and end detection may handle that removal only after
+// a restart request has made the identity wait for its next start again. The
+// late change is still our removal (killmarks.go): it must not stop the
+// identity as a kept session killed by hand — the race that left a CI run's
+// TestRestartVerbAgentExitsAtOnce waiting for a start that never came.
+func TestLateRemovalKeepsRestartRequest(t *testing.T) {
+	t.Cleanup(func() { removedHook = nil }) // after the env's close: cleanups run last first
+	e := startEnv(t, "", "", false)
+	id, spec, _ := e.restartSpec("late", fence.RestartOnFailure, time.Hour, 1, "agent", "exit", "2")
+	prefix := "skc-" + id.Digest()[:12] + "-"
+	hold, held := make(chan struct{}), make(chan struct{}, 1)
+	var once sync.Once
+	removedHook = func(ch census.Change) {
+		if strings.HasPrefix(ch.Session.Name, prefix) {
+			once.Do(func() { held <- struct{}{}; <-hold })
+		}
+	}
+	if _, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "generation 1 gave up", func() bool { return count(e.verdicts(id), verdict.VerdictGaveUp) == 1 })
+	<-held // its session is gone; end detection has not handled that yet
+	p := e.published(id)
+	due := fence.RestartNext{State: fence.RestartExited, Reason: verdict.ReasonManualRestart}
+	if ok, err := e.store.SetRestart(context.Background(), id, p.Generation, fence.RestartGaveUp, due, nil); !ok || err != nil {
+		t.Fatalf("restart request's due start: %v %v", ok, err)
+	}
+	close(hold)
+	// The held change handled, the identity still waits for that start.
+	waitFor(t, "the removal handled", func() bool {
+		_, marked := e.m.killingReason(e.m.lifeOf(p.ServerPID, p.ServerStart), p.TmuxID)
+		return !marked
+	})
+	if p := e.published(id); p.Restart.State != fence.RestartExited || count(e.verdicts(id), verdict.VerdictStopped) != 0 {
+		t.Fatalf("after the late removal: %+v, verdicts %v", p.Restart, verdictNames(e.verdicts(id)))
 	}
 }

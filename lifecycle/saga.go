@@ -364,6 +364,13 @@ func (m *Manager) publish(ctx context.Context, a *attempt) (CreateResult, error)
 			a.fenceLost = true
 			return CreateResult{}, err
 		}
+		var ve *verdict.Error
+		if errors.As(err, &ve) && (ve.Code == verdict.CodeSpawnFailed || ve.Code == verdict.CodeInternal) {
+			// The fence's own refusal (fence/rules.go: a restart a kill
+			// cancelled meanwhile, a generation not above the published
+			// one): its code, not an unreachable fence.
+			return CreateResult{}, verdict.Errorf(ve.Code, ve.Details, "publish: %w", err)
+		}
 		return CreateResult{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "publish: %w", err)
 	}
 	m.verdicts.Filed(filed)

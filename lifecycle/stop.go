@@ -370,8 +370,7 @@ func (m *Manager) removeEndedSession(ctx context.Context, p fence.Published, kr 
 // kill): tmux_session_missing, or server_exited for another server life.
 func (m *Manager) removeEndedSessionTail(ctx context.Context, p fence.Published, kr killReason, wantTail bool) (tail, gone string, err error) {
 	life := m.lifeOf(p.ServerPID, p.ServerStart)
-	m.markKilling(p.TmuxID, kr)
-	defer m.unmarkKilling(p.TmuxID)
+	m.markKilling(life, p.TmuxID, kr)
 	m.DetachFollowers(life, p.TmuxID)
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
 	defer cancel()
@@ -380,6 +379,7 @@ func (m *Manager) removeEndedSessionTail(ctx context.Context, p fence.Published,
 		before = [][]string{tailCapture(p.TmuxID)}
 	}
 	replies, errs, err := m.killConfirmAfter(kctx, life, p.TmuxID, before)
+	m.doneKilling(life, p.TmuxID, err == nil)
 	if wantTail {
 		switch e := errs[0]; {
 		case e == nil:
