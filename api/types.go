@@ -131,6 +131,10 @@ type ShowResponse struct {
 	Session     *Session         `json:"session"`
 	Reservation json.RawMessage  `json:"reservation"`
 	Verdicts    []verdict.Record `json:"verdicts"`
+	// FenceUnavailable: the fence could not be read and this daemon had not
+	// read this identity before (a fleet's database away); the session is
+	// the census's, its reservation and verdicts are not known.
+	FenceUnavailable bool `json:"fence_unavailable,omitempty"`
 }
 
 // KillResponse answers DELETE /v1/sessions/{name} and `kill --json`.

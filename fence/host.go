@@ -3,6 +3,7 @@ package fence
 import (
 	"os"
 	"strings"
+	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
@@ -118,7 +119,16 @@ func OwnerLive(row Reservation, here Host, probe func(pid int, incarnation strin
 type Forgotten struct {
 	Host         string        `json:"host"`
 	Reservations []Reservation `json:"reservations"` // its reservation rows, removed
-	Published    []Published   `json:"published"`    // its not-ended generations, marked ended
+	Published    []Published   `json:"published"`    // its not-ended generations, as they are now: ended
+}
+
+// MarkEnded makes f's generations what the forget made them: ended at at.
+// The engines read them before they mark them; the answer is what the fence
+// now holds (a consumer reading `ended` from it must not see them running).
+func (f *Forgotten) MarkEnded(at time.Time) {
+	for i := range f.Published {
+		f.Published[i].Ended, f.Published[i].EndedAt = true, at
+	}
 }
 
 // CheckForget is ForgetHost's refusal rule, the same for every engine: the

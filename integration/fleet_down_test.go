@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,19 +31,45 @@ func TestFleetLookupsWhileDatabaseDown(t *testing.T) {
 	if r := a.CLI(t, "show", "--json", sess.Name); r.Code != 0 {
 		t.Fatalf("show before the stop\n%s", r)
 	}
+	quiet := NewSpec(t, "down-quiet") // never shown before the outage
+	gone := a.MustCreate(t, quiet, "published")
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if l := a.List(t); len(l.Sessions) != 1 || l.Sessions[0].Name != sess.Name {
+	if l := a.List(t); len(l.Sessions) != 2 {
 		t.Fatalf("ls with the database down: %+v", l.Sessions)
 	}
 	if r := a.CLI(t, "show", "--json", sess.Name); r.Code != 0 {
 		t.Fatalf("show with the database down\n%s", r)
 	}
+	// By identity too, as by name: the session is this host's.
+	if r := a.CLI(t, "show", "--json", "--state-dir", spec.StateDir, "--session-id", spec.SessionID); r.Code != 0 ||
+		!strings.Contains(r.Stdout, sess.Name) {
+		t.Fatalf("show by identity with the database down\n%s", r)
+	}
+	// An identity the fence was never read for: its session, from the census,
+	// and word that the fence's part is not known.
+	if r := a.CLI(t, "show", "--json", "--state-dir", quiet.StateDir, "--session-id", quiet.SessionID); r.Code != 0 ||
+		!strings.Contains(r.Stdout, gone.Name) || !strings.Contains(r.Stdout, `"fence_unavailable":true`) {
+		t.Fatalf("show of a session never shown, with the database down\n%s", r)
+	}
 	expectError(t, a.CLI(t, NewSpec(t, "down-2").Args()...), 1, "error", "fence_unavailable", "")
+	// An agent that exits while the database is away is ended once it is back.
+	if err := syscall.Kill(gone.PanePID, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	WaitFor(t, waitDeadline, "the agent gone", func() error {
+		if err := syscall.Kill(gone.PanePID, 0); err == nil {
+			return errorf("pid %d still runs", gone.PanePID)
+		}
+		return nil
+	})
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
+	a.WaitVerdict(t, "the ended verdict of the agent that exited during the outage", func(v Verdict) bool {
+		return v.SKC.Verdict == "ended" && v.SessionName() == gone.Name && v.Event.Reason == "agent_exited"
+	})
 	deadline := time.Now().Add(waitDeadline)
 	for {
 		r := a.CLI(t, NewSpec(t, "down-3").Args()...)

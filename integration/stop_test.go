@@ -602,7 +602,7 @@ func TestAttachStoppingAfterServerDeath(t *testing.T) {
 	})
 	other := NewSpec(t, "attachstop-other")
 	other.Argv = []string{"sleep", "1000"}
-	o := d.MustCreate(t, other, "published") // on the new server; its id may be s.ID
+	o := d.CreateAfterServerDeath(t, other) // on the new server; its id may be s.ID
 	t.Logf("stopping generation's id %s, the new session's %s", s.ID, o.ID)
 	for _, args := range [][]string{{"attach", s.Name}, {"attach", "--state-dir", spec.StateDir, "--session-id", spec.SessionID}} {
 		r := d.CLI(t, args...)
@@ -637,7 +637,7 @@ func TestAttachWaitingAfterServerDeath(t *testing.T) {
 	}
 	other := NewSpec(t, "attachwait-other")
 	other.Argv = []string{"sleep", "1000"}
-	o := d.MustCreate(t, other, "published")
+	o := d.CreateAfterServerDeath(t, other)
 	t.Logf("waiting generation's id %s, the new session's %s", s.ID, o.ID)
 	if r := d.CLI(t, "show", "--json", s.Name); r.Code != 0 || !strings.Contains(r.Stdout, `"state":"exited"`) {
 		t.Errorf("show of the waiting identity after its server died: want it exited\n%s", r)

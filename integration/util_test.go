@@ -217,6 +217,29 @@ func (h *Home) MustCreate(t testing.TB, s Spec, want string) Session {
 	return *a.Session
 }
 
+// CreateAfterServerDeath is MustCreate right after the tmux server was
+// killed: a create that reaches the dying server before the daemon has seen
+// it go is answered tmux_unavailable (its outcome unknown: nothing is lost,
+// recovery decides its row), and a user tries again — as this does, until the
+// daemon has a server again.
+func (h *Home) CreateAfterServerDeath(t testing.TB, s Spec) Session {
+	t.Helper()
+	var out Session
+	WaitFor(t, waitDeadline, "a create on the next server", func() error {
+		r, a := h.Create(t, s)
+		switch {
+		case r.Code == 0 && a.Status == "published" && a.Session != nil:
+			out = *a.Session
+			return nil
+		case a.Error != nil && a.Error.Code == "tmux_unavailable":
+			return errorf("%s", r)
+		}
+		t.Fatalf("create after the server's death: want published or tmux_unavailable\n%s", r)
+		return nil
+	})
+	return out
+}
+
 // NoteSession records the current tmux server pid for cleanup.
 func (h *Home) NoteSession(t testing.TB) {
 	if pid, ok := h.liveServerPID(); ok {

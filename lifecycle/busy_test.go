@@ -3,7 +3,9 @@ package lifecycle
 import (
 	"context"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
@@ -50,5 +52,65 @@ func TestOwnTransitionsWaitOutABusyFence(t *testing.T) {
 	}
 	if n := len(e.sessions(id.Digest())); n != 1 {
 		t.Fatalf("%d sessions of the identity, want 1", n)
+	}
+}
+
+// downFence fails, while down is set, every read and write end detection
+// makes (fence_unavailable): the fence as a fleet's daemon meets it while
+// PostgreSQL restarts. missed counts the calls it failed.
+type downFence struct {
+	fence.Fence
+	down   atomic.Bool
+	missed atomic.Int64
+}
+
+func (f *downFence) unavailable() error {
+	f.missed.Add(1)
+	return verdict.Errorf(verdict.CodeFenceUnavailable, nil, "test: the fence is down")
+}
+
+func (f *downFence) PublishedByTmux(ctx context.Context, pid int, start int64, id string) (fence.Published, bool, error) {
+	if f.down.Load() {
+		return fence.Published{}, false, f.unavailable()
+	}
+	return f.Fence.PublishedByTmux(ctx, pid, start, id)
+}
+
+func (f *downFence) Identities(ctx context.Context) ([]fence.Published, error) {
+	if f.down.Load() {
+		return nil, f.unavailable()
+	}
+	return f.Fence.Identities(ctx)
+}
+
+func (f *downFence) BeginStop(ctx context.Context, id fence.Identity, gen uint64, reason string, deadline time.Time) (fence.Published, bool, error) {
+	if f.down.Load() {
+		return fence.Published{}, false, f.unavailable()
+	}
+	return f.Fence.BeginStop(ctx, id, gen, reason, deadline)
+}
+
+// TestEndMissedWhileFenceDown: an agent that exits while the fence cannot
+// be read is ended once it can — end detection was told of the exit once,
+// and the retry (endretry.go) looks again — with the agent's own exit status.
+func TestEndMissedWhileFenceDown(t *testing.T) {
+	df := &downFence{}
+	e := startEnvWith(t, &env{wrapFence: func(f fence.Fence) fence.Fence { df.Fence = f; return df }}, "", false)
+	id, res := e.create(t, "down", "agent", "sleep", "60")
+	df.down.Store(true)
+	pid := res.Session.PanePID
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "end detection meeting the fence down", func() bool { return df.missed.Load() > 0 && !pidAlive(pid) })
+	for _, r := range e.verdicts(id) {
+		if r.Verdict == verdict.VerdictEnded {
+			t.Fatal("ended while the fence was down")
+		}
+	}
+	df.down.Store(false)
+	rec := e.ended(t, id)
+	if rec.Reason != verdict.ReasonAgentExited || rec.Exit == nil || rec.Exit.Signal != "SIGTERM" {
+		t.Fatalf("ended verdict after the fence came back: %+v", rec)
 	}
 }

@@ -22,6 +22,7 @@ type endCause struct {
 	term       bool   // SIGTERM the generation's processes first (a kill request)
 	tail       string // skc.output.tail, captured while the pane still existed (OutputTail)
 	manual     bool   // a restart request: the next generation starts now, whatever the policy
+	killed     bool   // a kill waits for this stop (askKill): it stops the identity, whatever the cause
 	// exit: the agent's exit, read from the exited process itself (endAtExit);
 	// nil when the end is to be read from tmux's dead pane.
 	exit *agentEnd
@@ -42,6 +43,9 @@ func (m *Manager) Run(ctx context.Context) error {
 	if m.pool != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); m.pool.run(ctx) }()
+	} else {
+		wg.Add(1)
+		go func() { defer wg.Done(); m.sweepStandbys(ctx) }()
 	}
 	for {
 		select {
@@ -139,6 +143,7 @@ func (m *Manager) publishedByTmuxID(ctx context.Context, id string, life tmuxctl
 	p, ok, err := m.fence.PublishedByTmux(ctx, life.PID, life.StartTime, id)
 	if err != nil {
 		m.log.Warn().Err(err).Str("tmux_id", id).Msg("fence lookup by tmux session failed")
+		m.missedEnd()
 		return fence.Published{}, false
 	}
 	return p, ok
@@ -146,13 +151,17 @@ func (m *Manager) publishedByTmuxID(ctx context.Context, id string, life tmuxctl
 
 // reconcile re-checks every published, not-ended generation against live tmux
 // (Inspect re-reads it: the cache alone may not have seen a session published a
-// moment ago) after the feed lost changes.
-func (m *Manager) reconcile(ctx context.Context) {
+// moment ago) after the feed lost changes, or after ends were missed
+// (endretry.go). It reports whether it could look at every generation; when it
+// could not, it arms the retry itself.
+func (m *Manager) reconcile(ctx context.Context) bool {
 	pubs, err := m.fence.Identities(ctx)
 	if err != nil {
 		m.log.Warn().Err(err).Msg("reconcile: fence identities unreadable")
-		return
+		m.missedEnd()
+		return false
 	}
+	ok := true
 	for _, p := range pubs {
 		if p.Ended {
 			continue
@@ -164,12 +173,17 @@ func (m *Manager) reconcile(ctx context.Context) {
 		auth, sess, err := m.inspectPublished(ctx, p)
 		switch {
 		case err != nil:
+			ok = false
 		case auth == census.Absent:
 			m.stopGeneration(p, endCause{reason: m.goneReason(p)})
 		case auth == census.Authoritative && sess != nil && sess.PaneDead && !staleDeath(*sess, p):
 			m.stopGeneration(p, endCause{reason: verdict.ReasonAgentExited})
 		}
 	}
+	if !ok && ctx.Err() == nil {
+		m.missedEnd()
+	}
+	return ok
 }
 
 // goneReason says why a published session found absent is gone: its whole server

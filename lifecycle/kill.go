@@ -32,7 +32,7 @@ func (m *Manager) Kill(ctx context.Context, ref Ref) (KillResult, error) {
 		// Only its host can see its session and prove its processes gone.
 		return KillResult{}, remoteSession(pub)
 	}
-	cause := endCause{reason: verdict.ReasonKilledByRequest, cleanup: true, actionKill: true, term: true}
+	cause := killCause(fence.Published{})
 	if ok && pub.Ended || !ok {
 		// Between two generations (waiting out a restart delay): stop for good.
 		if w, waiting := m.waitingTarget(ctx, ref); waiting {
@@ -48,24 +48,105 @@ func (m *Manager) Kill(ctx context.Context, ref Ref) (KillResult, error) {
 	} else {
 		cause = causeOf(pub.Stopping.Reason)
 	}
-	run := m.stopGeneration(pub, cause)
+	return m.awaitKill(ctx, pub, cause, 0)
+}
+
+// awaitKill runs p's stop with cause, or joins the one in flight, and waits
+// until its processes are proven gone. When the stop it waited for was not a
+// kill's (the agent's exit, a restart request), the kill goes on after it:
+// killAfterStop.
+func (m *Manager) awaitKill(ctx context.Context, p fence.Published, cause endCause, depth int) (KillResult, error) {
+	defer m.askKill(p)() // the stop may be another's: its end is told to stop the identity
+	run := m.stopGeneration(p, cause)
 	select {
 	case <-run.done:
 	case <-ctx.Done():
-		return KillResult{}, stoppingError(pub, verdict.CodeTimeout,
+		return KillResult{}, stoppingError(p, verdict.CodeTimeout,
 			"generation %d is stopping; the request ended before its processes were proven gone (%v)", ctx.Err())
 	}
 	if run.err != nil {
-		return KillResult{}, stopRunError(pub, run.err)
+		return KillResult{}, stopRunError(p, run.err)
 	}
 	rec := run.rec
 	if rec.Verdict == "" {
 		// Another observer wrote the end (the agent exited as we killed it):
 		// that record is this generation's one ended verdict.
-		rec = m.endedVerdictOf(ctx, pub)
+		rec = m.endedVerdictOf(ctx, p)
+	}
+	if rec.Reason != verdict.ReasonKilledByRequest {
+		return m.killAfterStop(ctx, p, rec, depth)
+	}
+	m.waitCensusGone(ctx, p.TmuxID)
+	return KillResult{Status: "killed", Verdict: rec}, nil
+}
+
+// killAfterStopDepth bounds how many generations one kill follows, and how
+// often it looks again at one: each step needs a restart that began before
+// the kill could cancel it.
+const killAfterStopDepth = 3
+
+// killAfterStop finishes a kill that waited for a stop it did not begin —
+// the agent's own exit under a restart policy, a restart request — whose end
+// (rec) may have handed the identity to its next start. A kill stops the
+// identity for good (docs/contract.md, "Restart policy"), so after that stop
+// the kill looks again: a next start still waiting is cancelled
+// (killWaiting: the identity becomes stopped, and a start already on its way
+// has its publication refused), and a next generation that published in
+// the meantime is killed in turn.
+func (m *Manager) killAfterStop(ctx context.Context, pub fence.Published, rec verdict.Record, depth int) (KillResult, error) {
+	for try := 0; try < killAfterStopDepth; try++ {
+		p, ok, err := m.fence.PublishedFor(ctx, pub.Identity)
+		if err != nil {
+			return KillResult{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
+		}
+		switch {
+		case ok && !p.Ended && p.Generation > pub.Generation && depth < killAfterStopDepth:
+			return m.awaitKill(ctx, p, killCause(p), depth+1)
+		case ok && p.Ended && p.Generation == pub.Generation && p.Restart.State == fence.RestartExited:
+			if res, done, err := m.killWaiting(ctx, p); done {
+				return res, err
+			}
+			continue // the state moved under the kill (a start began): look again
+		}
+		break
 	}
 	m.waitCensusGone(ctx, pub.TmuxID)
 	return KillResult{Status: "killed", Verdict: rec}, nil
+}
+
+// askKill records, until the returned func runs, that a kill waits for p's
+// stop: an end planned meanwhile (finishEnd) stops the identity instead of
+// handing it to a next start, whatever the stop's own cause — so the common
+// case needs no cancellation afterwards (killAfterStop covers an end planned
+// before the kill came).
+func (m *Manager) askKill(p fence.Published) func() {
+	key := stopKey(p)
+	m.mu.Lock()
+	m.killAsked[key]++
+	m.mu.Unlock()
+	return func() {
+		m.mu.Lock()
+		if m.killAsked[key]--; m.killAsked[key] <= 0 {
+			delete(m.killAsked, key)
+		}
+		m.mu.Unlock()
+	}
+}
+
+// killWaits reports whether a kill waits for p's stop (askKill).
+func (m *Manager) killWaits(p fence.Published) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.killAsked[stopKey(p)] > 0
+}
+
+// killCause is a kill's cause for p: its own, or that of the stop p is
+// already in.
+func killCause(p fence.Published) endCause {
+	if p.Stopping != nil {
+		return causeOf(p.Stopping.Reason)
+	}
+	return endCause{reason: verdict.ReasonKilledByRequest, cleanup: true, actionKill: true, term: true}
 }
 
 // endedVerdictOf finds the ended verdict of p's generation in its identity's

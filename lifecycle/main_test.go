@@ -90,6 +90,16 @@ func fakeAgent(args []string) int {
 		for {
 			time.Sleep(time.Hour) // not select {}: the runtime would call that a deadlock and exit
 		}
+	case "childexit": // leaves a child that ignores everything polite, then exits N
+		exe, _ := os.Executable()
+		c := exec.Command(exe, "agent", "ignore")
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if c.Start() != nil {
+			return 3
+		}
+		_ = c.Process.Release()
+		n, _ := strconv.Atoi(args[1])
+		return n
 	case "mark", "markexit": // appends its pid to FILE, then sleeps (mark) or exits N (markexit)
 		f, err := os.OpenFile(args[1], os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
 		if err != nil {

@@ -129,6 +129,8 @@ type Manager struct {
 	unprovenSaid map[string]error         // by stopKey: an unresolved verdict was written (once per generation), and its refusal
 	restarters   map[string]chan struct{} // by identity digest: the restarter running (restart.go), its wake
 	startFails   map[string]startFailure  // by identity digest: its restarter's last start that did not publish
+	retry        endRetry                 // ends missed while the fence or tmux was unavailable (endretry.go)
+	killAsked    map[string]int           // by stopKey: kills waiting for a stop that is not theirs (kill.go)
 	creates      sync.WaitGroup
 	slots        chan struct{} // admission: one token per create in flight (maxInflightCreates)
 
@@ -184,7 +186,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg: cfg, tmux: cfg.Tmux, census: cfg.Census, fence: cfg.Fence, host: cfg.Fence.Host(),
 		verdicts: cfg.Verdicts, log: log, fault: f, met: newMetrics(cfg.Metrics),
 		inflight: make(map[string]*attempt), killing: make(map[killKey]killMark),
-		stops: make(map[string]*stopRun), unprovenSaid: make(map[string]error),
+		stops: make(map[string]*stopRun), unprovenSaid: make(map[string]error), killAsked: make(map[string]int),
 		restarters: make(map[string]chan struct{}), startFails: make(map[string]startFailure),
 		slots:      make(chan struct{}, maxInflightCreates),
 		cmdTimeout: tmuxCommandTimeout, compTimeout: compensateTimeout,

@@ -217,6 +217,61 @@ func (p *pool) run(ctx context.Context) {
 	}
 }
 
+// sweepTries bounds how often a daemon with the pool off tries to sweep an
+// earlier pool's standbys (poolRetry apart) before it gives up and says so.
+const sweepTries = 30
+
+// sweepStandbys is the sweep of a daemon whose pool is off: the standbys an
+// earlier `serve --pool N` left (killed, or stopped while one was being
+// claimed) are processes of ours doing nothing, in sessions no lookup shows,
+// and the pool that would have removed them is not there. One pass once the
+// census synced, like the pool's own (sweep); then nothing of the pool runs.
+func (m *Manager) sweepStandbys(ctx context.Context) {
+	p := &pool{m: m, dir: filepath.Join(m.cfg.Home, "pool")}
+	if ents, err := os.ReadDir(p.dir); err != nil || len(ents) == 0 {
+		// Every standby has its hand-off file from its spawn until it is
+		// claimed or removed: no file, no standby (nor anything to do).
+		return
+	}
+	if err := m.census.WaitSynced(ctx); err != nil {
+		return
+	}
+	if !m.standbysListed() {
+		// Nothing in tmux (the census lists every session once synced):
+		// only the files of a pool killed when its server was gone too.
+		p.sweepHandoffs()
+		_ = os.Remove(p.dir)
+		return
+	}
+	for try := 1; !p.sweep(ctx); try++ {
+		if try == sweepTries {
+			m.log.Warn().Msg("standbys of an earlier pool not swept: tmux did not answer")
+			return
+		}
+		if !sleepCtx(ctx, poolRetry) {
+			return
+		}
+	}
+	deadline := time.Now().Add(closeCgroupWait)
+	for p.removeEmptied() > 0 && time.Now().Before(deadline) {
+		if !sleepCtx(ctx, 10*time.Millisecond) {
+			return
+		}
+	}
+	_ = os.Remove(p.dir) // only when empty: a live standby's file is its only way to its reservation
+}
+
+// standbysListed reports whether the census lists a standby session.
+func (m *Manager) standbysListed() bool {
+	snap := m.census.Snapshot()
+	for i := range snap.Sessions {
+		if isStandby(&snap.Sessions[i]) {
+			return true
+		}
+	}
+	return false
+}
+
 // fill spawns standbys until the pool holds size of the current life; false
 // when a spawn failed.
 func (p *pool) fill(ctx context.Context) bool {

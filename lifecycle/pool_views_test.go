@@ -2,6 +2,8 @@ package lifecycle
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,5 +75,52 @@ func TestPoolRestartKeepsDate(t *testing.T) {
 	}
 	if sh.Session.ActivityAt != nil {
 		t.Errorf("after the restart: activity_at %v, want null (no agent wrote)", sh.Session.ActivityAt)
+	}
+}
+
+// TestListHidesUnpublished: a create's session, tagged but not yet
+// published, is not listed — neither a claimed standby's nor a new
+// session's — so `ls` never shows a managed session with no identity.
+func TestListHidesUnpublished(t *testing.T) {
+	for _, pool := range []int{0, 1} {
+		e := startEnvWith(t, &env{poolSize: pool}, "", false)
+		if pool > 0 {
+			waitFor(t, "the pool full", func() bool { return e.m.PoolStats().Ready == pool })
+		}
+		var seen, leaked atomic.Int32
+		publishHook = func(name string) {
+			ctx := context.Background()
+			if err := e.census.Refresh(ctx); err != nil {
+				t.Error(err)
+				return
+			}
+			s, ok := e.census.ByName(name)
+			if !ok || s.Identity() == "" {
+				return // the census has not read its tags: nothing to hide yet
+			}
+			seen.Add(1)
+			res, err := e.m.List(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for _, v := range res.Sessions {
+				if v.Name == name || v.Managed && v.StateDir == "" {
+					leaked.Add(1)
+				}
+			}
+		}
+		id, spec := e.identity(fmt.Sprintf("hidden%d", pool))
+		_, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+		publishHook = nil
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen.Load() == 0 || leaked.Load() != 0 {
+			t.Fatalf("pool %d: looked %d times with the tags read, listed %d times before publication", pool, seen.Load(), leaked.Load())
+		}
+		if l, err := e.m.List(context.Background()); err != nil || len(l.Sessions) != 1 || l.Sessions[0].StateDir != id.StateDir {
+			t.Fatalf("after publication: %+v %v", l.Sessions, err)
+		}
 	}
 }

@@ -153,6 +153,11 @@ func (m *Manager) resolveIdentity(ctx context.Context, id fence.Identity) (Targe
 		id = c
 	}
 	p, ok, err := m.fence.PublishedFor(ctx, id)
+	if err != nil && verdict.CodeOf(err) == verdict.CodeFenceUnavailable {
+		// The database is away: this host's identities are answered from
+		// what the fence last read of them (its cache), as names are.
+		p, ok, err = m.cachedPublished(ctx, id, err)
+	}
 	if err != nil {
 		return Target{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
 	}
@@ -191,6 +196,18 @@ func (m *Manager) resolveIdentity(ctx context.Context, id fence.Identity) (Targe
 		}
 	}
 	return t, nil
+}
+
+// cachedPublished is this host's published record of id from the fence's
+// cache, when the fence could not be read (cause); cause itself when the cache
+// holds nothing of id either (another host's identity, or none), so an
+// unreadable fence is never taken for an unknown identity.
+func (m *Manager) cachedPublished(ctx context.Context, id fence.Identity, cause error) (fence.Published, bool, error) {
+	p, ok, err := m.fence.CachedPublished(ctx, id.Digest())
+	if err != nil || !ok {
+		return fence.Published{}, false, cause
+	}
+	return p, true, nil
 }
 
 // requireHistory is not_found unless the fence holds something of id: its

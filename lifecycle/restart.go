@@ -76,6 +76,9 @@ func failedRun(rec verdict.Record) bool {
 // hand, a clean exit under on-failure), the next start with its delay, or
 // gave_up with its verdict when that start would exceed the start limit.
 func planNext(p fence.Published, rec verdict.Record, cause endCause, now time.Time) (fence.RestartNext, *verdict.Record) {
+	if cause.killed {
+		return killedNext(p, rec, cause, now)
+	}
 	if cause.manual {
 		return fence.RestartNext{State: fence.RestartExited, Reason: verdict.ReasonManualRestart}, nil
 	}
@@ -108,6 +111,20 @@ func planNext(p fence.Published, rec verdict.Record, cause endCause, now time.Ti
 	next := fence.RestartNext{State: fence.RestartExited, Delay: delay, Reason: verdict.ReasonRestart,
 		Failures: failures}
 	return limit(p, next, now)
+}
+
+// killedNext is planNext for an end a kill waits for (askKill): whatever
+// would have followed, nothing starts — the identity is stopped, with a
+// stopped verdict (action kill) saying which start the kill cancelled.
+func killedNext(p fence.Published, rec verdict.Record, cause endCause, now time.Time) (fence.RestartNext, *verdict.Record) {
+	cause.killed = false
+	would, also := planNext(p, rec, cause, now)
+	if would.State != fence.RestartExited {
+		return would, also // nothing would have started (none, stopped, gave up)
+	}
+	st := stoppedRecord(p, verdict.ActionKill, verdict.ReasonKilledByRequest)
+	st.Evidence["cancelled_start"] = would.Reason
+	return fence.RestartNext{State: fence.RestartStopped, Failures: would.Failures}, &st
 }
 
 // limit turns a next start into gave_up when it would be more than

@@ -42,12 +42,17 @@ func (m *Manager) Restart(ctx context.Context, ref Ref) (View, error) {
 	}
 	p := *t.Published
 	since := time.Now()
+	afterStop := false
 	if !p.Ended {
-		if err := m.stopForRestart(ctx, p); err != nil {
+		reason, err := m.stopForRestart(ctx, p)
+		if err != nil {
 			return View{}, err
 		}
+		// A restart that met a kill's stop comes after the kill: it starts
+		// the identity again, as a restart of a stopped identity does.
+		afterStop = reason != verdict.ReasonKilledByRequest
 	}
-	failures, err := m.makeDue(ctx, p)
+	failures, err := m.makeDue(ctx, p, afterStop)
 	if err != nil {
 		return View{}, err
 	}
@@ -59,7 +64,13 @@ func (m *Manager) Restart(ctx context.Context, ref Ref) (View, error) {
 // restart, unless it already is (a stop for this restart, or a policy start
 // under way), and returns the identity's count of failed starts from which a
 // failure of that start is told (0 after a manual restart: it resets them).
-func (m *Manager) makeDue(ctx context.Context, p fence.Published) (int, error) {
+// afterStop: this request stopped the generation itself (or joined a stop
+// that was not a kill's), so its end handed the identity to this restart;
+// when the identity is stopped after all, a kill came during that stop and
+// wins (the kill stops the identity for good,
+// docs/contract.md "Restart policy") — agent_not_running, as for a kill that
+// stops it before the next start.
+func (m *Manager) makeDue(ctx context.Context, p fence.Published, afterStop bool) (int, error) {
 	for try := 0; ; try++ {
 		if try == makeDueTries {
 			return 0, verdict.Errorf(verdict.CodeIdentityFenceContended, map[string]any{"generation": p.Generation},
@@ -71,6 +82,11 @@ func (m *Manager) makeDue(ctx context.Context, p fence.Published) (int, error) {
 		}
 		if !ok || cur.Generation != p.Generation || !cur.Ended {
 			return 0, nil // started meanwhile (a create, a policy start): awaitGeneration sees it
+		}
+		if afterStop && cur.Restart.State == fence.RestartStopped {
+			return 0, verdict.Errorf(verdict.CodeAgentNotRunning,
+				map[string]any{"generation": cur.Generation, "state": cur.Restart.State},
+				"the identity was stopped (a kill) before its next generation started")
 		}
 		if cur.Restart.State == fence.RestartExited && !cur.Restart.Due.After(time.Now()) {
 			if cur.Restart.Reason == verdict.ReasonManualRestart {
@@ -99,8 +115,9 @@ func refString(ref Ref) string {
 }
 
 // stopForRestart ends p's generation through the proven stop with reason
-// manual_restart (or joins the stop in flight).
-func (m *Manager) stopForRestart(ctx context.Context, p fence.Published) error {
+// manual_restart (or joins the stop in flight), and returns the reason the
+// stop it waited for ended with.
+func (m *Manager) stopForRestart(ctx context.Context, p fence.Published) (string, error) {
 	cause := endCause{reason: verdict.ReasonManualRestart, cleanup: true, term: true, manual: true}
 	if p.Stopping != nil {
 		cause = causeOf(p.Stopping.Reason)
@@ -109,13 +126,16 @@ func (m *Manager) stopForRestart(ctx context.Context, p fence.Published) error {
 	select {
 	case <-run.done:
 	case <-ctx.Done():
-		return stoppingError(p, verdict.CodeTimeout,
+		return "", stoppingError(p, verdict.CodeTimeout,
 			"generation %d is stopping; the request ended before its processes were proven gone (%v)", ctx.Err())
 	}
 	if run.err != nil {
-		return stopRunError(p, run.err)
+		return "", stopRunError(p, run.err)
 	}
-	return nil
+	if run.rec.Verdict != "" {
+		return run.rec.Reason, nil
+	}
+	return cause.reason, nil
 }
 
 // awaitGeneration waits until a generation after gen is published (it may

@@ -786,3 +786,67 @@ func TestLateRemovalKeepsRestartRequest(t *testing.T) {
 		t.Fatalf("after the late removal: %+v, verdicts %v", p.Restart, verdictNames(e.verdicts(id)))
 	}
 }
+
+// TestKillDuringPolicyStop: a kill that meets the stop of a generation whose
+// agent exited under a restart policy (a child of it holds the generation
+// for its grace) waits for that stop and then stops the identity for good:
+// no next start, its answer the stopped verdict.
+func TestKillDuringPolicyStop(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, spec, marks := e.restartSpec("killstop", fence.RestartOnFailure, time.Millisecond, 5, "agent", "childexit", "1")
+	spec.StopTimeoutMS = 1000
+	if _, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the generation stopping", func() bool { return e.published(id).Stopping != nil })
+	kr, err := e.m.Kill(boundedCtx(t), Ref{Identity: &id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := e.published(id)
+	if p.Generation != 1 || !p.Ended || p.Restart.State != fence.RestartStopped {
+		t.Fatalf("after the kill: generation %d ended %v restart %q", p.Generation, p.Ended, p.Restart.State)
+	}
+	// The kill answers the generation's end or, when that end had already
+	// handed the identity to its next start, the stop it wrote; either way
+	// one stopped verdict says which start it cancelled.
+	if kr.Verdict.Verdict != verdict.VerdictStopped && kr.Verdict.Verdict != verdict.VerdictEnded {
+		t.Fatalf("kill answered %s %s", kr.Verdict.Verdict, kr.Verdict.Reason)
+	}
+	if st := withReason(e.verdicts(id), verdict.VerdictStopped, verdict.ReasonKilledByRequest); len(st) != 1 {
+		t.Fatalf("verdicts: %v", verdictNames(e.verdicts(id)))
+	}
+	if lines(marks) != 0 || len(agentsWith(marks)) != 0 {
+		t.Fatal("a next generation started after the kill")
+	}
+}
+
+// TestKillDuringRestartRequest: a kill that meets a restart request's stop
+// (an agent that ignores SIGTERM: the stop waits out its grace) leaves the
+// identity stopped — the restart's next generation never runs, or is killed
+// in turn if it published first — and the restart request answers.
+func TestKillDuringRestartRequest(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, spec, marks := e.restartSpec("killrestart", fence.RestartNever, time.Hour, 5, "agent", "ignore")
+	spec.StopTimeoutMS = 1000
+	if _, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	restarted := make(chan error, 1)
+	go func() {
+		_, err := e.m.Restart(boundedCtx(t), Ref{Identity: &id})
+		restarted <- err
+	}()
+	waitFor(t, "the restart's stop", func() bool { return e.published(id).Stopping != nil })
+	if _, err := e.m.Kill(boundedCtx(t), Ref{Identity: &id}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-restarted; err != nil && verdict.CodeOf(err) != verdict.CodeAgentNotRunning {
+		t.Fatalf("restart request: %v", err)
+	}
+	p := e.published(id)
+	if !p.Ended || p.Restart.State == fence.RestartExited {
+		t.Fatalf("after the kill: generation %d ended %v restart %q", p.Generation, p.Ended, p.Restart.State)
+	}
+	waitFor(t, "no agent of the identity left", func() bool { return len(agentsWith(marks)) == 0 })
+}

@@ -343,10 +343,18 @@ func stateDigest(stateFile string) string {
 	return hex.EncodeToString(h[:])
 }
 
+// publishHook, when a test sets it, runs as a create's tagged session is
+// about to be published (name: its attempt name): a test can look at what
+// lookups show in that window.
+var publishHook func(name string)
+
 // publish publishes the generation (its verdict journaled and the row's phase
 // recorded in the same transaction), then releases the row. Once published,
 // nothing undoes it: later failures are logged and left to recovery.
 func (m *Manager) publish(ctx context.Context, a *attempt) (CreateResult, error) {
+	if publishHook != nil {
+		publishHook(a.name)
+	}
 	rec := m.publishedRecord(a)
 	var pub fence.Published
 	var filed verdict.Record

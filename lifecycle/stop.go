@@ -69,6 +69,9 @@ func (m *Manager) stopGeneration(p fence.Published, cause endCause) *stopRun {
 		if r.err != nil && r.err != errInterrupted {
 			m.log.Warn().Err(r.err).Str("session", p.SessionName).Msg("generation not proven gone")
 		}
+		if stopMissed(r.err) {
+			defer m.missedEnd() // after the run is forgotten: the retry's stop is a new one
+		}
 		if r.err == nil {
 			m.unwatchExit(p) // ended (by this run or another writer): its watch has nothing left to tell
 		}
@@ -262,6 +265,9 @@ func (m *Manager) finishEnd(ctx context.Context, p fence.Published, cause endCau
 		// Read from the exited process, but its session is gone already: the
 		// exit was the hangup of its removal, which the end is (onRemoved's).
 		cause = endCause{reason: m.goneReason(p)}
+	}
+	if m.killWaits(p) {
+		cause.killed = true // a kill waits for this stop: nothing starts after it
 	}
 	rec, next, gaveUp := m.planEnd(ctx, p, cause, sess, present, killed, res)
 	// A restart keeps the session (its dead pane is respawned with the next

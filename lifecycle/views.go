@@ -148,6 +148,10 @@ type ShowResult struct {
 	Session     *View              `json:"session"`
 	Reservation *fence.Reservation `json:"reservation"`
 	Verdicts    []verdict.Record   `json:"verdicts"`
+	// FenceUnavailable: the fence could not be read and holds no earlier read
+	// of this identity to answer from (a fleet's database away): the session
+	// is the census's, its reservation and verdicts are not known (null, []).
+	FenceUnavailable bool `json:"fence_unavailable,omitempty"`
 }
 
 var errNotSynced = errors.New("census not synced")
@@ -237,10 +241,13 @@ func (m *Manager) listViews(ctx context.Context, sc *listScratch, begin func(lis
 			continue // the warm pool's, not a session of anyone's
 		}
 		var err error
-		if *v, err = m.listView(ctx, &snap.Sessions[i], byTmux); err != nil {
+		var hidden bool
+		if *v, hidden, err = m.listView(ctx, &snap.Sessions[i], byTmux); err != nil {
 			return CensusInfo{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
 		}
-		fn(v)
+		if !hidden {
+			fn(v)
+		}
 	}
 	for i := range sc.stopping {
 		*v = stoppingView(sc.stopping[i])
@@ -252,18 +259,38 @@ func (m *Manager) listViews(ctx context.Context, sc *listScratch, begin func(lis
 
 // listView is one session's View in a list: joined with its identity's
 // published record by its tag, or by its tmux id when its tags are stale.
-func (m *Manager) listView(ctx context.Context, s *census.Session, byTmux map[string]fence.Published) (View, error) {
+// hidden: the session is a create's of this daemon, tagged and not published
+// yet — not its identity's session until the fence says so, and, listed,
+// a managed session with no identity and no state.
+func (m *Manager) listView(ctx context.Context, s *census.Session, byTmux map[string]fence.Published) (v View, hidden bool, err error) {
 	if d := s.Identity(); d != "" {
 		p, ok, err := m.fence.CachedPublished(ctx, d)
 		if err != nil || ok {
-			return m.viewOf(s, &p), err
+			return m.viewOf(s, &p), false, err
+		}
+		if m.inFlightSession(d, s.Name) {
+			return View{}, true, nil
 		}
 	} else if p, ok := byTmux[s.ID]; ok && staleTags(s) {
 		v := publishedView(s, p)
 		v.Host = m.host.Name
-		return v, nil
+		return v, false, nil
 	}
-	return m.viewOf(s, nil), nil
+	return m.viewOf(s, nil), false, nil
+}
+
+// inFlightSession reports whether name is the attempt name of a create of
+// identity digest that is in flight here (between its reservation and its
+// verdict): attempt names end with the reservation id (attemptName).
+func (m *Manager) inFlightSession(digest, name string) bool {
+	prefix := attemptName(digest, "")
+	if !strings.HasPrefix(name, prefix) {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.inflight[name[len(prefix):]]
+	return ok
 }
 
 // liveInLife reports whether a published, not-ended generation of the census's
@@ -406,11 +433,11 @@ func (m *Manager) waitingUnlisted(ctx context.Context, snap census.Snapshot, ids
 // identity whose session is gone: its history is still answered. A session
 // that is not supervised has no reservation and no verdicts.
 func (m *Manager) Show(ctx context.Context, ref Ref) (ShowResult, error) {
-	v, reads, err := m.showParts(ctx, ref)
+	v, reads, unread, err := m.showParts(ctx, ref)
 	if err != nil {
 		return ShowResult{Verdicts: []verdict.Record{}}, err
 	}
-	out := ShowResult{Session: v, Reservation: reads.Reservation}
+	out := ShowResult{Session: v, Reservation: reads.Reservation, FenceUnavailable: unread}
 	if out.Verdicts, err = reads.Verdicts(); err != nil {
 		return ShowResult{Verdicts: []verdict.Record{}}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
 	}
@@ -425,12 +452,16 @@ func (m *Manager) Show(ctx context.Context, ref Ref) (ShowResult, error) {
 // server's death) has no session to list, but is shown — state "stopping",
 // from its published record — until its processes are proven gone: it is
 // what holds the identity.
-func (m *Manager) showParts(ctx context.Context, ref Ref) (*View, fence.IdentityReads, error) {
+//
+// unread: the fence is unavailable and had never been read for this
+// identity; a session of this host is still shown, from the census (the
+// contract: `show` of this host's sessions answers while the database is
+// away), with no reservation and no verdicts.
+func (m *Manager) showParts(ctx context.Context, ref Ref) (v *View, reads fence.IdentityReads, unread bool, err error) {
 	t, err := m.Resolve(ctx, ref)
 	if err != nil {
-		return nil, fence.IdentityReads{}, err
+		return nil, fence.IdentityReads{}, false, err
 	}
-	var v *View
 	switch {
 	case t.Session != nil && t.Live && staleTags(t.Session):
 		v = new(View)
@@ -448,14 +479,18 @@ func (m *Manager) showParts(ctx context.Context, ref Ref) (*View, fence.Identity
 	if v != nil && !t.Remote {
 		v.Host = m.host.Name
 	}
+	none := fence.IdentityReads{ReservationJSON: []byte("null"), VerdictsJSON: []byte("[]")}
 	if t.Identity == nil {
-		return v, fence.IdentityReads{ReservationJSON: []byte("null"), VerdictsJSON: []byte("[]")}, nil
+		return v, none, false, nil
 	}
-	reads, err := m.fence.CachedIdentityReads(ctx, *t.Identity, showVerdicts)
+	reads, err = m.fence.CachedIdentityReads(ctx, *t.Identity, showVerdicts)
 	if err != nil {
-		return nil, fence.IdentityReads{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
+		if v != nil && !t.Remote && t.Session != nil && verdict.CodeOf(err) == verdict.CodeFenceUnavailable {
+			return v, none, true, nil
+		}
+		return nil, fence.IdentityReads{}, false, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
 	}
-	return v, reads, nil
+	return v, reads, false, nil
 }
 
 // verdictsOf returns the identity's most recent verdicts (up to showVerdicts),

@@ -90,7 +90,7 @@ type listKey struct {
 // fence's read cache, which PRAGMA data_version keeps exact (a read after any
 // committed write sees it); only the session object is encoded here.
 func (m *Manager) AppendShowJSON(ctx context.Context, dst []byte, ref Ref) ([]byte, error) {
-	v, reads, err := m.showParts(ctx, ref)
+	v, reads, unread, err := m.showParts(ctx, ref)
 	if err != nil {
 		return dst, err
 	}
@@ -104,6 +104,9 @@ func (m *Manager) AppendShowJSON(ctx context.Context, dst []byte, ref Ref) ([]by
 	dst = append(dst, reads.ReservationJSON...)
 	dst = append(dst, `,"verdicts":`...)
 	dst = append(dst, reads.VerdictsJSON...)
+	if unread {
+		dst = append(dst, `,"fence_unavailable":true`...)
+	}
 	return append(dst, '}'), nil
 }
 

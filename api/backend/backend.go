@@ -81,7 +81,7 @@ func (s *Service) Show(ctx context.Context, ref api.Ref) (api.ShowResponse, erro
 	if err != nil {
 		return api.ShowResponse{}, err
 	}
-	out := api.ShowResponse{Verdicts: res.Verdicts}
+	out := api.ShowResponse{Verdicts: res.Verdicts, FenceUnavailable: res.FenceUnavailable}
 	if res.Session != nil {
 		s := session(*res.Session)
 		out.Session = &s

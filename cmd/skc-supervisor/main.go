@@ -199,21 +199,27 @@ func newFlags(name string, o *opts, withJSON bool) *flag.FlagSet {
 // parseArgs parses flags that may come before, between or after positional
 // arguments (`show NAME --json`); everything after "--" is positional.
 func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
+	pos, after, err := parseSplit(fs, args)
+	return append(pos, after...), err
+}
+
+// parseSplit is parseArgs keeping apart the positional words written before
+// "--" and those after it (send's TEXT is only ever after it).
+func parseSplit(fs *flag.FlagSet, args []string) (before, after []string, err error) {
 	for {
 		if err := fs.Parse(args); err != nil {
 			wantJSON(fs, args)
-			return nil, usageError(fs.Name(), err)
+			return nil, nil, usageError(fs.Name(), err)
 		}
 		rest := fs.Args()
 		consumed := len(args) - len(rest)
 		if consumed > 0 && args[consumed-1] == "--" {
-			return append(pos, rest...), nil
+			return before, rest, nil
 		}
 		if len(rest) == 0 {
-			return pos, nil
+			return before, nil, nil
 		}
-		pos = append(pos, rest[0])
+		before = append(before, rest[0])
 		args = rest[1:]
 	}
 }

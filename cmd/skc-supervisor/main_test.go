@@ -314,3 +314,38 @@ func TestServeRefusesBadHostName(t *testing.T) {
 		}
 	}
 }
+
+// TestServeRefusesExplicitEmpty: `--host-name ""` and `--fence ""` are
+// mistakes, not the defaults: refused with the field named, before anything
+// is made (unset, the flags fall back to SKC_HOST / SKC_FENCE and defaults).
+func TestServeRefusesExplicitEmpty(t *testing.T) {
+	dir, _ := os.MkdirTemp("", "skcm")
+	defer os.RemoveAll(dir)
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{{[]string{"serve", "--host-name", ""}, "--host-name is empty"}, {[]string{"serve", "--fence="}, "--fence is empty"}} {
+		var out, errb bytes.Buffer
+		env := map[string]string{"SKC_HOME": dir}
+		cli := &CLI{ctx: context.Background(), stdout: &out, stderr: &errb, getenv: func(k string) string { return env[k] }}
+		code := cli.Main(tc.args)
+		if code != 2 || !strings.Contains(errb.String(), "invalid_request") || !strings.Contains(errb.String(), tc.says) {
+			t.Fatalf("%v: exit %d, stdout %q, stderr %q", tc.args, code, out.String(), errb.String())
+		}
+		if _, err := os.Stat(filepath.Join(dir, "fence.sqlite")); err == nil {
+			t.Fatal("a fence was made")
+		}
+	}
+}
+
+// TestSendTextIsNeverTheName: the words after `--` are send's TEXT; with no
+// NAME before them (and no identity), send is a usage error — not a send to
+// a session named by the text's first word.
+func TestSendTextIsNeverTheName(t *testing.T) {
+	var out, errb bytes.Buffer
+	cli := &CLI{ctx: context.Background(), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+	if code := cli.Main([]string{"send", "--json", "--", "hi", "there"}); code != 2 ||
+		!strings.Contains(out.String(), `"field":"usage"`) {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+}

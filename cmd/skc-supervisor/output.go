@@ -149,6 +149,10 @@ func printShow(w io.Writer, res api.ShowResponse) {
 	if len(res.Reservation) > 0 && string(res.Reservation) != "null" {
 		fmt.Fprintf(w, "reservation: %s\n", summary(res.Reservation, "reservation_id", "phase", "owner_pid"))
 	}
+	if res.FenceUnavailable {
+		fmt.Fprintln(w, "reservation, verdicts: not known (the fence is unavailable and was not read for this identity before)")
+		return
+	}
 	fmt.Fprintf(w, "verdicts (%d):\n", len(res.Verdicts))
 	for _, v := range res.Verdicts {
 		fmt.Fprintf(w, "  %s\n", verdictLine(v))

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -90,6 +92,9 @@ func runServe(cli *CLI, args []string) int {
 	if *pool < 0 || *pool > maxPool {
 		return cli.fail(o, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "pool"},
 			"serve: --pool %d: want 0 (off) to %d", *pool, maxPool))
+	}
+	if err := explicitEmpty(fs, "host-name", "fence"); err != nil {
+		return cli.fail(o, err)
 	}
 	host, err := cli.host(*hostName)
 	if err != nil {
@@ -344,4 +349,25 @@ func (d *daemon) closeStores() {
 	if d.wireLog != nil {
 		d.wireLog.Close()
 	}
+}
+
+// explicitEmpty refuses a flag among names given with an empty value
+// (`--host-name ""`): unset, it falls back to its variable and then its
+// default, but a value written and empty is not a host name or a fence, and
+// starting on the fallback would hide the mistake. The refusal names the
+// field as the value's own check does (host, fence).
+func explicitEmpty(fs *flag.FlagSet, names ...string) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if err != nil || f.Value.String() != "" || !slices.Contains(names, f.Name) {
+			return
+		}
+		field := f.Name
+		if field == "host-name" {
+			field = "host"
+		}
+		err = verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": field},
+			"serve: --%s is empty: give a value, or leave the flag out for its default", f.Name)
+	})
+	return err
 }

@@ -28,16 +28,22 @@ func talkRef(verbName string, fs *flag.FlagSet, args []string) (api.Ref, []strin
 	var ref api.Ref
 	fs.StringVar(&ref.StateDir, "state-dir", "", "")
 	fs.StringVar(&ref.SessionID, "session-id", "", "")
-	pos, err := parseArgs(fs, args)
+	pos, after, err := parseSplit(fs, args)
 	if err != nil {
 		return ref, nil, err
 	}
+	if verbName != "send" {
+		pos, after = append(pos, after...), nil
+	}
 	if ref.StateDir == "" && ref.SessionID == "" {
+		// send's words after "--" are its TEXT, never the session
+		// (`send -- hi` names none).
 		if len(pos) == 0 || pos[0] == "" {
 			return ref, nil, usageError(verbName, errors.New("give a session NAME or --state-dir and --session-id"))
 		}
 		ref.Name, pos = pos[0], pos[1:]
 	}
+	pos = append(pos, after...)
 	if ref.StateDir, err = absPath("state_dir", ref.StateDir); err != nil {
 		return ref, nil, err
 	}

@@ -49,6 +49,9 @@ func testForgetHost(t *testing.T, h Harness) {
 		len(fg.Published) != 1 || fg.Published[0].Generation != p.Generation {
 		t.Fatalf("forget: %+v %+v %v", fg, rec, err)
 	}
+	if !fg.Published[0].Ended || fg.Published[0].EndedAt.IsZero() {
+		t.Fatalf("forget answered its generation as running: %+v", fg.Published[0])
+	}
 	vs, err := b.FleetVerdictsSince(ctx, rec.Sequence-1, 0)
 	if err != nil || len(vs) != 1 || vs[0].Sequence != rec.Sequence || vs[0].Evidence["host"] != "host-a" {
 		t.Fatalf("the forget's verdict in the fleet journal: %+v %v", vs, err)

@@ -56,6 +56,7 @@ func (s *Store) ForgetHost(ctx context.Context, host string, describe func(fence
 	if err != nil {
 		return fence.Forgotten{}, verdict.Record{}, err
 	}
+	out.MarkEnded(endedAt)
 	return out, rec, nil
 }
 

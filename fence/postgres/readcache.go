@@ -19,48 +19,83 @@ func (s *Store) CachedIdentityReads(ctx context.Context, id fence.Identity, limi
 	if err := fence.CheckStoredIdentity(id); err != nil {
 		return fence.IdentityReads{}, err
 	}
+	digest := id.Digest()
+	gen := s.last.generation()
 	out, err := s.rc.Reads(ctx, id, limit)
 	if err != nil {
 		err = s.dbErr("read_cache", err)
-		if last, ok := s.last.get(id, limit); ok && verdict.CodeOf(err) == verdict.CodeFenceUnavailable {
+		if last, ok := s.last.get(digest, limit); ok && verdict.CodeOf(err) == verdict.CodeFenceUnavailable {
 			return last, nil // the database is unreachable: what was last read (see pubCache.check)
 		}
 		return fence.IdentityReads{}, err
 	}
-	s.last.put(id, limit, out)
+	s.last.put(digest, limit, out, gen)
 	return out, nil
 }
 
 // lastReads keeps the last answer of CachedIdentityReads per identity, for
-// `show` while the database cannot be reached. The slices are shared,
+// `show` while the database cannot be reached. An answer stays only while it
+// is still the fence's as far as this process knows: every write of this
+// Store drops the answers of the identities it wrote (all of them when it
+// cannot tell which), so an identity created or ended a moment before the
+// database went away is never shown as it was before (its published verdict
+// missing). A write of another process is not known here; its notification
+// (watch.go) moves the read cache, not these. The slices are shared,
 // read-only, as the read cache's are.
 type lastReads struct {
-	mu sync.Mutex
-	m  map[readKey]fence.IdentityReads
+	mu  sync.Mutex
+	m   map[string]lastRead // by identity digest
+	gen uint64              // moves at every drop: a read that began before one is not kept
 }
 
-type readKey struct {
-	id    fence.Identity
+type lastRead struct {
 	limit int
+	reads fence.IdentityReads
 }
 
 // lastReadsMax bounds the entries; beyond it the map starts over.
 const lastReadsMax = 8192
 
-func (l *lastReads) get(id fence.Identity, limit int) (fence.IdentityReads, bool) {
+func (l *lastReads) get(digest string, limit int) (fence.IdentityReads, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	r, ok := l.m[readKey{id, limit}]
-	return r, ok
+	r, ok := l.m[digest]
+	return r.reads, ok && r.limit == limit
 }
 
-func (l *lastReads) put(id fence.Identity, limit int, r fence.IdentityReads) {
+// generation is taken before a read: put keeps the read only if no write
+// dropped anything since.
+func (l *lastReads) generation() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.m == nil || len(l.m) >= lastReadsMax {
-		l.m = map[readKey]fence.IdentityReads{}
+	return l.gen
+}
+
+func (l *lastReads) put(digest string, limit int, r fence.IdentityReads, gen uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if gen != l.gen {
+		return
 	}
-	l.m[readKey{id, limit}] = r
+	if l.m == nil || len(l.m) >= lastReadsMax {
+		l.m = map[string]lastRead{}
+	}
+	l.m[digest] = lastRead{limit: limit, reads: r}
+}
+
+// drop forgets the answers of the identities a write changed (by digest);
+// none named: all of them.
+func (l *lastReads) drop(digests []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.gen++
+	if len(digests) == 0 {
+		l.m = nil
+		return
+	}
+	for _, d := range digests {
+		delete(l.m, d)
+	}
 }
 
 // readSource is the read cache's view of the database. Its version is

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
@@ -110,6 +111,22 @@ func (t *tx) flush() error {
 	return t.begin(lk)
 }
 
+// wrote names, by digest, the identities the transaction may have changed:
+// the one it locked and those its verdicts are about; none (meaning: any)
+// when it locked none by digest.
+func (t *tx) wrote(lk lockOn) []string {
+	if lk.digest == "" {
+		return nil
+	}
+	out := []string{lk.digest}
+	for _, p := range t.pending {
+		if id := p.rec.Identity; id != nil {
+			out = append(out, fence.Identity{StateDir: id.StateDir, SessionID: id.SessionID}.Digest())
+		}
+	}
+	return out
+}
+
 // touch records that the transaction changed identities rows of host.
 func (t *tx) touch(host string) {
 	if t.touched == nil {
@@ -183,6 +200,7 @@ func (s *Store) write(ctx context.Context, op string, lk lockOn, fn func(t *tx) 
 		// Not cancelled with the caller: once the statements ran, a half-way
 		// cancellation would only make the outcome ambiguous.
 		err = t.commit(context.WithoutCancel(ctx), s.now())
+		s.last.drop(t.wrote(lk)) // committed, or perhaps: what show last read of them is past
 	}
 	if err != nil {
 		t.rollback(ctx)

@@ -77,6 +77,7 @@ func (s *Store) ForgetHost(ctx context.Context, host string, describe func(fence
 	for _, p := range out.Published {
 		s.cache.Ended(p.Identity, p.Generation, storedTime(endedAt))
 	}
+	out.MarkEnded(storedTime(endedAt))
 	return out, rec, nil
 }
 
