@@ -98,10 +98,15 @@ func (c *Client) Output(ctx context.Context, ref Ref, fn func(OutputChunk) error
 			return err
 		}
 	}
-	if err := sc.Err(); err != nil && ctx.Err() == nil && !errors.Is(err, io.ErrUnexpectedEOF) {
-		return c.unreachable(fmt.Errorf("output stream: %w", err))
+	if ctx.Err() != nil {
+		return nil // the caller stopped following
 	}
-	return nil
+	// A stream always ends with its end line; one that stops without it was
+	// cut (the daemon died, the connection broke): not the session's end.
+	if err := sc.Err(); err != nil {
+		return c.unreachable(fmt.Errorf("output stream cut: %w", err))
+	}
+	return c.unreachable(errors.New("output stream cut before its end line (the daemon went away)"))
 }
 
 // parseOutputLine reads one line of an output stream: a chunk, or the last

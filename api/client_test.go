@@ -3,7 +3,9 @@ package api
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -182,5 +184,40 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached within 30s")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestClientOutputCut: a follow stream that stops without its end line (the
+// daemon killed mid-stream) is daemon_unreachable, not the session's end;
+// with its end line it is the end.
+func TestClientOutputCut(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		code string
+	}{
+		{`{"at":"2026-01-01T00:00:00Z","data_b64":"aGk="}` + "\n", verdict.CodeDaemonUnreachable},
+		{`{"at":"2026-01-01T00:00:00Z","data_b64":"aGk="}` + "\n" + `{"end":"session_ended"}` + "\n", ""},
+	} {
+		sock := filepath.Join(sockDir(t), "api.sock")
+		ln, err := net.Listen("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			_, _ = io.WriteString(w, tc.body)
+		})}
+		go func() { _ = srv.Serve(ln) }()
+		c := NewClient(sock)
+		var got []byte
+		err = c.Output(context.Background(), Ref{Name: "x"}, func(ch OutputChunk) error {
+			got = append(got, ch.Data...)
+			return nil
+		})
+		c.Close()
+		_ = srv.Close()
+		if string(got) != "hi" || verdict.CodeOf(err) != tc.code {
+			t.Fatalf("stream %q: data %q, err %v (want code %q)", tc.body, got, err, tc.code)
+		}
 	}
 }

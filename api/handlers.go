@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -123,6 +124,19 @@ func (s *Server) handleRestart(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		writeError(w, err)
 		return
+	}
+	// It takes no body; one given must be empty or {} — a body with fields
+	// is a request this endpoint does not understand, refused before a
+	// restart (which ends the running agent) is done.
+	body, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	if len(bytes.TrimSpace(body)) > 0 {
+		if err := decodeObject(body, map[string]any{}); err != nil {
+			writeError(w, err)
+			return
+		}
 	}
 	res, err := s.cfg.Service.Restart(r.Context(), ref)
 	if err != nil {

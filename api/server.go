@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"path"
 	"sync"
 	"time"
 
@@ -109,6 +111,10 @@ func (s *Server) guard(next http.Handler) http.Handler {
 				"requests with an Origin header are refused: the API is not for browsers"))
 			return
 		}
+		if err := checkRequestLine(r); err != nil {
+			writeError(w, err)
+			return
+		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxBody)
 		rec := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		start := time.Now()
@@ -116,6 +122,28 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		s.log.Debug().Str("method", r.Method).Str("path", r.URL.Path).Int("status", rec.status).
 			Int32("peer_pid", cred.PID).Dur("duration", time.Since(start)).Msg("request")
 	})
+}
+
+// checkRequestLine refuses what the mux would answer outside the API's
+// envelope or read ambiguously: a path that is not written clean (`//v1/ping`:
+// the mux would redirect with an HTML page) is not_found, a query that does
+// not parse or gives a parameter twice (`?session_id=a&session_id=b`: the
+// first would silently win, also for DELETE) is invalid_request naming it.
+func checkRequestLine(r *http.Request) error {
+	if p := r.URL.Path; p != "/" && path.Clean(p) != p {
+		return verdict.Errorf(verdict.CodeNotFound, map[string]any{"method": r.Method, "path": p},
+			"no endpoint %s %s (paths are written clean, without // . or ..)", r.Method, p)
+	}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return invalid("query", "does not parse: %v", err)
+	}
+	for k, vs := range q {
+		if len(vs) > 1 {
+			return invalid(k, "given %d times; give it once", len(vs))
+		}
+	}
+	return nil
 }
 
 // statusWriter remembers the status for the request log; it passes Flush

@@ -389,3 +389,23 @@ func TestMethodNotAllowed(t *testing.T) {
 		wantErr(t, st, b, 404, "error", verdict.CodeNotFound, "")
 	}
 }
+
+// TestRequestLineChecks: a path not written clean is a JSON not_found (the
+// mux would redirect with an HTML page); a query parameter given twice or a
+// query that does not parse is invalid_request naming it (never the first
+// value silently, also not for DELETE); a restart's body, when given, must
+// be empty or {}.
+func TestRequestLineChecks(t *testing.T) {
+	h := start(t, os.Getuid())
+	st, b := h.raw(t, "GET", "//v1/ping", "", nil)
+	wantErr(t, st, b, http.StatusNotFound, "error", verdict.CodeNotFound, "")
+	st, b = h.raw(t, "DELETE", "/v1/identity?state_dir=/s&session_id=a&session_id=b", "", nil)
+	wantErr(t, st, b, http.StatusBadRequest, "invalid", verdict.CodeInvalidRequest, "session_id")
+	st, b = h.raw(t, "GET", "/v1/identity?state_dir=/s&session_id=a;x=%zz", "", nil)
+	wantErr(t, st, b, http.StatusBadRequest, "invalid", verdict.CodeInvalidRequest, "query")
+	st, b = h.raw(t, "POST", "/v1/sessions/x/restart", `{"x":1}`, nil)
+	wantErr(t, st, b, http.StatusBadRequest, "invalid", verdict.CodeInvalidRequest, "x")
+	if st, b = h.raw(t, "GET", "/v1/ping", "", nil); st != http.StatusOK {
+		t.Fatalf("ping: %d %s", st, b)
+	}
+}

@@ -94,6 +94,8 @@ func TestMetricsMoved(t *testing.T) {
 		`skc_creates_total{outcome="failed"}`:                               0,
 		`skc_create_duration_seconds_bucket{outcome="existing",le="+Inf"}`:  1,
 		`skc_create_duration_seconds_bucket{outcome="refused",le="+Inf"}`:   1,
+		`skc_fence_transition_duration_seconds_count{op="publish"}`:         2,
+		`skc_fence_transition_duration_seconds_count{op="end"}`:             2,
 	}
 	var text string
 	WaitFor(t, waitDeadline, "the counters to move", func() error {

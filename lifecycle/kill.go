@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
@@ -188,7 +189,17 @@ func (m *Manager) publishedFor(ctx context.Context, ref Ref) (fence.Published, b
 		return m.fence.PublishedFor(ctx, *ref.Identity)
 	}
 	// The fence's in-memory name index: one map read, not every identity row.
-	return m.fence.CachedPublishedByName(ctx, ref.Name)
+	p, ok, err := m.fence.CachedPublishedByName(ctx, ref.Name)
+	if err == nil && !ok && strings.HasPrefix(ref.Name, "$") {
+		// The tmux id `ls` lists a stopping generation with, its session
+		// gone (a live session with the id is the census's to name).
+		if _, live := m.census.ByID(ref.Name); !live {
+			if g, one := m.goneByID(ctx, ref.Name); one && !g.Ended {
+				return g, true, nil
+			}
+		}
+	}
+	return p, ok, err
 }
 
 // stopRunError is the refusal of a kill or restart whose stop run ended with

@@ -16,9 +16,23 @@ type lcMetrics struct {
 	ends       *metrics.CounterVec
 	stops      *metrics.CounterVec
 	latency    *metrics.HistogramVec
+	fenceOps   *metrics.HistogramVec
 }
 
 var createBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+
+// fenceBuckets: a fence transition is a fraction of a millisecond on a calm
+// host (SQLite, WAL) and a round trip or more on PostgreSQL.
+var fenceBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}
+
+// Fence transitions timed by skc_fence_transition_duration_seconds.
+const (
+	fenceOpReserve = "reserve"
+	fenceOpAdvance = "advance"
+	fenceOpPublish = "publish"
+	fenceOpRelease = "release"
+	fenceOpEnd     = "end"
+)
 
 func newMetrics(r *metrics.Registry) *lcMetrics {
 	if r == nil {
@@ -34,6 +48,16 @@ func newMetrics(r *metrics.Registry) *lcMetrics {
 			"sigkill (gone after SIGKILL), unproven, interrupted (left to the next start).", "outcome"),
 		latency: r.Histogram("skc_create_duration_seconds", "Create latency by outcome.",
 			createBuckets, "outcome"),
+		fenceOps: r.Histogram("skc_fence_transition_duration_seconds",
+			"Fence write transactions of the create saga and of ends, by op: reserve, advance, publish, release, end.",
+			fenceBuckets, "op"),
+	}
+}
+
+// fenceOp records one fence transition of op that began at start.
+func (m *lcMetrics) fenceOp(op string, start time.Time) {
+	if m != nil {
+		m.fenceOps.With(op).Observe(time.Since(start).Seconds())
 	}
 }
 

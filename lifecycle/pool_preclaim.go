@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"os"
+	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/proctree"
@@ -96,6 +97,7 @@ func standbyStart(pid int, paneStart uint64, inc, cgroup string) (string, string
 
 // reserve is the fence's Reserve, or ReserveClaim with pc's claim.
 func (m *Manager) reserve(ctx context.Context, req CreateRequest, pc *preclaim) (fence.ReserveResult, error) {
+	defer m.met.fenceOp(fenceOpReserve, time.Now())
 	if pc == nil {
 		return m.fence.Reserve(ctx, req.Identity, req.Spec)
 	}

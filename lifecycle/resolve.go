@@ -112,12 +112,41 @@ func (m *Manager) resolveName(ctx context.Context, name string) (Target, bool, e
 				}
 			}
 		}
+		if !found && !ok && strings.HasPrefix(name, "$") {
+			// By the tmux id `ls` lists it with: a generation stopping or
+			// waiting whose session is gone (no live session has the id).
+			if p, one := m.goneByID(ctx, name); one {
+				return Target{Identity: &p.Identity, Published: &p}, true, nil
+			}
+		}
 	}
 	if !found || isStandby(&s) {
 		return Target{}, false, nil
 	}
 	t, err := m.targetOf(ctx, s)
 	return t, true, err
+}
+
+// goneByID is the one generation `ls` lists with tmux id id from its record —
+// stopping with its session gone, or waiting for its next start with its kept
+// session gone — when exactly one is (ids are a server life's: two lives may
+// have left one each, and then the id names neither).
+func (m *Manager) goneByID(ctx context.Context, id string) (fence.Published, bool) {
+	var hits []fence.Published
+	_ = m.fence.CachedLiveEach(ctx, func(p *fence.Published) {
+		if p.Stopping != nil && p.TmuxID == id {
+			hits = append(hits, *p)
+		}
+	})
+	for _, w := range m.waitingGenerations(ctx) {
+		if w.TmuxID == id {
+			hits = append(hits, w)
+		}
+	}
+	if len(hits) != 1 {
+		return fence.Published{}, false
+	}
+	return hits[0], true
 }
 
 // targetOf joins a listed session with the identity it carries: the generation

@@ -179,6 +179,7 @@ func stoppedRecord(p fence.Published, action, reason string) verdict.Record {
 // its dead pane is respawned with the next generation's helper.
 type keptSession struct {
 	tmuxID, paneID, name string
+	shown                string // its name in tmux now: name, or the name a person renamed it to
 	since                string // its @skc-since ("" when it has none)
 	life                 tmuxctl.ServerLife
 }

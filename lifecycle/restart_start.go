@@ -127,11 +127,18 @@ func (m *Manager) keptOf(p fence.Published) *keptSession {
 		return nil
 	}
 	s, ok := m.sessionOf(p)
-	if !ok || s.PaneID == "" || !safeName(s.Name) {
+	if !ok || s.PaneID == "" {
 		return nil
 	}
-	return &keptSession{tmuxID: s.ID, paneID: s.PaneID, name: s.Name, since: s.Tags[TagSince],
+	k := &keptSession{tmuxID: s.ID, paneID: s.PaneID, name: s.Name, shown: s.Name, since: s.Tags[TagSince],
 		life: m.lifeOf(p.ServerPID, p.ServerStart)}
+	if !safeName(s.Name) {
+		// Renamed by hand: the session is kept all the same (an attached
+		// person stays attached, the rename stays), and the fence goes on
+		// recording the name the saga gave it, a token it accepts.
+		k.name = p.SessionName
+	}
+	return k
 }
 
 // leftoverOf is the session the identity's ended generation left standing:
@@ -159,7 +166,8 @@ func (m *Manager) leftoverOf(ctx context.Context, res fence.Reservation) *keptSe
 }
 
 // safeName: the names our saga gives ([a-z0-9-]); a session renamed by hand
-// to anything else is not reused (the fence records the name as a token).
+// to anything else keeps it, but the fence records the saga's name (it holds
+// names as tokens).
 func safeName(n string) bool {
 	if !strings.HasPrefix(n, "skc-") || len(n) > 200 {
 		return false
@@ -364,11 +372,14 @@ const clearArg = "--clear-kept-pane"
 // still the session of the identity's ended generation waiting for its next
 // start, in server life life.
 func (m *Manager) keptAttempt(ctx context.Context, ab fence.Reservation, s *census.Session, life tmuxctl.ServerLife) bool {
-	if ab.AttemptName == "" || strings.Contains(ab.AttemptName, ab.ID) || s.Name != ab.AttemptName {
+	if ab.AttemptName == "" || strings.Contains(ab.AttemptName, ab.ID) {
 		return false
 	}
 	p, ok, err := m.fence.PublishedFor(ctx, ab.Identity)
-	return err == nil && ok && p.Ended && p.Restart.State == fence.RestartExited && p.TmuxID == s.ID &&
+	// The attempt wears the kept session's name, or, when it was renamed by
+	// hand, the name its generation was published under (keptOf).
+	named := s.Name == ab.AttemptName || ok && ab.AttemptName == p.SessionName
+	return err == nil && ok && named && p.Ended && p.Restart.State == fence.RestartExited && p.TmuxID == s.ID &&
 		p.ServerPID == life.PID && p.ServerStart == life.StartTime
 }
 

@@ -850,3 +850,40 @@ func TestKillDuringRestartRequest(t *testing.T) {
 	}
 	waitFor(t, "no agent of the identity left", func() bool { return len(agentsWith(marks)) == 0 })
 }
+
+// TestRestartKeepsRenamedSession: a session renamed by hand is restarted in
+// place — same $id, the name it was given by hand — as any kept session, by
+// the restart verb and by the policy; the fence goes on naming it by the
+// saga's name.
+func TestRestartKeepsRenamedSession(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, spec, marks := e.restartSpec("renamed", fence.RestartOnFailure, time.Millisecond, 5, "agent", "sleep")
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := tmuxtest.Command("-S", e.socket, "rename-session", "-t", res.Session.ID, "by hand").CombinedOutput(); err != nil {
+		t.Fatalf("rename: %v %s", err, out)
+	}
+	waitFor(t, "the census reading the rename", func() bool {
+		s, ok := e.census.ByID(res.Session.ID)
+		return ok && s.Name == "by hand"
+	})
+	v, err := e.m.Restart(boundedCtx(t), Ref{Name: "by hand"})
+	if err != nil || v.ID != res.Session.ID || v.Generation != 2 {
+		t.Fatalf("restart: %+v %v", v, err)
+	}
+	waitFor(t, "the resumed agent", func() bool { return lines(marks) == 1 })
+	// The policy's restart, after the resumed agent exits with a failure.
+	for _, pid := range agentsWith(marks) {
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+	}
+	waitFor(t, "generation 3", func() bool { p := e.published(id); return p.Generation == 3 && !p.Ended })
+	s, ok := e.census.ByID(res.Session.ID)
+	if p := e.published(id); !ok || p.TmuxID != res.Session.ID || s.Name != "by hand" {
+		t.Fatalf("generation 3 in %s (session %+v, listed %v), want the renamed %s", p.TmuxID, s, ok, res.Session.ID)
+	}
+	if recs := withReason(e.verdicts(id), verdict.VerdictPublished, verdict.ReasonRestart); len(recs) != 1 || recs[0].Evidence["same_session"] != true {
+		t.Fatalf("verdicts: %v", verdictNames(e.verdicts(id)))
+	}
+}

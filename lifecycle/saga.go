@@ -127,7 +127,9 @@ func whileBusy(ctx context.Context, f func() error) error {
 // advance records a phase, waiting out a busy fence (whileBusy); a lost fence
 // stops the attempt with no further tmux mutation.
 func (m *Manager) advance(ctx context.Context, a *attempt, to fence.Phase, p fence.Patch) error {
+	start := time.Now()
 	err := whileBusy(ctx, func() error { return m.fence.Advance(ctx, &a.res, to, p) })
+	m.met.fenceOp(fenceOpAdvance, start)
 	if err == nil {
 		return nil
 	}
@@ -308,6 +310,9 @@ func (m *Manager) admitCreated(a *attempt) error {
 func (m *Manager) createdSession(a *attempt) census.Session {
 	s := census.Session{ID: a.tmuxID, Name: a.name, Created: a.created.UTC(), PaneID: a.paneID, PanePID: a.panePID,
 		Tags: make(map[string]string, 5)}
+	if k := a.kept(); k != nil && k.shown != "" {
+		s.Name = k.shown // a kept session renamed by hand keeps its name
+	}
 	for _, t := range a.tags() {
 		s.Tags[t[0]] = t[1]
 	}
@@ -359,6 +364,7 @@ func (m *Manager) publish(ctx context.Context, a *attempt) (CreateResult, error)
 	var pub fence.Published
 	var filed verdict.Record
 	together := a.claimed != "" // a claimed standby: publish and release are one transaction
+	start := time.Now()
 	err := whileBusy(ctx, func() (err error) {
 		if together {
 			pub, filed, err = m.fence.PublishRelease(ctx, &a.res, rec)
@@ -367,6 +373,7 @@ func (m *Manager) publish(ctx context.Context, a *attempt) (CreateResult, error)
 		}
 		return err
 	})
+	m.met.fenceOp(fenceOpPublish, start)
 	if err != nil {
 		if verdict.CodeOf(err) == verdict.CodeFenceLost {
 			a.fenceLost = true
@@ -398,9 +405,11 @@ func (m *Manager) publish(ctx context.Context, a *attempt) (CreateResult, error)
 	// write transaction per create, so there is none. Release pins the id.
 	m.fault.hitIn(a.restart != nil, FaultPublished)
 	if !together {
+		start := time.Now()
 		if err := m.fence.Release(fctx, a.res.ID); err != nil {
 			m.log.Warn().Err(err).Str("reservation", a.res.ID).Msg("release after publish failed")
 		}
+		m.met.fenceOp(fenceOpRelease, start)
 	}
 	m.wakeHelper(a.panePID, a.tmuxID)
 	m.watchExit(pub)

@@ -309,7 +309,9 @@ func (m *Manager) planEnd(ctx context.Context, p fence.Published, cause endCause
 // fileEnd writes the ended verdict with the compare-and-set MarkEnded, which
 // frees the identity (or hands it to its restart), and tidies after it.
 func (m *Manager) fileEnd(ctx context.Context, p fence.Published, rec verdict.Record, next fence.RestartNext, gaveUp *verdict.Record, keep bool) (verdict.Record, error) {
+	start := time.Now()
 	ok, filed, err := m.fence.MarkEndedNext(context.WithoutCancel(ctx), p.Identity, p.Generation, rec, next, gaveUp)
+	m.met.fenceOp(fenceOpEnd, start)
 	if err != nil {
 		return verdict.Record{}, err
 	}

@@ -356,3 +356,32 @@ func TestRecoveryAtStartDecidesAfterStop(t *testing.T) {
 		t.Fatalf("verdicts %v: want generation 1 ended, the row reclaimed, nothing unresolved", verdictNames(recs))
 	}
 }
+
+// TestStoppingNamedByID: a generation stopping after its session was killed
+// by hand is named by the tmux id `ls` lists it with, as by its name: show
+// shows it stopping, kill waits for its stop.
+func TestStoppingNamedByID(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	res, err := e.createSpec(t, "byid", time.Second, time.Second, "agent", "ignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "agent start", func() bool { a := agentPID(res.Session.PanePID); return a != 0 && isReady(a) })
+	if out, err := tmuxtest.Command("-S", e.socket, "kill-session", "-t", res.Session.ID).CombinedOutput(); err != nil {
+		t.Fatalf("kill-session: %v %s", err, out)
+	}
+	waitFor(t, "the generation stopping, its session gone", func() bool {
+		_, listed := e.census.ByID(res.Session.ID)
+		id, _ := e.identity("byid")
+		p, _, _ := e.store.PublishedFor(context.Background(), id)
+		return !listed && p.Stopping != nil && !p.Ended
+	})
+	sh, err := e.m.Show(context.Background(), Ref{Name: res.Session.ID})
+	if err != nil || sh.Session == nil || sh.Session.State != StateStopping || sh.Session.ID != res.Session.ID {
+		t.Fatalf("show %s: %+v %v", res.Session.ID, sh.Session, err)
+	}
+	kr, err := e.m.Kill(boundedCtx(t), Ref{Name: res.Session.ID})
+	if err != nil || kr.Verdict.Verdict != verdict.VerdictEnded {
+		t.Fatalf("kill %s: %+v %v", res.Session.ID, kr, err)
+	}
+}

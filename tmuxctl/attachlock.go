@@ -74,6 +74,11 @@ func takeAttachLock(ctx context.Context, socket string, how int) (*attachLock, e
 	if err != nil {
 		return nil, nil
 	}
+	if fi, err := f.Stat(); err == nil && fi.Mode().Perm() != 0o600 {
+		// An existing lock file keeps the mode it was made with: another
+		// user able to open it could hold our attach lock. Ours is 0600.
+		_ = f.Chmod(0o600)
+	}
 	wait := time.Millisecond
 	for {
 		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -123,6 +124,11 @@ func (cli *CLI) Main(args []string) int {
 	}
 	v, ok := verbs[args[0]]
 	if !ok {
+		if slices.Contains(args[1:], "--json") || slices.Contains(args[1:], "-json") {
+			// --json promises one JSON document, whatever the outcome.
+			return cli.fail(opts{json: true}, verdict.Errorf(verdict.CodeInvalidRequest,
+				map[string]any{"field": "verb"}, "unknown verb %q (skc-supervisor --help lists them)", args[0]))
+		}
 		fmt.Fprintf(cli.stderr, "skc-supervisor: unknown verb %q\n", args[0])
 		cli.usage()
 		return verdict.ExitUsage

@@ -349,3 +349,42 @@ func TestSendTextIsNeverTheName(t *testing.T) {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
 	}
 }
+
+// TestWaitRefusesZeroDurations: `wait --timeout 0s` is refused naming the
+// field, as the API refuses it, never taken for a wait without end; so is
+// `--idle 0s`.
+func TestWaitRefusesZeroDurations(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		field string
+	}{
+		{[]string{"wait", "x", "--exit", "--timeout", "0s", "--json"}, `"field":"timeout"`},
+		{[]string{"wait", "x", "--exit", "--timeout", "-1s", "--json"}, `"field":"timeout"`},
+		{[]string{"wait", "x", "--idle", "0s", "--json"}, `"field":"idle"`},
+	} {
+		var out, errb bytes.Buffer
+		cli := &CLI{ctx: context.Background(), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+		if code := cli.Main(tc.args); code != 2 || !strings.Contains(out.String(), tc.field) {
+			t.Fatalf("%v: exit %d, stdout %q, stderr %q", tc.args, code, out.String(), errb.String())
+		}
+	}
+}
+
+// TestUnknownVerbAndTwiceEnv: with --json an unknown verb is the one JSON
+// document (field verb); `--env A=1 --env A=2` is refused (field env), not
+// the last value silently.
+func TestUnknownVerbAndTwiceEnv(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		field string
+	}{
+		{[]string{"bogusverb", "--json"}, `"field":"verb"`},
+		{[]string{"create", "--json", "--state-dir", "/tmp/x", "--session-id", "a", "--env", "A=1", "--env", "A=2", "--", "true"}, `"field":"env"`},
+	} {
+		var out, errb bytes.Buffer
+		cli := &CLI{ctx: context.Background(), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+		if code := cli.Main(tc.args); code != 2 || !strings.Contains(out.String(), tc.field) {
+			t.Fatalf("%v: exit %d, stdout %q, stderr %q", tc.args, code, out.String(), errb.String())
+		}
+	}
+}

@@ -169,11 +169,21 @@ func runWait(cli *CLI, args []string) int {
 	if err == nil && len(rest) > 0 {
 		err = usageError("wait", errors.New("one session NAME expected"))
 	}
-	if err == nil && countTrue(req.Exit, req.Idle != 0, req.Text != "") != 1 {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if err == nil && countTrue(req.Exit, set["idle"], req.Text != "") != 1 {
 		err = usageError("wait", errors.New("give exactly one of --exit, --idle DURATION and --text STRING"))
 	}
-	if err == nil && (req.Idle < 0 || req.Timeout < 0) {
-		err = verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "timeout"}, "durations must be positive")
+	// A zero or negative duration written is refused as the API refuses it
+	// (field idle, timeout), never taken for "none" (a wait without end).
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"idle", req.Idle}, {"timeout", req.Timeout}} {
+		if err == nil && set[f.name] && f.d <= 0 {
+			err = verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": f.name},
+				"wait: --%s %v: must be a positive duration", f.name, f.d)
+		}
 	}
 	if err != nil {
 		return cli.fail(o, err)

@@ -18,6 +18,7 @@ import (
 type envFlags struct {
 	m   map[string]string
 	bad string
+	dup string // a KEY given twice: refused, as a repeated key of the API's env object is
 }
 
 func (e *envFlags) String() string { return "" }
@@ -30,6 +31,9 @@ func (e *envFlags) Set(kv string) error {
 		}
 		return nil
 	}
+	if _, seen := e.m[k]; seen && e.dup == "" {
+		e.dup = k
+	}
 	e.m[k] = v
 	return nil
 }
@@ -38,6 +42,10 @@ func (e *envFlags) check() error {
 	if e.bad != "" {
 		return verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "env", "name": e.bad},
 			"env: %q is not KEY=VALUE", e.bad)
+	}
+	if e.dup != "" {
+		return verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "env", "name": e.dup},
+			"env: %s is given twice; give each KEY once", e.dup)
 	}
 	return nil
 }
