@@ -66,6 +66,10 @@ func decodeObject(body []byte, targets map[string]any) error {
 		if err := json.Unmarshal(raw, target); err != nil {
 			return invalid(key, "has the wrong type (%s)", typeName(err))
 		}
+		if k, twice := repeatedKey(raw); twice {
+			// An object field (env): encoding/json would keep the last.
+			return invalid(key, "has the key %q twice", k)
+		}
 	}
 	if _, err := dec.Token(); err != nil {
 		return syntaxError(err, "")
@@ -74,6 +78,35 @@ func decodeObject(body []byte, targets map[string]any) error {
 		return invalid("body", "has data after the JSON object")
 	}
 	return nil
+}
+
+// repeatedKey reports a key that the JSON object raw (a field's value) holds
+// twice; false for anything but an object. Its values are skipped whole.
+func repeatedKey(raw json.RawMessage) (string, bool) {
+	if len(raw) == 0 || raw[0] != '{' {
+		return "", false
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if _, err := dec.Token(); err != nil {
+		return "", false
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		k, _ := tok.(string)
+		if seen[k] {
+			return k, true
+		}
+		seen[k] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return "", false
+		}
+	}
+	return "", false
 }
 
 // unpairedSurrogate reports whether the JSON text b holds a \u escape of a

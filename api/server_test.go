@@ -409,3 +409,11 @@ func TestRequestLineChecks(t *testing.T) {
 		t.Fatalf("ping: %d %s", st, b)
 	}
 }
+
+// TestEnvKeyTwiceRefused: a key repeated inside the env object is refused as
+// a repeated top-level key is (encoding/json would keep the last).
+func TestEnvKeyTwiceRefused(t *testing.T) {
+	h := start(t, os.Getuid())
+	st, b := h.raw(t, "POST", "/v1/sessions", createBody(t, sockDir(t), `,"env":{"A":"first","A":"second"}`), nil)
+	wantErr(t, st, b, http.StatusBadRequest, "invalid", verdict.CodeInvalidRequest, "env")
+}

@@ -55,7 +55,7 @@ type Result struct {
 	Check   string `json:"check"`
 	Status  Status `json:"status"`
 	Message string `json:"message"`
-	Fix     string `json:"fix,omitempty"`
+	Fix     string `json:"fix"` // "" when there is nothing to fix: the field is always there (docs/contract.md)
 }
 
 // Report is every finding, in check order; OK is false when any is a problem.

@@ -3,6 +3,7 @@ package fence
 import (
 	"errors"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -68,6 +69,12 @@ func canonicalPath(field, p string) (string, error) {
 				return "", err
 			}
 			return out, nil
+		}
+		if fi, lerr := os.Lstat(dir); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			// A symlink to nothing (yet), or a loop: keyed by its own path
+			// now and by its target once that resolves, one directory would
+			// be two identities. Refused until it points somewhere.
+			return "", Invalid(field, "%s: %s is a symlink that does not resolve (%v)", field, dir, err)
 		}
 		if !errors.Is(err, fs.ErrNotExist) || dir == "/" {
 			// Unreadable ancestry: the cleaned path is the best key we have.

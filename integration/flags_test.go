@@ -55,3 +55,25 @@ func TestAgentNotFound(t *testing.T) {
 	}
 	checkHealthy(t, d)
 }
+
+// TestCreateFromRemovedDirectory: a create run from a directory that was
+// removed (its caller's cwd, no --cwd) is refused cwd_missing, with its
+// verdict — not started in the daemon's own directory.
+func TestCreateFromRemovedDirectory(t *testing.T) {
+	t.Parallel()
+	d := StartDaemon(t, DaemonOpts{})
+	gone := filepath.Join(t.TempDir(), "gone")
+	if err := os.Mkdir(gone, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	spec := NewSpec(t, "gone-cwd")
+	spec.Argv = []string{"sleep", "100"}
+	wrap := []string{"/bin/sh", "-c", `cd "$0" && rmdir "$0" && exec "$@"`, gone}
+	a := expectError(t, d.CLIWith(t, CLIOpts{Wrap: wrap}, spec.Args()...), 1, "error", "spawn_failed", "cwd")
+	if a.Error != nil && a.Error.Details["reason"] != "cwd_missing" {
+		t.Errorf("details %v, want reason cwd_missing", a.Error.Details)
+	}
+	if n := len(d.AgentSessions(t)); n != 0 {
+		t.Errorf("%d sessions started", n)
+	}
+}

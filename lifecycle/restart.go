@@ -224,6 +224,10 @@ func (m *Manager) scheduleWaiting(ctx context.Context) {
 		return
 	}
 	for _, p := range pubs {
+		if m.keptGoneByHand(p) {
+			m.stopKeptGone(ctx, p)
+			continue
+		}
 		m.scheduleRestart(p.Identity)
 	}
 }

@@ -352,15 +352,38 @@ func (m *Manager) keptRemoved(ctx context.Context, id string, life tmuxctl.Serve
 		if p.TmuxID != id || p.ServerPID != life.PID || p.ServerStart != life.StartTime {
 			continue
 		}
-		next := fence.RestartNext{State: fence.RestartStopped, Failures: p.Restart.Failures}
-		rec := stoppedRecord(p, verdict.ActionEnd, verdict.ReasonTmuxSessionMissing)
-		ok, err := m.fence.SetRestart(ctx, p.Identity, p.Generation, fence.RestartExited, next, &rec)
-		if err != nil {
-			m.log.Warn().Err(err).Str("tmux_id", id).Msg("kept session killed by hand: restart not cancelled")
-		} else if ok {
-			m.verdicts.Filed(rec)
-		}
+		m.stopKeptGone(ctx, p)
 	}
+}
+
+// stopKeptGone stops identity p, waiting for its next start, whose kept
+// session was killed by hand: verdict stopped (action end, reason
+// tmux_session_missing), no next start.
+func (m *Manager) stopKeptGone(ctx context.Context, p fence.Published) {
+	next := fence.RestartNext{State: fence.RestartStopped, Failures: p.Restart.Failures}
+	rec := stoppedRecord(p, verdict.ActionEnd, verdict.ReasonTmuxSessionMissing)
+	ok, err := m.fence.SetRestart(ctx, p.Identity, p.Generation, fence.RestartExited, next, &rec)
+	if err != nil {
+		m.log.Warn().Err(err).Str("tmux_id", p.TmuxID).Msg("kept session killed by hand: restart not cancelled")
+	} else if ok {
+		m.verdicts.Filed(rec)
+	}
+}
+
+// keptGoneByHand reports whether waiting identity p's kept session is gone
+// from its own server, which still runs (the census synced on it): removed
+// by hand while no daemon watched — a stop, as when one does. A next start
+// after the server's death has no kept session (a new one is made).
+func (m *Manager) keptGoneByHand(p fence.Published) bool {
+	if p.Restart.Reason == verdict.ReasonServerRestart || p.TmuxID == "" {
+		return false
+	}
+	info, ok := m.census.Info()
+	if !ok || !m.census.Synced() || info.PID != p.ServerPID || info.StartTime != p.ServerStart {
+		return false
+	}
+	_, listed := m.census.ByID(p.TmuxID)
+	return !listed
 }
 
 // clearArg makes the pane helper exit at once: the command recovery puts in a

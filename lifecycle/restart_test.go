@@ -887,3 +887,33 @@ func TestRestartKeepsRenamedSession(t *testing.T) {
 		t.Fatalf("verdicts: %v", verdictNames(e.verdicts(id)))
 	}
 }
+
+// TestKeptSessionKilledWhileDaemonDown: a kept session killed by hand while
+// no daemon runs is a stop too: the next daemon's start finds it gone from
+// its server (which still runs) and writes stopped instead of starting it.
+func TestKeptSessionKilledWhileDaemonDown(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, spec, marks := e.restartSpec("downhand", fence.RestartOnFailure, 2*time.Second, 5, "agent", "exit", "2")
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "waiting", func() bool { return e.published(id).Restart.State == fence.RestartExited })
+	e.close()
+	if out, err := execTmux(e, "kill-session", "-t", res.Session.ID); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	e2 := startEnv(t, e.home, "", false)
+	if err := e2.m.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if p := e2.published(id); p.Restart.State != fence.RestartStopped || p.Generation != 1 {
+		t.Fatalf("after the start: generation %d restart %+v, want stopped", p.Generation, p.Restart)
+	}
+	if st := withReason(e2.verdicts(id), verdict.VerdictStopped, verdict.ReasonTmuxSessionMissing); len(st) != 1 {
+		t.Fatalf("verdicts: %v", verdictNames(e2.verdicts(id)))
+	}
+	if lines(marks) != 0 {
+		t.Fatal("restarted after its kept session was killed by hand")
+	}
+}

@@ -510,7 +510,13 @@ func (m *Manager) viewOf(s *census.Session, pub *fence.Published) View {
 	v := View{Name: s.Name, ID: s.ID, Managed: s.Managed, PanePID: s.PanePID,
 		PaneDead: s.PaneDead, Attached: s.Attached, CreatedAt: since, ActivityAt: activityAt(s, since, s.PaneDead),
 		Host: m.host.Name}
-	if pub == nil || !s.Managed {
+	if !s.Managed {
+		return v
+	}
+	if pub == nil {
+		// Tagged, with no record here (a forgotten host's leftover, an
+		// orphan before recovery): its tags still say which generation.
+		v.Generation = generationTag(s)
 		return v
 	}
 	v.StateDir, v.SessionID = pub.Identity.StateDir, pub.Identity.SessionID

@@ -388,3 +388,32 @@ func TestUnknownVerbAndTwiceEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestServeRefusesBadTmuxConfigAndWireLog: a --tmux-config that does not
+// exist (tmux would start without it, silently) and a --wire-log that is a
+// symlink (it holds session names and followed output) refuse the start.
+func TestServeRefusesBadTmuxConfigAndWireLog(t *testing.T) {
+	dir, _ := os.MkdirTemp("", "skcm")
+	defer os.RemoveAll(dir)
+	link := filepath.Join(dir, "wire")
+	if err := os.Symlink(filepath.Join(dir, "elsewhere"), link); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"serve", "--tmux-config", filepath.Join(dir, "missing.conf")}, "tmux config"},
+		{[]string{"serve", "--wire-log", link}, "wire log"},
+	} {
+		var out, errb bytes.Buffer
+		env := map[string]string{"SKC_HOME": filepath.Join(dir, "home")}
+		cli := &CLI{ctx: context.Background(), stdout: &out, stderr: &errb, getenv: func(k string) string { return env[k] }}
+		if code := cli.Main(tc.args); code != 2 || !strings.Contains(errb.String(), tc.says) {
+			t.Fatalf("%v: exit %d, stderr %q", tc.args, code, errb.String())
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "elsewhere")); err == nil {
+		t.Fatal("the wire log was written through its symlink")
+	}
+}

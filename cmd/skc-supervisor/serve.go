@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -165,12 +167,20 @@ func (d *daemon) startTmux(ctx context.Context, wireLog string) error {
 	cfg := tmuxctl.Config{Tmux: d.paths.Tmux, Socket: d.paths.TmuxSocket(), ConfigFile: d.paths.TmuxConfig,
 		ControlSession: controlSession, Log: &d.log, SocketMode: 0o600}
 	if wireLog != "" {
-		f, err := os.OpenFile(wireLog, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
+		f, err := openWireLog(wireLog)
 		if err != nil {
 			return verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "wire_log"},
 				"cannot open the wire log %s: %w", wireLog, err)
 		}
 		d.wireLog, cfg.WireLog = f, f
+	}
+	if c := d.paths.TmuxConfig; c != "" {
+		// tmux -f with a missing file starts without it, silently: the
+		// server would run on settings the operator did not ask for.
+		if fi, err := os.Stat(c); err != nil || fi.IsDir() {
+			return verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "tmux_config", "path": c},
+				"the tmux config %s cannot be used (%v)", c, cmp.Or(err, errors.New("it is a directory")))
+		}
 	}
 	cfg.StartServer = d.scopedStarter()
 	d.tmux = tmuxctl.NewClient(cfg)
@@ -349,6 +359,30 @@ func (d *daemon) closeStores() {
 	if d.wireLog != nil {
 		d.wireLog.Close()
 	}
+}
+
+// openWireLog opens the wire log for appending: it holds session names,
+// labels and the output of followed panes, so it is the owner's alone (0600,
+// also when it existed with a looser mode), never reached through a symlink,
+// and a regular file.
+func openWireLog(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+	case !fi.Mode().IsRegular():
+		err = errors.New("not a regular file")
+	case fi.Mode().Perm() != 0o600:
+		err = f.Chmod(0o600)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // explicitEmpty refuses a flag among names given with an empty value

@@ -155,8 +155,18 @@ func (cli *CLI) resolveCreate(req *api.CreateRequest) error {
 		return err
 	}
 	if req.Cwd == "" {
-		if wd, err := os.Getwd(); err == nil {
+		wd, err := os.Getwd()
+		switch {
+		case err == nil:
 			req.Cwd = wd
+		case filepath.IsAbs(os.Getenv("PWD")):
+			// The caller's directory was removed: sent as the shell named
+			// it, so the daemon refuses it (spawn_failed, cwd_missing) with
+			// its verdict, instead of starting the agent in its own.
+			req.Cwd = filepath.Clean(os.Getenv("PWD"))
+		default:
+			return verdict.Errorf(verdict.CodeSpawnFailed, map[string]any{"field": "cwd", "reason": "cwd_missing"},
+				"the working directory is gone (%v): give --cwd", err)
 		}
 		return nil
 	}
