@@ -41,6 +41,7 @@ func (s *Server) handleVerdicts(w http.ResponseWriter, r *http.Request) {
 		defer cancel()
 	}
 	ctx := r.Context()
+	defer s.deadlineAtStop(ctx, w)()
 	st := &verdictStream{w: w, last: since, read: s.cfg.Service.VerdictsSince}
 	if !st.start(ctx) {
 		return

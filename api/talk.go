@@ -102,17 +102,44 @@ func (s *Server) talker(w http.ResponseWriter, r *http.Request) (Talker, Ref, bo
 
 // stoppable is r's context, also ended by Shutdown: long waits and output
 // streams must not hold the daemon's stop.
-func (s *Server) stoppable(r *http.Request) (context.Context, context.CancelFunc) {
+func (s *Server) stoppable(w http.ResponseWriter, r *http.Request) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(r.Context())
 	go func() {
 		select {
 		case <-s.stopping:
+			limitWrites(w)
 			cancel()
 		case <-ctx.Done():
 		}
 	}()
 	return ctx, cancel
 }
+
+// deadlineAtStop is stoppable's write limit alone, for a stream that ends
+// itself at the stop (verdicts --follow); the returned func ends the watch.
+func (s *Server) deadlineAtStop(ctx context.Context, w http.ResponseWriter) func() {
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-s.stopping:
+			limitWrites(w)
+		case <-ctx.Done():
+		case <-done:
+		}
+	}()
+	return func() { close(done) }
+}
+
+// limitWrites gives a stream's writes stopWriteGrace from now: a client
+// that stopped reading would hold its write, and the daemon's stop with it
+// (Shutdown waits for every handler).
+func limitWrites(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(stopWriteGrace))
+}
+
+// stopWriteGrace bounds how long a stream's writes may block once the daemon
+// stops: a reader that keeps up gets its last line well within it.
+const stopWriteGrace = time.Second
 
 func (s *Server) handleScreen(w http.ResponseWriter, r *http.Request) {
 	t, ref, ok := s.talker(w, r)
@@ -226,7 +253,7 @@ func (s *Server) handleOutput(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	ctx, cancel := s.stoppable(r)
+	ctx, cancel := s.stoppable(w, r)
 	defer cancel()
 	st, err := t.FollowOutput(ctx, ref)
 	if err != nil {
@@ -294,7 +321,7 @@ func (s *Server) handleWait(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	ctx, cancel := s.stoppable(r)
+	ctx, cancel := s.stoppable(w, r)
 	defer cancel()
 	res, err := t.Wait(ctx, ref, req)
 	if err != nil {

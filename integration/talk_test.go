@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -364,5 +365,38 @@ func TestOutputEndsWithDaemonStop(t *testing.T) {
 	}
 	if r := <-waited; r.Code != 75 || !strings.Contains(r.Stdout, `"busy"`) || strings.Contains(r.Stdout, "timeout") {
 		t.Errorf("wait cut short by the stop: want exit 75 (busy), no word of a timeout\n%s", r)
+	}
+}
+
+// TestStuckFollowerDoesNotHoldTheStop: a follow client that stopped reading
+// while its agent writes a lot holds a blocked write; the daemon's stop gives
+// it a short grace and goes on — its API shutdown completes (no "API
+// shutdown" warning of a bound passed) and it exits 0.
+func TestStuckFollowerDoesNotHoldTheStop(t *testing.T) {
+	t.Parallel()
+	d := StartDaemon(t, DaemonOpts{})
+	spec := NewSpec(t, "stuckreader")
+	spec.Argv = []string{"/bin/sh", "-c", "echo started; sleep 1; yes skc-stuck-reader | head -c 30000000; sleep 600"}
+	s := d.MustCreate(t, spec, "published")
+	conn, err := net.Dial("unix", d.APISock())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := fmt.Fprintf(conn, "GET /v1/sessions/%s/output?follow=1 HTTP/1.1\r\nHost: skc\r\n\r\n", s.Name); err != nil {
+		t.Fatal(err)
+	}
+	// Never read: the daemon's writes fill the socket and block.
+	WaitFor(t, waitDeadline, "the follower dropping output (its writes blocked)", func() error {
+		_, b := d.Get(t, "/metrics")
+		if !strings.Contains(string(b), "\nskc_output_dropped_bytes_total ") ||
+			strings.Contains(string(b), "\nskc_output_dropped_bytes_total 0\n") {
+			return errorf("nothing dropped yet")
+		}
+		return nil
+	})
+	d.Stop(t)
+	if strings.Contains(d.Log(), `"API shutdown"`) {
+		t.Fatalf("the stop waited out its bound for the stuck follower:\n%s", clip(d.Log()))
 	}
 }
