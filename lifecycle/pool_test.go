@@ -365,55 +365,6 @@ func TestPoolSIGKILLedDaemon(t *testing.T) {
 	}
 }
 
-// TestPoolOffSweepsLeftovers: a daemon with a pool of 4 is SIGKILLed with a
-// full pool; the next one runs with the pool off and still removes every
-// standby the dead one left — sessions, processes, hand-off files — and
-// keeps the sessions it had created.
-func TestPoolOffSweepsLeftovers(t *testing.T) {
-	home := newHome(t)
-	exe, _ := os.Executable()
-	outFile := filepath.Join(home, "standbys")
-	cmd := exec.Command(exe, "poolchild", "burst", home, "2", outFile)
-	cmd.Stderr = os.Stderr
-	err := cmd.Run()
-	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-		t.Fatalf("pool child did not die of SIGKILL: %v", err)
-	}
-	b, err := os.ReadFile(outFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pids []int
-	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		_, pid, _ := strings.Cut(l, " ")
-		p, _ := strconv.Atoi(pid)
-		pids = append(pids, p)
-	}
-	if len(pids) != 4 {
-		t.Fatalf("standbys left: %q", b)
-	}
-	e := startEnvWith(t, &env{home: home}, "", false)
-	if err := e.m.Recover(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range pids {
-		waitFor(t, "a dead daemon's standby gone with the pool off", func() bool { return !pidAlive(p) })
-	}
-	waitFor(t, "standby sessions and hand-off files removed", func() bool {
-		for _, r := range e.paneList() {
-			if strings.HasPrefix(r.name, standbyPrefix) {
-				return false
-			}
-		}
-		ents, _ := os.ReadDir(filepath.Join(home, "pool"))
-		return len(ents) == 0
-	})
-	checkOnePerIdentity(t, e, []string{"k00", "k01"})
-	if e.m.PoolStats().Ready != 0 {
-		t.Fatal("a standby spawned with the pool off")
-	}
-}
-
 // TestPoolFaultPoints: a daemon with a pool SIGKILLed at every point of a
 // claimed create, in its saga's order (pool_claim.go: reserved, spawned,
 // handed-off, claimed — renamed and tagged —, published and released), and at

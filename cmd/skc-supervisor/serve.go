@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -88,14 +89,7 @@ func runServe(cli *CLI, args []string) int {
 	hostName := fs.String("host-name", "", "SKC_HOST")
 	fs.StringVar(&o.o.Fence, "fence", "", "SKC_FENCE")
 	pool := fs.Int("pool", defaultPool, "standby panes kept ready for creates (0: off)")
-	if err := parseNoArgs(fs, args); err != nil {
-		return cli.fail(o, err)
-	}
-	if *pool < 0 || *pool > maxPool {
-		return cli.fail(o, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "pool"},
-			"serve: --pool %d: want 0 (off) to %d", *pool, maxPool))
-	}
-	if err := explicitEmpty(fs, "host-name", "fence"); err != nil {
+	if err := parseServeFlags(fs, args); err != nil {
 		return cli.fail(o, err)
 	}
 	host, err := cli.host(*hostName)
@@ -383,6 +377,19 @@ func openWireLog(path string) (*os.File, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// parseServeFlags parses serve's flags and refuses what they hold out of
+// range: --pool, and a value written empty (explicitEmpty).
+func parseServeFlags(fs *flag.FlagSet, args []string) error {
+	if err := parseNoArgs(fs, args); err != nil {
+		return err
+	}
+	if p, _ := strconv.Atoi(fs.Lookup("pool").Value.String()); p < 0 || p > maxPool {
+		return verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "pool"},
+			"serve: --pool %d: want 0 (off) to %d", p, maxPool)
+	}
+	return explicitEmpty(fs, "host-name", "fence")
 }
 
 // explicitEmpty refuses a flag among names given with an empty value

@@ -1,0 +1,143 @@
+package lifecycle
+
+import (
+	"context"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// TestKillDuringPolicyStop: a kill that meets the stop of a generation whose
+// agent exited under a restart policy (a child of it holds the generation
+// for its grace) waits for that stop and then stops the identity for good:
+// no next start, its answer the stopped verdict.
+func TestKillDuringPolicyStop(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, spec, marks := e.restartSpec("killstop", fence.RestartOnFailure, time.Millisecond, 5, "agent", "childexit", "1")
+	spec.StopTimeoutMS = 1000
+	if _, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the generation stopping", func() bool { return e.published(id).Stopping != nil })
+	kr, err := e.m.Kill(boundedCtx(t), Ref{Identity: &id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := e.published(id)
+	if p.Generation != 1 || !p.Ended || p.Restart.State != fence.RestartStopped {
+		t.Fatalf("after the kill: generation %d ended %v restart %q", p.Generation, p.Ended, p.Restart.State)
+	}
+	// The kill answers the generation's end or, when that end had already
+	// handed the identity to its next start, the stop it wrote; either way
+	// one stopped verdict says which start it cancelled.
+	if kr.Verdict.Verdict != verdict.VerdictStopped && kr.Verdict.Verdict != verdict.VerdictEnded {
+		t.Fatalf("kill answered %s %s", kr.Verdict.Verdict, kr.Verdict.Reason)
+	}
+	if st := withReason(e.verdicts(id), verdict.VerdictStopped, verdict.ReasonKilledByRequest); len(st) != 1 {
+		t.Fatalf("verdicts: %v", verdictNames(e.verdicts(id)))
+	}
+	if lines(marks) != 0 || len(agentsWith(marks)) != 0 {
+		t.Fatal("a next generation started after the kill")
+	}
+}
+
+// TestKillDuringRestartRequest: a kill that meets a restart request's stop
+// (an agent that ignores SIGTERM: the stop waits out its grace) leaves the
+// identity stopped — the restart's next generation never runs, or is killed
+// in turn if it published first — and the restart request answers.
+func TestKillDuringRestartRequest(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, spec, marks := e.restartSpec("killrestart", fence.RestartNever, time.Hour, 5, "agent", "ignore")
+	spec.StopTimeoutMS = 1000
+	if _, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	restarted := make(chan error, 1)
+	go func() {
+		_, err := e.m.Restart(boundedCtx(t), Ref{Identity: &id})
+		restarted <- err
+	}()
+	waitFor(t, "the restart's stop", func() bool { return e.published(id).Stopping != nil })
+	if _, err := e.m.Kill(boundedCtx(t), Ref{Identity: &id}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-restarted; err != nil && verdict.CodeOf(err) != verdict.CodeAgentNotRunning {
+		t.Fatalf("restart request: %v", err)
+	}
+	p := e.published(id)
+	if !p.Ended || p.Restart.State == fence.RestartExited {
+		t.Fatalf("after the kill: generation %d ended %v restart %q", p.Generation, p.Ended, p.Restart.State)
+	}
+	waitFor(t, "no agent of the identity left", func() bool { return len(agentsWith(marks)) == 0 })
+}
+
+// TestRestartKeepsRenamedSession: a session renamed by hand is restarted in
+// place — same $id, the name it was given by hand — as any kept session, by
+// the restart verb and by the policy; the fence goes on naming it by the
+// saga's name.
+func TestRestartKeepsRenamedSession(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, spec, marks := e.restartSpec("renamed", fence.RestartOnFailure, time.Millisecond, 5, "agent", "sleep")
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := tmuxtest.Command("-S", e.socket, "rename-session", "-t", res.Session.ID, "by hand").CombinedOutput(); err != nil {
+		t.Fatalf("rename: %v %s", err, out)
+	}
+	waitFor(t, "the census reading the rename", func() bool {
+		s, ok := e.census.ByID(res.Session.ID)
+		return ok && s.Name == "by hand"
+	})
+	v, err := e.m.Restart(boundedCtx(t), Ref{Name: "by hand"})
+	if err != nil || v.ID != res.Session.ID || v.Generation != 2 {
+		t.Fatalf("restart: %+v %v", v, err)
+	}
+	waitFor(t, "the resumed agent", func() bool { return lines(marks) == 1 })
+	// The policy's restart, after the resumed agent exits with a failure.
+	for _, pid := range agentsWith(marks) {
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+	}
+	waitFor(t, "generation 3", func() bool { p := e.published(id); return p.Generation == 3 && !p.Ended })
+	s, ok := e.census.ByID(res.Session.ID)
+	if p := e.published(id); !ok || p.TmuxID != res.Session.ID || s.Name != "by hand" {
+		t.Fatalf("generation 3 in %s (session %+v, listed %v), want the renamed %s", p.TmuxID, s, ok, res.Session.ID)
+	}
+	if recs := withReason(e.verdicts(id), verdict.VerdictPublished, verdict.ReasonRestart); len(recs) != 1 || recs[0].Evidence["same_session"] != true {
+		t.Fatalf("verdicts: %v", verdictNames(e.verdicts(id)))
+	}
+}
+
+// TestKeptSessionKilledWhileDaemonDown: a kept session killed by hand while
+// no daemon runs is a stop too: the next daemon's start finds it gone from
+// its server (which still runs) and writes stopped instead of starting it.
+func TestKeptSessionKilledWhileDaemonDown(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, spec, marks := e.restartSpec("downhand", fence.RestartOnFailure, 2*time.Second, 5, "agent", "exit", "2")
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "waiting", func() bool { return e.published(id).Restart.State == fence.RestartExited })
+	e.close()
+	if out, err := execTmux(e, "kill-session", "-t", res.Session.ID); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	e2 := startEnv(t, e.home, "", false)
+	if err := e2.m.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if p := e2.published(id); p.Restart.State != fence.RestartStopped || p.Generation != 1 {
+		t.Fatalf("after the start: generation %d restart %+v, want stopped", p.Generation, p.Restart)
+	}
+	if st := withReason(e2.verdicts(id), verdict.VerdictStopped, verdict.ReasonTmuxSessionMissing); len(st) != 1 {
+		t.Fatalf("verdicts: %v", verdictNames(e2.verdicts(id)))
+	}
+	if lines(marks) != 0 {
+		t.Fatal("restarted after its kept session was killed by hand")
+	}
+}
