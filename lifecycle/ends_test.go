@@ -126,6 +126,11 @@ func TestEndWhileDaemonDownIsPostmortem(t *testing.T) {
 	if rec.ExitKind != verdict.ExitKindProcessPostmortem || rec.Exit == nil || rec.Exit.Signal != "SIGTERM" {
 		t.Fatalf("ended %+v exit %+v", rec, rec.Exit)
 	}
+	// When it ended, from tmux's pane_dead_time (whole seconds), not when
+	// the next daemon looked.
+	if at, ok := rec.Evidence["ended_at"].(string); !ok || at == "" {
+		t.Fatalf("ended verdict without evidence.ended_at: %+v", rec.Evidence)
+	}
 }
 
 func TestKillIsCleanup(t *testing.T) {

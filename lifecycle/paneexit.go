@@ -78,12 +78,17 @@ func (m *Manager) agentEndOf(ctx context.Context, p fence.Published, sess census
 		return agentEnd{}
 	}
 	e, found := sessionEnd(sess)
-	if !found {
+	if !found || e.ended.IsZero() {
+		// Not seen by the census yet, or seen without its time (the census
+		// does not list pane_dead_time): one read of the pane says both —
+		// an end told after a daemon restart carries when it happened.
 		target := sess.PaneID
 		if target == "" {
 			target = p.TmuxID
 		}
-		e = m.readPaneEnd(ctx, m.lifeOf(p.ServerPID, p.ServerStart), target)
+		if r := m.readPaneEnd(ctx, m.lifeOf(p.ServerPID, p.ServerStart), target); r.source != "" || !found {
+			e = r
+		}
 	}
 	// No start record (and no fence error): the helper never got past its
 	// first steps, so whatever tmux kept is its end, not an agent's.
