@@ -294,6 +294,12 @@ func (p *pool) fill(ctx context.Context) bool {
 				dead = append(dead, sb)
 			}
 		}
+		if len(kept) > p.size {
+			// Standbys given back (a claim undone) after a refill had
+			// replaced them: the pool is N, not N plus what came back.
+			dead = append(dead, kept[p.size:]...)
+			kept = kept[:p.size]
+		}
 		p.free = kept
 		n, closed := len(p.free), p.closed
 		p.mu.Unlock()

@@ -179,3 +179,29 @@ func TestPoolOffSweepsLeftovers(t *testing.T) {
 		t.Fatal("a standby spawned with the pool off")
 	}
 }
+
+// TestPoolTrimsGivenBack: a standby given back after a refill replaced it
+// (a claim undone) makes the pool one too many; the next fill removes the
+// extra — the pool is N standbys, not N plus what came back.
+func TestPoolTrimsGivenBack(t *testing.T) {
+	e := startEnvWith(t, &env{poolSize: 2}, "", false)
+	waitFor(t, "the pool full", func() bool { return e.m.PoolStats().Ready == 2 })
+	life, _ := e.m.serverLife()
+	sb, ok := e.m.pool.take(life)
+	if !ok {
+		t.Fatal("no standby to take")
+	}
+	e.m.pool.refill()
+	waitFor(t, "the taken standby replaced", func() bool { return e.m.PoolStats().Ready == 2 })
+	e.m.pool.giveBack(sb)
+	e.m.pool.refill()
+	waitFor(t, "the extra standby removed", func() bool {
+		n := 0
+		for _, r := range e.paneList() {
+			if strings.HasPrefix(r.name, standbyPrefix) {
+				n++
+			}
+		}
+		return e.m.PoolStats().Ready == 2 && n == 2
+	})
+}
