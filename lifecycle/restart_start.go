@@ -248,17 +248,24 @@ func (m *Manager) respawn(ctx context.Context, a *attempt, k *keptSession) error
 	}
 	m.fault.hit(FaultRespawned)
 	a.tmuxID, a.paneID = k.tmuxID, k.paneID // from here undo removes the session
+	// A pane that cannot be read now, or reads without its session, went
+	// with its session a moment after the respawn (a kill, or one by hand,
+	// racing this start): not the command's failure (spawn_failed) but
+	// tmux's state moving under it — the attempt is left to recovery, and a
+	// retry (the restarter's, or the caller's) decides from what is there.
 	reply, err := m.commandIn(ctx, life, "display-message", "-p", "-t", k.paneID, "#{pane_pid}\t#{session_created}")
 	if err != nil || len(reply.Lines) != 1 {
 		a.uncertain = true
-		return verdict.Errorf(verdict.CodeSpawnFailed, nil, "respawned pane %s: no pid (%v)", k.paneID, err)
+		return verdict.Errorf(verdict.CodeTmuxUnavailable, map[string]any{"pane": k.paneID},
+			"respawned pane %s: no pid (%v); its session may have gone meanwhile", k.paneID, err)
 	}
 	f := strings.Split(reply.Lines[0], "\t")
 	pid, err1 := strconv.Atoi(f[0])
 	sec, err2 := strconv.ParseInt(f[len(f)-1], 10, 64)
 	if err1 != nil || err2 != nil || len(f) != 2 {
 		a.uncertain = true
-		return verdict.Errorf(verdict.CodeSpawnFailed, nil, "respawned pane %s: unexpected reply %q", k.paneID, reply.Lines[0])
+		return verdict.Errorf(verdict.CodeTmuxUnavailable, map[string]any{"pane": k.paneID},
+			"respawned pane %s: read %q, without its session: it went meanwhile", k.paneID, reply.Lines[0])
 	}
 	a.panePID, a.created, a.respawned = pid, time.Unix(sec, 0), true
 	return nil
