@@ -53,7 +53,7 @@ if [ -f "$here/README.md" ]; then
 fi
 
 if ! systemctl --user daemon-reload; then
-	die "the files are installed, but 'systemctl --user daemon-reload' failed: no user service manager is reachable (log in on a session with systemd --user, or run 'loginctl enable-linger $USER' as an administrator, then run 'systemctl --user daemon-reload')"
+	die "the files are installed, but 'systemctl --user daemon-reload' failed: no user service manager is reachable (log in on a session with systemd --user, or run 'loginctl enable-linger ${USER:-$(id -un)}' as an administrator, then run 'systemctl --user daemon-reload')"
 fi
 
 cat <<EOT
