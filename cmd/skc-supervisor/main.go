@@ -116,10 +116,11 @@ func (cli *CLI) Main(args []string) int {
 		return cli.fail(opts{}, err)
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		cli.usage()
 		if len(args) == 0 {
+			cli.usage(cli.stderr) // a usage error
 			return verdict.ExitUsage
 		}
+		cli.usage(cli.stdout) // asked for: on stdout, as every VERB --help
 		return verdict.ExitOK
 	}
 	v, ok := verbs[args[0]]
@@ -130,7 +131,7 @@ func (cli *CLI) Main(args []string) int {
 				map[string]any{"field": "verb"}, "unknown verb %q (skc-supervisor --help lists them)", args[0]))
 		}
 		fmt.Fprintf(cli.stderr, "skc-supervisor: unknown verb %q\n", args[0])
-		cli.usage()
+		cli.usage(cli.stderr)
 		return verdict.ExitUsage
 	}
 	return v.run(cli, args[1:])
@@ -166,7 +167,9 @@ func hoistGlobals(args []string) ([]string, error) {
 	return append(append([]string{args[0]}, pre...), args[1:]...), nil
 }
 
-func (cli *CLI) usage() {
+// usage lists every verb's usage on w: stdout when asked for (--help),
+// stderr beside a usage error.
+func (cli *CLI) usage(w io.Writer) {
 	names := make([]string, 0, len(verbs))
 	for n, v := range verbs {
 		if !v.hidden {
@@ -174,11 +177,11 @@ func (cli *CLI) usage() {
 		}
 	}
 	sort.Strings(names)
-	fmt.Fprintln(cli.stderr, "usage:")
+	fmt.Fprintln(w, "usage:")
 	for _, n := range names {
-		fmt.Fprintf(cli.stderr, "  skc-supervisor %s\n", usages[n])
+		fmt.Fprintf(w, "  skc-supervisor %s\n", usages[n])
 	}
-	fmt.Fprintln(cli.stderr, "every verb accepts --home DIR, --runtime-dir DIR, --tmux PATH and --tmux-config FILE")
+	fmt.Fprintln(w, "every verb accepts --home DIR, --runtime-dir DIR, --tmux PATH and --tmux-config FILE")
 }
 
 // opts are the flags every verb accepts.

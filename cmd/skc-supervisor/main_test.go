@@ -417,3 +417,18 @@ func TestServeRefusesBadTmuxConfigAndWireLog(t *testing.T) {
 		t.Fatal("the wire log was written through its symlink")
 	}
 }
+
+// TestTopLevelHelpOnStdout: `skc-supervisor --help` lists the verbs on
+// stdout (exit 0), as every VERB --help prints its usage; with no verb at all
+// the list is a usage error on stderr.
+func TestTopLevelHelpOnStdout(t *testing.T) {
+	var out, errb bytes.Buffer
+	cli := &CLI{ctx: context.Background(), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+	if code := cli.Main([]string{"--help"}); code != 0 || !strings.Contains(out.String(), "skc-supervisor create") || errb.Len() != 0 {
+		t.Fatalf("--help: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+	out.Reset()
+	if code := cli.Main(nil); code != 2 || out.Len() != 0 || !strings.Contains(errb.String(), "usage:") {
+		t.Fatalf("no verb: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+}
