@@ -405,6 +405,7 @@ func TestServeRefusesBadTmuxConfigAndWireLog(t *testing.T) {
 	}{
 		{[]string{"serve", "--tmux-config", filepath.Join(dir, "missing.conf")}, "tmux config"},
 		{[]string{"serve", "--wire-log", link}, "wire log"},
+		{[]string{"serve", "--tmux", filepath.Join(dir, "no-such-tmux")}, "tmux binary"},
 	} {
 		var out, errb bytes.Buffer
 		env := map[string]string{"SKC_HOME": filepath.Join(dir, "home")}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"slices"
 	"strconv"
@@ -168,13 +169,8 @@ func (d *daemon) startTmux(ctx context.Context, wireLog string) error {
 		}
 		d.wireLog, cfg.WireLog = f, f
 	}
-	if c := d.paths.TmuxConfig; c != "" {
-		// tmux -f with a missing file starts without it, silently: the
-		// server would run on settings the operator did not ask for.
-		if fi, err := os.Stat(c); err != nil || fi.IsDir() {
-			return verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "tmux_config", "path": c},
-				"the tmux config %s cannot be used (%v)", c, cmp.Or(err, errors.New("it is a directory")))
-		}
+	if err := checkTmuxFiles(d.paths); err != nil {
+		return err
 	}
 	cfg.StartServer = d.scopedStarter()
 	d.tmux = tmuxctl.NewClient(cfg)
@@ -353,6 +349,25 @@ func (d *daemon) closeStores() {
 	if d.wireLog != nil {
 		d.wireLog.Close()
 	}
+}
+
+// checkTmuxFiles refuses a start that could never reach a tmux server: a
+// tmux binary that is not there (a typo in SKC_TMUX would otherwise leave
+// serve retrying its connect forever, never ready), and a --tmux-config that
+// does not exist (tmux -f starts without it, silently: the server would run
+// on settings the operator did not ask for).
+func checkTmuxFiles(p home.Paths) error {
+	if _, err := exec.LookPath(p.Tmux); err != nil {
+		return verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "tmux", "path": p.Tmux},
+			"the tmux binary %q cannot be run (%v): install tmux or fix SKC_TMUX / --tmux", p.Tmux, err)
+	}
+	if c := p.TmuxConfig; c != "" {
+		if fi, err := os.Stat(c); err != nil || fi.IsDir() {
+			return verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "tmux_config", "path": c},
+				"the tmux config %s cannot be used (%v)", c, cmp.Or(err, errors.New("it is a directory")))
+		}
+	}
+	return nil
 }
 
 // openWireLog opens the wire log for appending: it holds session names,
