@@ -646,3 +646,36 @@ func TestAttachWaitingAfterServerDeath(t *testing.T) {
 		t.Errorf("attach: want exit 4 (not_found) saying its session is gone\n%s", r)
 	}
 }
+
+// TestAttachStoppingSessionKilledByHand: a generation stopping after its
+// session was killed by hand (its agent ignores the hangup) is named by the
+// id ls shows, but has nothing to attach to: attach by that id, by name and
+// by identity is not_found (4) saying it is stopping — never tmux's own
+// "can't find session".
+func TestAttachStoppingSessionKilledByHand(t *testing.T) {
+	t.Parallel()
+	d := StartDaemon(t, DaemonOpts{})
+	mark := stopMark(t)
+	spec := stopSpec(t, "attachhand", "g1", mark, "ignore")
+	s := createWith(t, d, spec, "--stop-timeout", "120s")
+	agent := waitTag(t, mark, "g1", "agent")
+	defer agent.kill() // the stop would wait 120 s for it
+	if out, err := d.Tmux("kill-session", "-t", s.ID); err != nil {
+		t.Fatalf("kill-session: %v %s", err, out)
+	}
+	WaitFor(t, waitDeadline, "the generation stopping in the fence", func() error {
+		if !fenceStopping(t, d, spec) {
+			return errorf("not stopping yet")
+		}
+		return nil
+	})
+	if r := d.CLI(t, "show", "--json", s.ID); r.Code != 0 || !strings.Contains(r.Stdout, `"state":"stopping"`) {
+		t.Errorf("show %s: want the stopping generation\n%s", s.ID, r)
+	}
+	for _, args := range [][]string{{"attach", s.ID}, {"attach", s.Name}, {"attach", "--state-dir", spec.StateDir, "--session-id", spec.SessionID}} {
+		r := d.CLI(t, args...)
+		if r.Code != 4 || !strings.Contains(r.Stderr, "stopping") {
+			t.Errorf("%v: want exit 4 (not_found) saying the generation is stopping\n%s", args, r)
+		}
+	}
+}

@@ -31,7 +31,12 @@ func runAttach(cli *CLI, args []string) int {
 	if err != nil {
 		return cli.fail(o, err)
 	}
-	target, err := attachTarget(cli, c, ref)
+	exists := func(id string) bool {
+		// The record's view of a generation whose session is gone names its
+		// old id too: only tmux says whether a session has it now.
+		return exec.Command(p.Tmux, "-S", p.TmuxSocket(), "has-session", "-t", id).Run() == nil
+	}
+	target, err := attachTarget(cli, c, ref, exists)
 	c.Close()
 	if err != nil {
 		return cli.fail(o, err)
@@ -57,7 +62,7 @@ func runAttach(cli *CLI, args []string) int {
 // is resolved once more and must name a live session of the same generation
 // (a kept session does): attaching a person to another agent's terminal would
 // be worse than refusing.
-func attachTarget(cli *CLI, c *api.Client, ref api.Ref) (string, error) {
+func attachTarget(cli *CLI, c *api.Client, ref api.Ref, exists func(id string) bool) (string, error) {
 	res, err := c.Show(cli.ctx, ref)
 	if err != nil {
 		return "", err
@@ -78,7 +83,7 @@ func attachTarget(cli *CLI, c *api.Client, ref api.Ref) (string, error) {
 		return s.ID, nil // listed, running (or not ours): the id is the live one's
 	}
 	again, err := c.Show(cli.ctx, api.Ref{Name: s.ID})
-	if err == nil && again.Session != nil && sameGeneration(s, again.Session) {
+	if err == nil && again.Session != nil && sameGeneration(s, again.Session) && exists(s.ID) {
 		return s.ID, nil
 	}
 	if err != nil && verdict.CodeOf(err) != verdict.CodeNotFound {
