@@ -117,6 +117,16 @@ func activityAt(s *census.Session, since time.Time, doubt bool) *time.Time {
 	return &t
 }
 
+// restartedInSession: p is a restart's generation in the session an earlier
+// generation had (since, the session's @skc-since, is that generation's,
+// more than a second before p's publication), whose first second's history
+// is not p's own. A restart in a new session (after its server died, or its
+// kept session could not be reused) is dated by its own tagging, just before
+// its publication: its first-second output is its own.
+func restartedInSession(since time.Time, p fence.Published) bool {
+	return p.Restart.Restarts > 0 && p.PublishedAt.Sub(since) > time.Second
+}
+
 // sameView compares views by value (ActivityAt by the time it points to).
 func sameView(a, b *View) bool {
 	x, y := *a, *b
@@ -356,7 +366,7 @@ func publishedView(s *census.Session, p fence.Published) View {
 		StateFile: p.StateFile, Label: p.Label, Generation: p.Generation, Authoritative: !p.Ended,
 		PanePID: s.PanePID, PaneDead: s.PaneDead, Attached: s.Attached, CreatedAt: createdAt(s, p),
 		State: stateOf(p, s.PaneDead), StopTimeoutMS: p.StopTimeoutMS,
-		ActivityAt: activityAt(s, createdAt(s, p), s.PaneDead || p.Restart.Restarts > 0),
+		ActivityAt: activityAt(s, createdAt(s, p), s.PaneDead || restartedInSession(createdAt(s, p), p)),
 		Restart:    restartPolicy(p), Restarts: p.Restart.Restarts}
 }
 
@@ -527,7 +537,7 @@ func (m *Manager) viewOf(s *census.Session, pub *fence.Published) View {
 	case v.Authoritative:
 		v.State, v.StopTimeoutMS = stateOf(*pub, s.PaneDead), pub.StopTimeoutMS
 		v.CreatedAt = createdAt(s, *pub)
-		v.ActivityAt = activityAt(s, v.CreatedAt, s.PaneDead || pub.Restart.Restarts > 0)
+		v.ActivityAt = activityAt(s, v.CreatedAt, s.PaneDead || restartedInSession(v.CreatedAt, *pub))
 		restartFields(&v, *pub)
 	case !pub.Ended && pub.TmuxID == s.ID && pub.Generation > v.Generation && m.inCensusLife(*pub):
 		// The next generation was published in this session a moment ago

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -48,24 +49,27 @@ func TestViewActivityDoubt(t *testing.T) {
 	m := &Manager{}
 	created := time.Unix(1800000000, 0).UTC()
 	pub := fence.Published{Generation: 1, TmuxID: "$1"}
+	later := created.Add(10 * time.Minute) // a restart in the session: published long after its @skc-since
 	cases := []struct {
-		name     string
-		dead     bool
-		restarts int
-		act      time.Time
-		want     bool
+		name      string
+		dead      bool
+		restarts  int
+		published time.Time
+		act       time.Time
+		want      bool
 	}{
-		{"live first generation, first second", false, 0, created, true},
-		{"dead pane, first second", true, 0, created, false},
-		{"restarted, first second", false, 1, created, false},
-		{"dead pane, later output", true, 0, created.Add(3 * time.Second), true},
-		{"restarted, later output", false, 2, created.Add(3 * time.Second), true},
+		{"live first generation, first second", false, 0, created, created, true},
+		{"dead pane, first second", true, 0, created, created, false},
+		{"restarted in its session, first second", false, 1, later, created, false},
+		{"restarted in a new session (its server died), first second", false, 1, created.Add(200 * time.Millisecond), created, true},
+		{"dead pane, later output", true, 0, created, created.Add(3 * time.Second), true},
+		{"restarted, later output", false, 2, later, created.Add(3 * time.Second), true},
 	}
 	for _, tc := range cases {
 		s := census.Session{Name: "a", ID: "$1", Created: created, Managed: true, PaneDead: tc.dead, Activity: tc.act,
-			Tags: map[string]string{TagIdentity: "d", TagGeneration: "1"}}
+			Tags: map[string]string{TagIdentity: "d", TagGeneration: "1", TagSince: strconv.FormatInt(created.UnixNano(), 10)}}
 		p := pub
-		p.Restart.Restarts = tc.restarts
+		p.Restart.Restarts, p.PublishedAt = tc.restarts, tc.published
 		v := m.viewOf(&s, &p)
 		if !v.Authoritative || (v.ActivityAt != nil) != tc.want {
 			t.Errorf("%s: authoritative %v, activity_at %v, want set %v", tc.name, v.Authoritative, v.ActivityAt, tc.want)
