@@ -3,7 +3,6 @@ package lifecycle
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
@@ -33,7 +32,7 @@ func (m *Manager) Kill(ctx context.Context, ref Ref) (KillResult, error) {
 		// Only its host can see its session and prove its processes gone.
 		return KillResult{}, remoteSession(pub)
 	}
-	cause := killCause(fence.Published{})
+	cause := killByRequest
 	if ok && pub.Ended || !ok {
 		// Between two generations (waiting out a restart delay): stop for good.
 		if w, waiting := m.waitingTarget(ctx, ref); waiting {
@@ -141,13 +140,16 @@ func (m *Manager) killWaits(p fence.Published) bool {
 	return m.killAsked[stopKey(p)] > 0
 }
 
+// killByRequest is a kill's own cause: SIGTERM first, exit kind cleanup.
+var killByRequest = endCause{reason: verdict.ReasonKilledByRequest, cleanup: true, actionKill: true, term: true}
+
 // killCause is a kill's cause for p: its own, or that of the stop p is
 // already in.
 func killCause(p fence.Published) endCause {
 	if p.Stopping != nil {
 		return causeOf(p.Stopping.Reason)
 	}
-	return endCause{reason: verdict.ReasonKilledByRequest, cleanup: true, actionKill: true, term: true}
+	return killByRequest
 }
 
 // endedVerdictOf finds the ended verdict of p's generation in its identity's
@@ -190,13 +192,11 @@ func (m *Manager) publishedFor(ctx context.Context, ref Ref) (fence.Published, b
 	}
 	// The fence's in-memory name index: one map read, not every identity row.
 	p, ok, err := m.fence.CachedPublishedByName(ctx, ref.Name)
-	if err == nil && !ok && strings.HasPrefix(ref.Name, "$") {
-		// The tmux id `ls` lists a stopping generation with, its session
-		// gone (a live session with the id is the census's to name).
-		if _, live := m.census.ByID(ref.Name); !live {
-			if g, one := m.goneByID(ctx, ref.Name); one && !g.Ended {
-				return g, true, nil
-			}
+	if err == nil && !ok {
+		// Or the tmux id `ls` lists a stopping generation with, its
+		// session gone.
+		if g, one := m.goneNamed(ctx, ref.Name); one && !g.Ended {
+			return g, true, nil
 		}
 	}
 	return p, ok, err

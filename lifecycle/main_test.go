@@ -60,6 +60,19 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// startIgnoringChild starts `agent ignore` in a process group of its own
+// and lets it go: a child that outlives its agent.
+func startIgnoringChild() bool {
+	exe, _ := os.Executable()
+	c := exec.Command(exe, "agent", "ignore")
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if c.Start() != nil {
+		return false
+	}
+	_ = c.Process.Release()
+	return true
+}
+
 // fakeAgent modes: "exit N" exits with N; "sleep" waits for a signal and dies of
 // it (default action); "pwdenv FILE" writes its cwd and env to FILE then sleeps.
 func fakeAgent(args []string) int {
@@ -78,26 +91,18 @@ func fakeAgent(args []string) int {
 			time.Sleep(time.Hour) // not select {}: the runtime would call that a deadlock and exit
 		}
 	case "childpgrp": // a child that ignores everything polite, in a group of its own
-		exe, _ := os.Executable()
-		c := exec.Command(exe, "agent", "ignore")
-		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if c.Start() != nil {
+		if !startIgnoringChild() {
 			return 3
 		}
-		_ = c.Process.Release()
 		signal.Ignore(syscall.SIGHUP, syscall.SIGTERM)
 		markReady()
 		for {
 			time.Sleep(time.Hour) // not select {}: the runtime would call that a deadlock and exit
 		}
 	case "childexit": // leaves a child that ignores everything polite, then exits N
-		exe, _ := os.Executable()
-		c := exec.Command(exe, "agent", "ignore")
-		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if c.Start() != nil {
+		if !startIgnoringChild() {
 			return 3
 		}
-		_ = c.Process.Release()
 		n, _ := strconv.Atoi(args[1])
 		return n
 	case "mark", "markexit": // appends its pid to FILE, then sleeps (mark) or exits N (markexit)

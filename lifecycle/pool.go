@@ -252,12 +252,7 @@ func (m *Manager) sweepStandbys(ctx context.Context) {
 			return
 		}
 	}
-	deadline := time.Now().Add(closeCgroupWait)
-	for p.removeEmptied() > 0 && time.Now().Before(deadline) {
-		if !sleepCtx(ctx, 10*time.Millisecond) {
-			return
-		}
-	}
+	p.awaitEmptied(ctx)
 	_ = os.Remove(p.dir) // only when empty: a live standby's file is its only way to its reservation
 }
 
@@ -506,6 +501,13 @@ func (p *pool) kill(ctx context.Context, sbs []standby) {
 		p.dropHandoff(sb.token)
 		p.forgetCgroup(sb.cgroup)
 	}
+	p.awaitEmptied(ctx)
+}
+
+// awaitEmptied removes the cgroups of killed standbys as their processes
+// exit (on the hangup), within closeCgroupWait; one still held then is left
+// to the next start's sweep.
+func (p *pool) awaitEmptied(ctx context.Context) {
 	deadline := time.Now().Add(closeCgroupWait)
 	for p.removeEmptied() > 0 && time.Now().Before(deadline) {
 		if !sleepCtx(ctx, 10*time.Millisecond) {

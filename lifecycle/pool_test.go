@@ -302,15 +302,14 @@ func poolChild(args []string) int {
 	select {}
 }
 
-// TestPoolSIGKILLedDaemon: a daemon with a pool of 4 runs 32 creates at once
-// and is SIGKILLed with a full pool; the next daemon removes every standby it
-// left (never hands one out), keeps the 32 sessions, and serves 32 more
-// creates, each identity with exactly one session.
-func TestPoolSIGKILLedDaemon(t *testing.T) {
-	home := newHome(t)
+// sigkilledPool runs a daemon with a pool of 4 in a child process that makes
+// n creates at once and SIGKILLs itself with a full pool, and returns the
+// standbys it left, token by pid.
+func sigkilledPool(t *testing.T, home string, n int) map[string]string {
+	t.Helper()
 	exe, _ := os.Executable()
 	outFile := filepath.Join(home, "standbys")
-	cmd := exec.Command(exe, "poolchild", "burst", home, "32", outFile)
+	cmd := exec.Command(exe, "poolchild", "burst", home, strconv.Itoa(n), outFile)
 	cmd.Stderr = os.Stderr
 	err := cmd.Run()
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
@@ -328,6 +327,16 @@ func TestPoolSIGKILLedDaemon(t *testing.T) {
 	if len(old) != 4 {
 		t.Fatalf("standbys left: %q", b)
 	}
+	return old
+}
+
+// TestPoolSIGKILLedDaemon: a daemon with a pool of 4 runs 32 creates at once
+// and is SIGKILLed with a full pool; the next daemon removes every standby it
+// left (never hands one out), keeps the 32 sessions, and serves 32 more
+// creates, each identity with exactly one session.
+func TestPoolSIGKILLedDaemon(t *testing.T) {
+	home := newHome(t)
+	old := sigkilledPool(t, home, 32)
 	e := startEnvWith(t, &env{home: home, poolSize: 4}, "", false)
 	if err := e.m.Recover(context.Background()); err != nil {
 		t.Fatal(err)

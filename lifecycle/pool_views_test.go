@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -137,26 +135,10 @@ func TestListHidesUnpublished(t *testing.T) {
 // keeps the sessions it had created.
 func TestPoolOffSweepsLeftovers(t *testing.T) {
 	home := newHome(t)
-	exe, _ := os.Executable()
-	outFile := filepath.Join(home, "standbys")
-	cmd := exec.Command(exe, "poolchild", "burst", home, "2", outFile)
-	cmd.Stderr = os.Stderr
-	err := cmd.Run()
-	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-		t.Fatalf("pool child did not die of SIGKILL: %v", err)
-	}
-	b, err := os.ReadFile(outFile)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var pids []int
-	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		_, pid, _ := strings.Cut(l, " ")
+	for pid := range sigkilledPool(t, home, 2) {
 		p, _ := strconv.Atoi(pid)
 		pids = append(pids, p)
-	}
-	if len(pids) != 4 {
-		t.Fatalf("standbys left: %q", b)
 	}
 	e := startEnvWith(t, &env{home: home}, "", false)
 	if err := e.m.Recover(context.Background()); err != nil {

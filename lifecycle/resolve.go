@@ -112,10 +112,8 @@ func (m *Manager) resolveName(ctx context.Context, name string) (Target, bool, e
 				}
 			}
 		}
-		if !found && !ok && strings.HasPrefix(name, "$") {
-			// By the tmux id `ls` lists it with: a generation stopping or
-			// waiting whose session is gone (no live session has the id).
-			if p, one := m.goneByID(ctx, name); one {
+		if !found && !ok {
+			if p, one := m.goneNamed(ctx, name); one {
 				return Target{Identity: &p.Identity, Published: &p}, true, nil
 			}
 		}
@@ -127,11 +125,20 @@ func (m *Manager) resolveName(ctx context.Context, name string) (Target, bool, e
 	return t, true, err
 }
 
-// goneByID is the one generation `ls` lists with tmux id id from its record —
-// stopping with its session gone, or waiting for its next start with its kept
-// session gone — when exactly one is (ids are a server life's: two lives may
-// have left one each, and then the id names neither).
-func (m *Manager) goneByID(ctx context.Context, id string) (fence.Published, bool) {
+// goneNamed is the one generation `ls` lists from its record with the tmux
+// id name — stopping with its session gone, or waiting for its next start
+// with its kept session gone — when name is an id no live session has (a
+// live session always wins its id) and exactly one such generation has it
+// (ids are a server life's: two lives may have left one each, and then the
+// id names neither).
+func (m *Manager) goneNamed(ctx context.Context, name string) (fence.Published, bool) {
+	if !strings.HasPrefix(name, "$") {
+		return fence.Published{}, false
+	}
+	if _, live := m.census.ByID(name); live {
+		return fence.Published{}, false
+	}
+	id := name
 	var hits []fence.Published
 	_ = m.fence.CachedLiveEach(ctx, func(p *fence.Published) {
 		if p.Stopping != nil && p.TmuxID == id {
