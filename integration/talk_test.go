@@ -211,7 +211,7 @@ func TestTalkByIdentityAndAfterEnd(t *testing.T) {
 	d := StartDaemon(t, DaemonOpts{})
 	sd := t.TempDir()
 	id := []string{"--state-dir", sd, "--session-id", "talk-id"}
-	r := d.CLI(t, append(append([]string{"create"}, id...), "--json", "--", "sh", "-c", `echo started; read x; echo "got $x"; exit 3`)...)
+	r := d.CLI(t, append(append([]string{"create"}, id...), "--json", "--", "sh", "-c", `echo started; read x; echo "got $x"; read y; exit 3`)...)
 	var a Answer
 	mustJSON(t, r, &a)
 	d.NoteSession(t)
@@ -238,6 +238,17 @@ func TestTalkByIdentityAndAfterEnd(t *testing.T) {
 		return nil
 	})
 	if r := d.CLI(t, append(append([]string{"send"}, id...), "--enter", "--", "by", "identity")...); r.Code != 0 {
+		t.Fatal(r)
+	}
+	// The agent exits only once its answer is on the screen: tmux stops
+	// reading a pane whose process has exited once its pty shows nothing
+	// unread, so output written just before an exit can still be on its way
+	// through the kernel's pty and never reach the pane (docs/contract.md,
+	// "Talking to agents": the tail is what the pane did show).
+	if r := d.CLI(t, append(append([]string{"wait"}, id...), "--text", "got by identity", "--timeout", "30s")...); r.Code != 0 {
+		t.Fatal(r)
+	}
+	if r := d.CLI(t, append(append([]string{"send"}, id...), "--enter")...); r.Code != 0 {
 		t.Fatal(r)
 	}
 	exitVerdict := func(r Result) {
@@ -285,11 +296,18 @@ func TestTalkKeptForRestart(t *testing.T) {
 	d := StartDaemon(t, DaemonOpts{})
 	sd := t.TempDir()
 	r := d.CLI(t, "create", "--state-dir", sd, "--session-id", "kept", "--restart", "on-failure",
-		"--restart-delay", "60s", "--json", "--", "sh", "-c", "echo last words; exit 3")
+		"--restart-delay", "60s", "--json", "--", "sh", "-c", "echo last words; read x; exit 3")
 	var a Answer
 	mustJSON(t, r, &a)
 	d.NoteSession(t)
 	name := a.Session.Name
+	// Exits once its words are on the screen (see TestTalkByIdentityAndAfterEnd).
+	if r := d.CLI(t, "wait", name, "--text", "last words", "--timeout", "30s"); r.Code != 0 {
+		t.Fatal(r)
+	}
+	if r := d.CLI(t, "send", name, "--enter"); r.Code != 0 {
+		t.Fatal(r)
+	}
 	WaitFor(t, 60*time.Second, "the session waits for its restart", func() error {
 		var s Answer
 		mustJSON(t, d.CLI(t, "show", name, "--json"), &s)
