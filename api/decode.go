@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"unicode/utf8"
 
@@ -66,6 +67,11 @@ func decodeObject(body []byte, targets map[string]any) error {
 		if err := json.Unmarshal(raw, target); err != nil {
 			return invalid(key, "has the wrong type (%s)", typeName(err))
 		}
+		if at, ok := nullMember(raw); ok {
+			// encoding/json would make it "" — an argument or a variable
+			// the caller never wrote. (A null field itself is an absent one.)
+			return invalid(key, "has null at %s where a value is required", at)
+		}
 		if k, twice := repeatedKey(raw); twice {
 			// An object field (env): encoding/json would keep the last.
 			return invalid(key, "has the key %q twice", k)
@@ -78,6 +84,32 @@ func decodeObject(body []byte, targets map[string]any) error {
 		return invalid("body", "has data after the JSON object")
 	}
 	return nil
+}
+
+// nullMember reports a null element of the JSON array raw, or a null value
+// of the JSON object raw, naming its index or key; false for anything else.
+func nullMember(raw json.RawMessage) (string, bool) {
+	if len(raw) == 0 || raw[0] != '[' && raw[0] != '{' {
+		return "", false
+	}
+	var arr []json.RawMessage
+	if json.Unmarshal(raw, &arr) == nil {
+		for i, v := range arr {
+			if string(v) == "null" {
+				return fmt.Sprintf("index %d", i), true
+			}
+		}
+		return "", false
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(raw, &obj) == nil {
+		for k, v := range obj {
+			if string(v) == "null" {
+				return fmt.Sprintf("key %q", k), true
+			}
+		}
+	}
+	return "", false
 }
 
 // repeatedKey reports a key that the JSON object raw (a field's value) holds

@@ -1,9 +1,7 @@
 package api
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -11,6 +9,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/skc-supervisor/skc-supervisor/internal/canon"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
@@ -146,7 +145,10 @@ func validPath(field, p string, required bool) (string, error) {
 	if !filepath.IsAbs(p) {
 		return "", invalid(field, "must be an absolute path, got %q", p)
 	}
-	c := Canonical(p)
+	c, err := Canonical(p)
+	if err != nil {
+		return "", invalid(field, "%v", err)
+	}
 	if c != p {
 		if err := checkPathBytes(field, c); err != nil {
 			return "", err
@@ -167,34 +169,15 @@ func checkPathBytes(field, p string) error {
 	return nil
 }
 
-// Canonical resolves an absolute path: it is cleaned lexically first, then
-// the longest prefix that exists has its symlinks resolved and the rest is
-// appended. Cleaning first (rather than realpath's physical "..") makes the
-// result the same before and after the directory is created, so an identity
-// keeps one state_dir; it is also the fence's own rule, so the two layers
-// agree.
-func Canonical(p string) string {
-	c := filepath.Clean(p)
-	var rest []string
-	for dir := c; ; dir = filepath.Dir(dir) {
-		r, err := filepath.EvalSymlinks(dir)
-		if err == nil {
-			parts := append([]string{r}, reverse(rest)...)
-			return filepath.Join(parts...)
-		}
-		if !errors.Is(err, fs.ErrNotExist) || dir == filepath.Dir(dir) {
-			return c // unreadable or looping: keep the lexical form
-		}
-		rest = append(rest, filepath.Base(dir))
-	}
-}
-
-func reverse(s []string) []string {
-	out := make([]string, len(s))
-	for i, v := range s {
-		out[len(s)-1-i] = v
-	}
-	return out
+// Canonical resolves an absolute path by the fence's own rule
+// (internal/canon), so the two layers agree: cleaned lexically first (rather
+// than realpath's physical ".."), so the result is the same before and after
+// the directory is created and an identity keeps one state_dir; then the
+// longest prefix that exists has its symlinks resolved and the rest is
+// appended. A path that is or passes through a symlink that does not resolve
+// is an error: once it resolves it would name another directory.
+func Canonical(p string) (string, error) {
+	return canon.Path(p)
 }
 
 func validArgv(argv []string) ([]string, error) {

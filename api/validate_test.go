@@ -140,8 +140,8 @@ func TestCanonical(t *testing.T) {
 		d + "/link/../real2/x":    real + "/real2/x", // lexical "..", before and after real2 exists
 	}
 	for in, want := range cases {
-		if got := Canonical(in); got != want {
-			t.Errorf("Canonical(%q) = %q, want %q", in, got, want)
+		if got, err := Canonical(in); err != nil || got != want {
+			t.Errorf("Canonical(%q) = %q %v, want %q", in, got, err, want)
 		}
 	}
 	s, err := Validate(CreateRequest{StateDir: d + "/link/sub", SessionID: "a", Argv: []string{"x"}})
@@ -260,6 +260,28 @@ func TestDecodeCreateSurrogates(t *testing.T) {
 	}
 }
 
+// TestDecodeCreateNulls: a null where an element or a value is required (an
+// argv or resume_argv element, an env value) is refused naming the field —
+// encoding/json would have made it "", an argument or a variable nobody
+// wrote; a null field is an absent one.
+func TestDecodeCreateNulls(t *testing.T) {
+	base := `"state_dir":"/tmp/s","session_id":"a"`
+	for _, c := range []struct{ body, field string }{
+		{`{` + base + `,"argv":["sleep",null]}`, "argv"},
+		{`{` + base + `,"argv":[ "sleep" , null ]}`, "argv"},
+		{`{` + base + `,"argv":["x"],"resume_argv":[null]}`, "resume_argv"},
+		{`{` + base + `,"argv":["x"],"env":{"A":null}}`, "env"},
+		{`{` + base + `,"argv":["x"],"env":{"A":"1", "B" : null}}`, "env"},
+		{`{` + base + `,"argv":["x"],"env":null,"label":null,"wait_ms":null}`, ""},
+		{`{` + base + `,"argv":["null"],"env":{"A":"null"}}`, ""},
+	} {
+		_, err := DecodeCreate([]byte(c.body))
+		if got := fieldOf(err); (c.field == "" && err != nil) || (c.field != "" && got != c.field) {
+			t.Errorf("%s: %v, want field %q", c.body, err, c.field)
+		}
+	}
+}
+
 // FuzzDecodeCreate: decoding arbitrary bodies never panics; an accepted body
 // either validates within the limits or is refused with a field.
 func FuzzDecodeCreate(f *testing.F) {
@@ -329,5 +351,39 @@ func TestRestartDefaults(t *testing.T) {
 	}
 	if _, err := DecodeCreate([]byte(`{"state_dir": "/tmp", "session_id": "a", "argv": ["x"], "restart_burst": "5"}`)); err == nil {
 		t.Fatal("a string restart_burst was accepted")
+	}
+}
+
+// TestValidateRefusesUnresolvedSymlinks: a state_dir, state_file or cwd that
+// is or passes through a symlink that does not resolve (dangling, a loop met
+// on the way) is refused at the API, naming the field, for a create and for
+// a lookup alike — the fence's own rule (internal/canon), checked before a
+// create is admitted, so no verdict is written for it and no lookup reads the
+// fence with it.
+func TestValidateRefusesUnresolvedSymlinks(t *testing.T) {
+	d := sockDir(t)
+	dangling, l1, l2 := filepath.Join(d, "dangling"), filepath.Join(d, "l1"), filepath.Join(d, "l2")
+	for _, l := range [][2]string{{filepath.Join(d, "missing"), dangling}, {l2, l1}, {l1, l2}} {
+		if err := os.Symlink(l[0], l[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{dangling, dangling + "/x", l1, l1 + "/sub", l2 + "/a/b"} {
+		_, err := Validate(CreateRequest{StateDir: p, SessionID: "a", Argv: []string{"x"}})
+		if e := verdict.AsError(err); e == nil || e.Code != verdict.CodeInvalidRequest || e.Details["field"] != "state_dir" {
+			t.Errorf("create state_dir %s: %v", p, err)
+		}
+		_, err = ValidateRef(Ref{StateDir: p, SessionID: "a"})
+		if e := verdict.AsError(err); e == nil || e.Code != verdict.CodeInvalidRequest || e.Details["field"] != "state_dir" {
+			t.Errorf("lookup state_dir %s: %v", p, err)
+		}
+		_, err = Validate(CreateRequest{StateDir: d, SessionID: "a", Argv: []string{"x"}, StateFile: p + "/f.jsonl"})
+		if e := verdict.AsError(err); e == nil || e.Code != verdict.CodeInvalidRequest || e.Details["field"] != "state_file" {
+			t.Errorf("state_file under %s: %v", p, err)
+		}
+		_, err = Validate(CreateRequest{StateDir: d, SessionID: "a", Argv: []string{"x"}, Cwd: p})
+		if e := verdict.AsError(err); e == nil || e.Code != verdict.CodeInvalidRequest || e.Details["field"] != "cwd" {
+			t.Errorf("cwd %s: %v", p, err)
+		}
 	}
 }

@@ -1,15 +1,13 @@
 package fence
 
 import (
-	"errors"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/skc-supervisor/skc-supervisor/internal/canon"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
@@ -50,39 +48,23 @@ func CheckPath(field, p string) error {
 	return nil
 }
 
-// canonicalPath returns the realpath of p where it exists. When p does not
-// exist, its longest existing ancestor is resolved and the rest appended, so a
+// canonicalPath returns the key of p (internal/canon: its realpath where it
+// exists, else its longest existing ancestor's with the rest appended, so a
 // state file under a symlinked alias of its directory canonicalises like the
-// same file under the real directory.
+// same file under the real directory). A path that is or passes through a
+// symlink that does not resolve is refused.
 func canonicalPath(field, p string) (string, error) {
 	if err := CheckPath(field, p); err != nil {
 		return "", err
 	}
-	clean := filepath.Clean(p)
-	rest := ""
-	dir := clean
-	for {
-		real, err := filepath.EvalSymlinks(dir)
-		if err == nil {
-			out := filepath.Join(real, rest)
-			if err := CheckPath(field, out); err != nil {
-				return "", err
-			}
-			return out, nil
-		}
-		if fi, lerr := os.Lstat(dir); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
-			// A symlink to nothing (yet), or a loop: keyed by its own path
-			// now and by its target once that resolves, one directory would
-			// be two identities. Refused until it points somewhere.
-			return "", Invalid(field, "%s: %s is a symlink that does not resolve (%v)", field, dir, err)
-		}
-		if !errors.Is(err, fs.ErrNotExist) || dir == "/" {
-			// Unreadable ancestry: the cleaned path is the best key we have.
-			return clean, nil
-		}
-		rest = filepath.Join(filepath.Base(dir), rest)
-		dir = filepath.Dir(dir)
+	out, err := canon.Path(p)
+	if err != nil {
+		return "", Invalid(field, "%s: %v", field, err)
 	}
+	if err := CheckPath(field, out); err != nil {
+		return "", err
+	}
+	return out, nil
 }
 
 // CanonicalIdentity validates id and returns its canonical form (realpath of

@@ -328,3 +328,40 @@ func TestCanonicalIdentity(t *testing.T) {
 		t.Errorf("%d agent sessions, want 1", n)
 	}
 }
+
+// TestUnresolvedSymlinkRefused: a state_dir that passes through a symlink
+// loop (or a dangling link) is refused invalid_request naming the field, by
+// create — before it is admitted: no verdict — and by every lookup alike;
+// once the loop were fixed it would name another directory, and one
+// directory would be two identities.
+func TestUnresolvedSymlinkRefused(t *testing.T) {
+	t.Parallel()
+	d := StartDaemon(t, DaemonOpts{})
+	base := t.TempDir()
+	l1, l2, dangling := filepath.Join(base, "l1"), filepath.Join(base, "l2"), filepath.Join(base, "dangling")
+	for _, l := range [][2]string{{l2, l1}, {l1, l2}, {filepath.Join(base, "missing"), dangling}} {
+		if err := os.Symlink(l[0], l[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := d.CLI(t, "verdicts").Stdout
+	for _, dir := range []string{filepath.Join(l1, "sub"), filepath.Join(l2, "a", "b"), filepath.Join(dangling, "x")} {
+		r := d.CLI(t, "create", "--state-dir", dir, "--session-id", "s", "--json", "--", "sleep", "1000")
+		var a Answer
+		mustJSON(t, r, &a)
+		if r.Code != 2 || a.Error == nil || a.Error.Code != "invalid_request" || a.Error.Details["field"] != "state_dir" {
+			t.Fatalf("create under %s: %s", dir, r)
+		}
+		for _, verb := range []string{"show", "kill", "screen"} {
+			if r := d.CLI(t, verb, "--state-dir", dir, "--session-id", "s"); r.Code != 2 || !strings.Contains(r.Stderr, "(invalid_request)") {
+				t.Errorf("%s under %s: %s", verb, dir, r)
+			}
+		}
+	}
+	if after := d.CLI(t, "verdicts").Stdout; after != before {
+		t.Errorf("refused creates wrote verdicts:\n%s", strings.TrimPrefix(after, before))
+	}
+	if n := len(d.AgentSessions(t)); n != 0 {
+		t.Errorf("%d agent sessions, want 0", n)
+	}
+}

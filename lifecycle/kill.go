@@ -26,7 +26,7 @@ type KillResult struct {
 func (m *Manager) Kill(ctx context.Context, ref Ref) (KillResult, error) {
 	pub, ok, err := m.publishedFor(ctx, ref)
 	if err != nil {
-		return KillResult{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
+		return KillResult{}, fenceError(err)
 	}
 	if ok && !pub.Ended && m.remote(&pub) && !m.inThisLife(&pub) {
 		// Only its host can see its session and prove its processes gone.
@@ -97,7 +97,7 @@ func (m *Manager) killAfterStop(ctx context.Context, pub fence.Published, rec ve
 	for try := 0; try < killAfterStopDepth; try++ {
 		p, ok, err := m.fence.PublishedFor(ctx, pub.Identity)
 		if err != nil {
-			return KillResult{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
+			return KillResult{}, fenceError(err)
 		}
 		switch {
 		case ok && !p.Ended && p.Generation > pub.Generation && depth < killAfterStopDepth:

@@ -320,6 +320,17 @@ func (m *Manager) serverLife() (tmuxctl.ServerLife, bool) {
 
 // unavailable is the refusal for a census that cannot answer: fail closed (503)
 // rather than guess.
+// fenceError is the answer to a fence read that failed: fence_unavailable,
+// except a request the fence's own input rules refused (invalid_request, say
+// a state_dir through a symlink that does not resolve): the database is fine,
+// and the caller's fix is its input.
+func fenceError(err error) *verdict.Error {
+	if verdict.CodeOf(err) == verdict.CodeInvalidRequest {
+		return verdict.AsError(err)
+	}
+	return verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
+}
+
 func unavailable(err error) *verdict.Error {
 	return verdict.Errorf(verdict.CodeTmuxUnavailable, nil, "tmux census not available: %w", err)
 }

@@ -20,11 +20,11 @@ import (
 func (m *Manager) Release(ctx context.Context, resID string) (verdict.Record, error) {
 	row, haveRow, err := m.fence.Reservation(ctx, resID)
 	if err != nil {
-		return verdict.Record{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
+		return verdict.Record{}, fenceError(err)
 	}
 	pub, havePub, err := m.fence.PublishedByReservation(ctx, resID)
 	if err != nil {
-		return verdict.Record{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
+		return verdict.Record{}, fenceError(err)
 	}
 	ev := map[string]any{"reservation_id": resID}
 	if haveRow {

@@ -31,7 +31,7 @@ func (m *Manager) remote(p *fence.Published) bool {
 func (m *Manager) resolveRemote(ctx context.Context, name string) (Target, error) {
 	p, ok, err := m.fence.FleetPublishedByName(ctx, name)
 	if err != nil {
-		return Target{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
+		return Target{}, fenceError(err)
 	}
 	if !ok || !m.remote(&p) {
 		return Target{}, notFoundName(name)
@@ -99,7 +99,7 @@ func (m *Manager) ListFleet(ctx context.Context) (ListResult, error) {
 	}
 	all, err := m.fence.FleetIdentities(ctx)
 	if err != nil {
-		return ListResult{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
+		return ListResult{}, fenceError(err)
 	}
 	var remote []View
 	for i := range all {

@@ -93,7 +93,7 @@ func (m *Manager) resolveName(ctx context.Context, name string) (Target, bool, e
 	if !found {
 		p, ok, err := m.fence.CachedPublishedByName(ctx, name)
 		if err != nil {
-			return Target{}, false, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
+			return Target{}, false, fenceError(err)
 		}
 		if ok && m.inThisLife(&p) {
 			s, found = m.census.ByID(p.TmuxID)
@@ -173,7 +173,7 @@ func (m *Manager) targetOf(ctx context.Context, s census.Session) (Target, error
 		ok = ok && p.TmuxID == s.ID
 	}
 	if err != nil {
-		return Target{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
+		return Target{}, fenceError(err)
 	}
 	if !ok {
 		return t, nil
@@ -195,7 +195,7 @@ func (m *Manager) resolveIdentity(ctx context.Context, id fence.Identity) (Targe
 		p, ok, err = m.cachedPublished(ctx, id, err)
 	}
 	if err != nil {
-		return Target{}, verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
+		return Target{}, fenceError(err)
 	}
 	t := Target{Identity: &id}
 	if !ok {
@@ -252,7 +252,7 @@ func (m *Manager) cachedPublished(ctx context.Context, id fence.Identity, cause 
 func (m *Manager) requireHistory(ctx context.Context, id fence.Identity) error {
 	reads, err := m.fence.CachedIdentityReads(ctx, id, showVerdicts)
 	if err != nil {
-		return verdict.Errorf(verdict.CodeFenceUnavailable, nil, "%w", err)
+		return fenceError(err)
 	}
 	if reads.Reservation == nil && string(reads.VerdictsJSON) == "[]" {
 		return verdict.Errorf(verdict.CodeNotFound, map[string]any{"state_dir": id.StateDir, "session_id": id.SessionID},

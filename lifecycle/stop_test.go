@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
@@ -383,5 +384,28 @@ func TestStoppingNamedByID(t *testing.T) {
 	kr, err := e.m.Kill(boundedCtx(t), Ref{Name: res.Session.ID})
 	if err != nil || kr.Verdict.Verdict != verdict.VerdictEnded {
 		t.Fatalf("kill %s: %+v %v", res.Session.ID, kr, err)
+	}
+}
+
+// TestLookupRefusedInputIsNotAnOutage: an identity the fence's own input
+// rules refuse (a state_dir through a symlink that does not resolve) is
+// invalid_request for every lookup, not fence_unavailable: the database is
+// fine, and the caller's fix is its input.
+func TestLookupRefusedInputIsNotAnOutage(t *testing.T) {
+	e := startEnv(t, "", "", true)
+	dangling := filepath.Join(t.TempDir(), "dangling")
+	if err := os.Symlink(filepath.Join(t.TempDir(), "missing"), dangling); err != nil {
+		t.Fatal(err)
+	}
+	ref := Ref{Identity: &fence.Identity{StateDir: filepath.Join(dangling, "x"), SessionID: "s"}}
+	ctx := context.Background()
+	if _, err := e.m.Show(ctx, ref); codeOf(err) != verdict.CodeInvalidRequest {
+		t.Errorf("show: %v", err)
+	}
+	if _, err := e.m.Kill(ctx, ref); codeOf(err) != verdict.CodeInvalidRequest {
+		t.Errorf("kill: %v", err)
+	}
+	if _, err := e.m.Resolve(ctx, ref); codeOf(err) != verdict.CodeInvalidRequest {
+		t.Errorf("resolve: %v", err)
 	}
 }
