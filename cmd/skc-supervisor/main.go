@@ -137,10 +137,12 @@ func (cli *CLI) Main(args []string) int {
 	return v.run(cli, args[1:])
 }
 
-// globalFlags are the flags every verb accepts (newFlags) that may also come
-// before the verb: `skc-supervisor --home DIR ls`, the form serve's "try it"
-// lines print. Each takes a value.
-var globalFlags = map[string]bool{"home": true, "runtime-dir": true, "tmux": true, "tmux-config": true}
+// globalFlags are the flags that may also come before the verb:
+// `skc-supervisor --home DIR ls`, the form serve's "try it" lines print. The
+// four every verb accepts (newFlags) take a value (true); --json takes none
+// (false), and promises its one JSON document wherever it is written before
+// `--` — a verb without it refuses it as when written after the verb.
+var globalFlags = map[string]bool{"home": true, "runtime-dir": true, "tmux": true, "tmux-config": true, "json": false}
 
 // hoistGlobals moves global flags written before the verb to just after it,
 // where the verb's own flag set parses them like any other flag.
@@ -148,11 +150,12 @@ func hoistGlobals(args []string) ([]string, error) {
 	var pre []string
 	for len(args) > 0 && strings.HasPrefix(args[0], "-") {
 		name, _, hasValue := strings.Cut(strings.TrimLeft(args[0], "-"), "=")
-		if !globalFlags[name] || strings.HasPrefix(args[0], "---") {
+		takesValue, global := globalFlags[name]
+		if !global || strings.HasPrefix(args[0], "---") {
 			break
 		}
 		n := 1
-		if !hasValue {
+		if takesValue && !hasValue {
 			n = 2
 		}
 		if len(args) < n {
@@ -337,6 +340,29 @@ func (w wholeFlag) Set(s string) error {
 	}
 	*w.d = v
 	return nil
+}
+
+// decimalFlag is an integer flag read in base 10 only: the flag package's
+// own reads "010" as octal 8 and takes "0x3" and "1_0" — a value the caller
+// did not write (`--restart-burst 010` gave a burst of 8).
+type decimalFlag int64
+
+func (d *decimalFlag) String() string { return strconv.FormatInt(int64(*d), 10) }
+
+func (d *decimalFlag) Set(s string) error {
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return errors.New("want a whole number in decimal, such as 5")
+	}
+	*d = decimalFlag(v)
+	return nil
+}
+
+// decimalVar defines an integer flag read by decimalFlag, default def.
+func decimalVar(fs *flag.FlagSet, name string, def int64) *decimalFlag {
+	d := decimalFlag(def)
+	fs.Var(&d, name, "")
+	return &d
 }
 
 // paths resolves the instance layout from flags and environment.

@@ -79,6 +79,11 @@ func TestExitCodesWithoutDaemon(t *testing.T) {
 		{[]string{"show", "--json", "a", "b"}, 2, "invalid_request", "usage"},
 		{[]string{"show", "--json", "--state-dir", "/s", "--session-id", "-x"}, 2, "invalid_request", "session_id"},
 		{[]string{"verdicts", "--json", "--since", "-1"}, 2, "invalid_request", "since"},
+		// Numbers are decimal: flag's own Int would read 0x3 as 3, 1_0 as 10.
+		{[]string{"create", "--json", "--state-dir", "/tmp/x", "--session-id", "a", "--restart-burst", "0x3", "--", "true"}, 2, "invalid_request", "restart_burst"},
+		{[]string{"create", "--json", "--state-dir", "/tmp/x", "--session-id", "a", "--restart-burst", "1_0", "--", "true"}, 2, "invalid_request", "restart_burst"},
+		{[]string{"verdicts", "--json", "--since", "0x10"}, 2, "invalid_request", "since"},
+		{[]string{"screen", "--json", "x", "--lines", "0x10"}, 2, "invalid_request", "lines"},
 		// The command needs "--": without it a flag of ours would run as the
 		// agent's, or the agent's as ours.
 		{[]string{"create", "--json", "--state-dir", "/tmp/x", "--session-id", "z2", "sleep", "100"}, 2, "invalid_request", "argv"},
@@ -197,8 +202,9 @@ func TestEveryVerbAcceptsHomeFlags(t *testing.T) {
 }
 
 // TestGlobalFlagsBeforeTheVerb: `skc-supervisor --home DIR VERB …` reaches the
-// same daemon as `VERB --home DIR …`; a global flag without its value, or
-// nothing but global flags, is a usage error.
+// same daemon as `VERB --home DIR …` (and `--json VERB` answers as `VERB
+// --json`); a global flag without its value, or nothing but global flags, is
+// a usage error.
 func TestGlobalFlagsBeforeTheVerb(t *testing.T) {
 	for _, c := range []struct {
 		in, want []string
@@ -206,7 +212,9 @@ func TestGlobalFlagsBeforeTheVerb(t *testing.T) {
 		{[]string{"--home", "/h", "ls"}, []string{"ls", "--home", "/h"}},
 		{[]string{"-home=/h", "--tmux", "t", "show", "x"}, []string{"show", "-home=/h", "--tmux", "t", "x"}},
 		{[]string{"ls", "--home", "/h"}, []string{"ls", "--home", "/h"}},
-		{[]string{"--json", "ls"}, []string{"--json", "ls"}},
+		{[]string{"--json", "ls"}, []string{"ls", "--json"}},
+		{[]string{"--json", "--home", "/h", "ls", "-x"}, []string{"ls", "--json", "--home", "/h", "-x"}},
+		{[]string{"--json=false", "ls"}, []string{"ls", "--json=false"}},
 		{[]string{"--home", "/h"}, nil},
 	} {
 		got, err := hoistGlobals(c.in)
@@ -379,6 +387,10 @@ func TestUnknownVerbAndTwiceEnv(t *testing.T) {
 		field string
 	}{
 		{[]string{"bogusverb", "--json"}, `"field":"verb"`},
+		// --json before the verb, as --home may be: the same one document.
+		{[]string{"--json", "bogusverb"}, `"field":"verb"`},
+		{[]string{"--home", "/tmp/x", "--json", "bogusverb"}, `"field":"verb"`},
+		{[]string{"--json", "create", "--state-dir", "/tmp/x", "--session-id", "a", "--env", "A=1", "--env", "A=2", "--", "true"}, `"field":"env"`},
 		{[]string{"create", "--json", "--state-dir", "/tmp/x", "--session-id", "a", "--env", "A=1", "--env", "A=2", "--", "true"}, `"field":"env"`},
 	} {
 		var out, errb bytes.Buffer
@@ -431,5 +443,21 @@ func TestTopLevelHelpOnStdout(t *testing.T) {
 	out.Reset()
 	if code := cli.Main(nil); code != 2 || out.Len() != 0 || !strings.Contains(errb.String(), "usage:") {
 		t.Fatalf("no verb: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+}
+
+// TestDecimalFlag: a leading zero is decimal (the flag package's Int read
+// "010" as octal 8, a burst the caller did not write).
+func TestDecimalFlag(t *testing.T) {
+	var d decimalFlag
+	for in, want := range map[string]int64{"010": 10, "5": 5, "+7": 7, "0": 0, "-1": -1} {
+		if err := d.Set(in); err != nil || int64(d) != want {
+			t.Errorf("Set(%q) = %d %v, want %d", in, d, err, want)
+		}
+	}
+	for _, in := range []string{"0x3", "1_0", "0o7", " 5", "", "1e3"} {
+		if err := d.Set(in); err == nil {
+			t.Errorf("Set(%q) accepted", in)
+		}
 	}
 }

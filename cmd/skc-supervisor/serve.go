@@ -89,7 +89,7 @@ func runServe(cli *CLI, args []string) int {
 	wireLog := fs.String("wire-log", "", "append every control-mode line to FILE")
 	hostName := fs.String("host-name", "", "SKC_HOST")
 	fs.StringVar(&o.o.Fence, "fence", "", "SKC_FENCE")
-	pool := fs.Int("pool", defaultPool, "standby panes kept ready for creates (0: off)")
+	pool := decimalVar(fs, "pool", defaultPool) // standby panes kept ready for creates (0: off)
 	if err := parseServeFlags(fs, args); err != nil {
 		return cli.fail(o, err)
 	}
@@ -113,7 +113,7 @@ func runServe(cli *CLI, args []string) int {
 		return cli.fail(o, err)
 	}
 	defer lock.Release()
-	d := &daemon{paths: p, host: host, pool: *pool, fatal: make(chan error, 4), reg: metrics.NewRegistry(), log: logger}
+	d := &daemon{paths: p, host: host, pool: int(*pool), fatal: make(chan error, 4), reg: metrics.NewRegistry(), log: logger}
 	d.notify = sdnotify.FromEnv()
 	sdnotify.UnsetEnv() // the tmux server and the agents must not inherit it
 	if err := d.start(cli.ctx, *wireLog); err != nil {

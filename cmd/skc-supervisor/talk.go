@@ -54,7 +54,7 @@ func talkRef(verbName string, fs *flag.FlagSet, args []string) (api.Ref, []strin
 func runScreen(cli *CLI, args []string) int {
 	var o opts
 	fs := newFlags("screen", &o, true)
-	lines := fs.Int("lines", 0, "")
+	lines := decimalVar(fs, "lines", 0)
 	ansi := fs.Bool("ansi", false, "")
 	ref, rest, err := talkRef("screen", fs, args)
 	if err == nil && len(rest) > 0 {
@@ -64,7 +64,7 @@ func runScreen(cli *CLI, args []string) int {
 		return cli.fail(o, err)
 	}
 	return respond(cli, o, func(c *api.Client) (api.ScreenResponse, error) {
-		return c.Screen(cli.ctx, ref, *lines, *ansi)
+		return c.Screen(cli.ctx, ref, int(*lines), *ansi)
 	}, func(res api.ScreenResponse) {
 		for _, l := range res.Lines {
 			fmt.Fprintln(cli.stdout, l)

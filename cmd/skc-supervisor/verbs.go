@@ -271,13 +271,13 @@ func runFence(cli *CLI, args []string) int {
 func runVerdicts(cli *CLI, args []string) int {
 	var o opts
 	fs := newFlags("verdicts", &o, true)
-	since := fs.Int64("since", 0, "")
+	since := decimalVar(fs, "since", 0)
 	follow := fs.Bool("follow", false, "")
 	fleet := fs.Bool("fleet", false, "")
 	if err := parseNoArgs(fs, args); err != nil {
 		return cli.fail(o, err)
 	}
-	if *since < 0 {
+	if int64(*since) < 0 {
 		return cli.fail(o, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "since"},
 			"--since must be a sequence number >= 0"))
 	}
@@ -290,7 +290,7 @@ func runVerdicts(cli *CLI, args []string) int {
 	if *fleet {
 		read = c.FleetVerdicts
 	}
-	err = read(cli.ctx, *since, *follow, func(line []byte) error {
+	err = read(cli.ctx, int64(*since), *follow, func(line []byte) error {
 		_, err := cli.stdout.Write(append(line, '\n'))
 		return err
 	})
@@ -364,7 +364,7 @@ func runFenceForget(cli *CLI, args []string) int {
 type createRestartFlags struct {
 	resume          multiFlag
 	delay, interval durationFlag
-	burst           int64
+	burst           *decimalFlag
 	set             map[string]bool
 	fs              *flag.FlagSet
 }
@@ -380,7 +380,7 @@ func restartFlags(fs *flag.FlagSet, req *api.CreateRequest) *createRestartFlags 
 	fs.StringVar(&req.Restart, "restart", "", "")
 	fs.Var(&rf.resume, "resume-arg", "")
 	fs.Var(wholeFlag{&rf.delay, time.Millisecond, "milliseconds"}, "restart-delay", "")
-	fs.Int64Var(&rf.burst, "restart-burst", api.DefaultRestartBurst, "")
+	rf.burst = decimalVar(fs, "restart-burst", api.DefaultRestartBurst)
 	fs.Var(wholeFlag{&rf.interval, time.Second, "seconds"}, "restart-interval", "")
 	return rf
 }
@@ -395,7 +395,7 @@ func (rf *createRestartFlags) apply(req *api.CreateRequest) {
 			ms := time.Duration(rf.delay).Milliseconds()
 			req.RestartDelayMS = &ms
 		case "restart-burst":
-			b := rf.burst
+			b := int64(*rf.burst)
 			req.RestartBurst = &b
 		case "restart-interval":
 			s := int64(time.Duration(rf.interval) / time.Second)
