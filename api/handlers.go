@@ -302,7 +302,7 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			writeError(w, verdict.Errorf(verdict.CodeBodyTooLarge, map[string]any{"limit": mbe.Limit},
+			writeError(w, verdict.Errorf(verdict.CodeBodyTooLarge, map[string]any{"limit_bytes": mbe.Limit},
 				"request body is larger than %d bytes", mbe.Limit))
 			return nil, false
 		}

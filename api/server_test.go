@@ -172,6 +172,10 @@ func TestBodyTooLarge(t *testing.T) {
 	big := `{"state_dir":"/x","session_id":"a","argv":["` + strings.Repeat("a", MaxBody) + `"]}`
 	st, b := h.raw(t, "POST", "/v1/sessions", big, nil)
 	wantErr(t, st, b, 413, "invalid", verdict.CodeBodyTooLarge, "")
+	// The limit with its unit, as docs/verdicts.md shows it.
+	if _, e := decodeErr(t, b); e.Details["limit_bytes"] != float64(MaxBody) {
+		t.Fatalf("details %v, want limit_bytes %d", e.Details, MaxBody)
+	}
 }
 
 func TestPeerCredentialsRefused(t *testing.T) {

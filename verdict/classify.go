@@ -73,7 +73,7 @@ const (
 	CodeAgentNotRunning Code = "agent_not_running"
 	// CodeRemoteSession: the session runs on another host of the fleet
 	// (details.host): only that host's daemon acts on it (kill, restart,
-	// screen, input, output); show works anywhere.
+	// screen, input, output, wait, attach); show works anywhere.
 	CodeRemoteSession Code = "remote_session"
 )
 

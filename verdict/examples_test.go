@@ -104,8 +104,9 @@ func reasonExamples() []Record {
 		withRes(ex(41, ActionRecover, OutcomeSuccess, VerdictReclaimed, ReasonNoChild), "reserved"),
 		withRes(ex(42, ActionRecover, OutcomeSuccess, VerdictReclaimed, ReasonChildAbsent), "spawned"),
 		func() Record {
-			r := ex(43, ActionEnd, OutcomeSuccess, VerdictEnded, ReasonTmuxSessionMissing)
-			r.Session, r.ExitKind, r.Exit = exSession, ExitKindExit, ExitStatus(0)
+			// Killed by hand: its pane went with it, so no exit is known.
+			r := ex(43, ActionEnd, OutcomeUnknown, VerdictEnded, ReasonTmuxSessionMissing)
+			r.Session, r.ExitKind, r.Exit = exSession, ExitKindOwnerLost, &Exit{}
 			r.Evidence = map[string]any{"stop_since": "2026-11-30T01:02:01.000000000Z", "sigkill_sent": false}
 			return r
 		}(),
