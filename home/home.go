@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -145,21 +146,34 @@ func firstNonEmpty(vs ...string) string {
 }
 
 // defaultHome is $XDG_STATE_HOME/skc, else ~/.local/state/skc. A relative
-// XDG_STATE_HOME is ignored, as the XDG base directory spec requires.
+// XDG_STATE_HOME is ignored, as the XDG base directory spec requires; so is a
+// relative or missing HOME (a cron job, a service unit): ~ is then the user's
+// home from the password database. A relative HOME taken as written would put
+// the fence — the one-agent-per-identity guarantee — wherever the daemon was
+// started from.
 func defaultHome(env Env) func() (string, error) {
 	return func() (string, error) {
 		if x := env("XDG_STATE_HOME"); filepath.IsAbs(x) {
 			return filepath.Join(x, "skc"), nil
 		}
 		h := env("HOME")
-		if h == "" {
-			var err error
-			if h, err = os.UserHomeDir(); err != nil {
-				return "", fmt.Errorf("no home directory for the default SKC_HOME: %w", err)
+		if !filepath.IsAbs(h) {
+			u, err := user.Current()
+			if err != nil || !filepath.IsAbs(u.HomeDir) {
+				return "", fmt.Errorf("no home directory for the default SKC_HOME: $HOME is %s and the password database has none (%v); set SKC_HOME", homeState(h), err)
 			}
+			h = u.HomeDir
 		}
 		return filepath.Join(h, ".local", "state", "skc"), nil
 	}
+}
+
+// homeState says what is wrong with $HOME h, for defaultHome's error.
+func homeState(h string) string {
+	if h == "" {
+		return "not set"
+	}
+	return fmt.Sprintf("relative (%q)", h)
 }
 
 func defaultRuntime(env Env) (string, error) {

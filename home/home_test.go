@@ -2,6 +2,7 @@ package home
 
 import (
 	"os"
+	"os/user"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -33,6 +34,10 @@ func TestResolveDefaults(t *testing.T) {
 		{"runtime flag wins", Overrides{RuntimeDir: "/rf"}, map[string]string{"SKC_RUNTIME_DIR": "/rt", "HOME": "/h"},
 			"/h/.local/state/skc", "/rf"},
 		{"clean", Overrides{Home: "/a/../b/"}, nil, "/b", "/b"},
+		// No HOME (cron, a service) or a relative one: the password database's
+		// home, never the working directory's "rel".
+		{"no HOME", Overrides{}, map[string]string{"SKC_RUNTIME_DIR": "/rt"}, pwHome(t) + "/.local/state/skc", "/rt"},
+		{"relative HOME ignored", Overrides{}, map[string]string{"HOME": "rel"}, pwHome(t) + "/.local/state/skc", "/tmp/skc-" + uid},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -301,4 +306,13 @@ func TestResolveFence(t *testing.T) {
 			t.Errorf("fence %q: %v, want invalid_request field fence", bad, err)
 		}
 	}
+}
+
+// pwHome is the user's home in the password database (TestResolveDefaults).
+func pwHome(t *testing.T) string {
+	u, err := user.Current()
+	if err != nil || !filepath.IsAbs(u.HomeDir) {
+		t.Skipf("no home in the password database: %v", err)
+	}
+	return filepath.Clean(u.HomeDir)
 }
