@@ -102,7 +102,9 @@ func (m *Manager) abandon(ctx context.Context, a *attempt) string {
 	defer cancel()
 	if err := m.fence.Abandon(fctx, a.res.ID); err != nil {
 		m.log.Error().Err(err).Str("reservation", a.res.ID).Msg("abandon failed; the row stays owned by this process")
+		return compAbandoned
 	}
+	m.resolveAbandonedLater(a.res.ID)
 	return compAbandoned
 }
 

@@ -167,6 +167,7 @@ func TestTagFailedKillsAndReleases(t *testing.T) {
 // so the outcome is unknown: the row is abandoned as evidence, and the next create
 // recovers it (kills the orphan, confirmed) and publishes.
 func TestUncertainSpawnAbandons(t *testing.T) {
+	holdAbandoned(t) // its row is looked at
 	e := startEnv(t, "", "", false)
 	withFaults(e, func(args []string) (bool, error) {
 		if args[0] == "new-session" {

@@ -188,6 +188,13 @@ func (m *Manager) recoverAtStart(ctx context.Context, row fence.Reservation) err
 	if fence.Liveness(row.OwnerPID, row.OwnerIncarnation) == fence.Alive {
 		return nil // a live owner's create is its own business
 	}
+	return m.decideRow(ctx, row)
+}
+
+// decideRow decides row — a dead owner's, or our own abandoned one — from
+// live tmux (fence.RecoverAbandoned with our inspector) and writes its
+// verdict.
+func (m *Manager) decideRow(ctx context.Context, row fence.Reservation) error {
 	res, err := m.fence.RecoverAbandoned(ctx, row, inspector{m: m})
 	if stillStopping(err) && res.Published != nil {
 		// The row's generation is stopping, not stuck: decide the row when

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
@@ -19,6 +20,7 @@ import (
 func TestStuckTmuxFailsWithinCommandDeadline(t *testing.T) {
 	e := startEnv(t, "", "", false)
 	e.m.cmdTimeout = 300 * time.Millisecond // no Create has run yet
+	holdAbandoned(t) // the next create decides the row here
 	info, _ := e.census.Info()
 	if err := syscall.Kill(info.PID, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -53,6 +55,58 @@ func TestStuckTmuxFailsWithinCommandDeadline(t *testing.T) {
 		s := e.sessions(id.Digest())
 		return len(s) == 1 && s[0] == res.Session.ID
 	})
+}
+
+// holdAbandoned keeps the daemon's own retry (abandoned.go) from deciding an
+// abandoned row during t: the test looks at the row, or leaves it to a create.
+func holdAbandoned(t *testing.T) {
+	d := abandonedRetryFirst
+	abandonedRetryFirst = time.Hour
+	t.Cleanup(func() { abandonedRetryFirst = d })
+}
+
+// TestAbandonedAttemptDecidedOnceTmuxAnswers: a create abandoned because tmux
+// was stuck leaves its session behind once tmux runs again (the new-session
+// ran late); the daemon decides its own abandoned row as soon as tmux answers,
+// without a next create of the identity: the session is an orphan, killed and
+// proven gone, the row released with a verdict — nothing of it is left.
+func TestAbandonedAttemptDecidedOnceTmuxAnswers(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	e.m.cmdTimeout = 300 * time.Millisecond
+	info, _ := e.census.Info()
+	if err := syscall.Kill(info.PID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	cont := func() {
+		if stopped {
+			stopped = false
+			_ = syscall.Kill(info.PID, syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(cont)
+	id, spec := e.identity("abandoned")
+	_, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec})
+	if verdict.CodeOf(err) != verdict.CodeTmuxUnavailable {
+		t.Fatalf("create on a stuck tmux: %v", err)
+	}
+	cont()
+	e.m.cmdTimeout = 10 * time.Second // tmux answers again
+	waitFor(t, "the abandoned row decided", func() bool {
+		rows, err := e.store.Reservations(context.Background())
+		return err == nil && len(rows) == 0
+	})
+	rec := lastVerdict(t, e, id)
+	t.Logf("decided: %s %s %v", rec.Verdict, rec.Reason, rec.Evidence)
+	if rec.Action != verdict.ActionRecover {
+		t.Fatalf("last verdict %+v, want the recovery's", rec)
+	}
+	out, _ := tmuxtest.Command("-S", e.socket, "list-sessions", "-F", "#{session_name}").CombinedOutput()
+	for _, l := range strings.Fields(string(out)) {
+		if l != "skc-control" {
+			t.Fatalf("the attempt's session is left: %q", out)
+		}
+	}
 }
 
 // TestEverySagaCommandHasItsOwnDeadline: each tmux command of the saga and of its
