@@ -28,7 +28,12 @@ import (
 //
 // s must carry the session's id, name, creation time, active pane and the
 // tags the caller set on it; the next list replaces it with what tmux shows.
-func (c *Census) AdmitCreated(life tmuxctl.ServerLife, s Session, num uint64) (bool, error) {
+// tagged is the command number of the caller's last tag command (0: none
+// known): a list or read that tmux ran before it may have caught the tags
+// half set, and applied after this admission it would take the session's
+// identity away until the next read (keepCreatorsTags); such a read keeps
+// the creator's tags and name.
+func (c *Census) AdmitCreated(life tmuxctl.ServerLife, s Session, num, tagged uint64) (bool, error) {
 	if !validID(s.ID) {
 		return false, fmt.Errorf("census: admit: bad session id %q", s.ID)
 	}
@@ -38,7 +43,7 @@ func (c *Census) AdmitCreated(life tmuxctl.ServerLife, s Session, num uint64) (b
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old, held := c.sessions[s.ID]; held {
-		c.retagLocked(old, s.Name, s.Tags, life)
+		c.retagLocked(old, s.Name, s.Tags, life, tagged)
 		return true, nil
 	}
 	if !c.online || !c.synced || c.info.ServerLife != life {
@@ -48,7 +53,7 @@ func (c *Census) AdmitCreated(life tmuxctl.ServerLife, s Session, num uint64) (b
 		return false, nil // a list run after its creation did not show it: gone
 	}
 	// A copy: the caller's map and pointers are not the census's.
-	e := &entry{s: s.clone(), exact: tagsOf(s.Tags), admitted: num}
+	e := &entry{s: s.clone(), exact: tagsOf(s.Tags), admitted: num, tagged: tagged}
 	e.s.Managed = e.s.Tags[TagIdentity] != ""
 	e.control = s.ID == c.info.ControlSessionID
 	c.sessions[s.ID] = e
@@ -66,11 +71,12 @@ func (c *Census) AdmitCreated(life tmuxctl.ServerLife, s Session, num uint64) (b
 // told. The name is the creator's too: a warm pool's standby, held since it
 // was spawned, was renamed to its attempt's name just before (the relist that
 // rename triggers may not have run yet). c.mu is held.
-func (c *Census) retagLocked(old *entry, name string, tags map[string]string, life tmuxctl.ServerLife) {
+func (c *Census) retagLocked(old *entry, name string, tags map[string]string, life tmuxctl.ServerLife, tagged uint64) {
 	if tagsOf(tags) == old.exact && len(old.s.Tags) == len(tags) && (name == "" || name == old.s.Name) {
+		old.tagged = tagged
 		return
 	}
-	e := &entry{s: old.s, exact: tagsOf(tags), control: old.control, admitted: old.admitted}
+	e := &entry{s: old.s, exact: tagsOf(tags), control: old.control, admitted: old.admitted, tagged: tagged, readAt: old.readAt}
 	if name != "" {
 		e.s.Name = name
 	}
@@ -78,6 +84,22 @@ func (c *Census) retagLocked(old *entry, name string, tags map[string]string, li
 	e.s.Managed = e.s.Tags[TagIdentity] != ""
 	c.sessions[e.s.ID] = e
 	c.changeLocked(old, e, life)
+}
+
+// keepCreatorsTags gives e, read from tmux to replace old, old's tags and name
+// when old was admitted by its creator (AdmitCreated) with tags set by a
+// command tmux ran after e's read: that read may have caught them half set.
+// A read after them is tmux's own word, and the creator's guard ends there.
+// c.mu is held.
+func keepCreatorsTags(old, e *entry) {
+	if old == nil || old == e || old.tagged == 0 {
+		return
+	}
+	if e.readAt == 0 || !numBefore(e.readAt, old.tagged) {
+		return // read after the tags (or not known when): tmux's word
+	}
+	e.s.Tags, e.exact, e.s.Managed, e.s.Name = maps.Clone(old.s.Tags), old.exact, old.s.Managed, old.s.Name
+	e.tagged = old.tagged
 }
 
 // createdAfter reports whether e was admitted by AdmitCreated for a session

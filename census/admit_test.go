@@ -105,7 +105,7 @@ func createAdmitted(t *testing.T, r *rig, name string) string {
 		t.Fatalf("new-session %s: %v %v", name, rep.Lines, err)
 	}
 	id := rep.Lines[0]
-	if ok, err := r.c.AdmitCreated(info.ServerLife, Session{ID: id, Name: name}, rep.Number); !ok || err != nil {
+	if ok, err := r.c.AdmitCreated(info.ServerLife, Session{ID: id, Name: name}, rep.Number, 0); !ok || err != nil {
 		t.Fatalf("AdmitCreated %s: %v %v", id, ok, err)
 	}
 	return id

@@ -21,7 +21,7 @@ func TestAdmitCreatedOrdersAgainstLists(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := Session{ID: "$5", Name: "n", Tags: map[string]string{TagIdentity: digest(5)}}
-	if ok, err := c.AdmitCreated(life, s, 100); !ok || err != nil {
+	if ok, err := c.AdmitCreated(life, s, 100, 0); !ok || err != nil {
 		t.Fatalf("AdmitCreated: %v %v", ok, err)
 	}
 	if got, ok := c.ByID("$5"); !ok || !got.Managed || len(c.ByIdentity(digest(5))) != 1 {
@@ -47,13 +47,13 @@ func TestAdmitCreatedOrdersAgainstLists(t *testing.T) {
 	}
 	// Created (number 105) before the list just applied (110), which did not
 	// show it: it is gone, and admitting it would leave a ghost.
-	if ok, err := c.AdmitCreated(life, Session{ID: "$6", Name: "m"}, 105); ok || err != nil {
+	if ok, err := c.AdmitCreated(life, Session{ID: "$6", Name: "m"}, 105, 0); ok || err != nil {
 		t.Fatalf("AdmitCreated of a session a later list did not show: %v %v", ok, err)
 	}
-	if ok, err := c.AdmitCreated(tmuxctl.ServerLife{Socket: "s", PID: 11, StartTime: 2}, Session{ID: "$7"}, 120); ok || err == nil {
+	if ok, err := c.AdmitCreated(tmuxctl.ServerLife{Socket: "s", PID: 11, StartTime: 2}, Session{ID: "$7"}, 120, 0); ok || err == nil {
 		t.Fatalf("AdmitCreated in another server life: %v %v", ok, err)
 	}
-	if _, err := c.AdmitCreated(life, Session{ID: "7"}, 120); err == nil {
+	if _, err := c.AdmitCreated(life, Session{ID: "7"}, 120, 0); err == nil {
 		t.Fatal("AdmitCreated accepted a bad id")
 	}
 }
@@ -86,7 +86,7 @@ func TestAdmitCreatedEndRightAfterCreate(t *testing.T) {
 	}
 	id, pane, _ := strings.Cut(rep.Lines[0], "\t")
 	s := Session{ID: id, Name: "brief", PaneID: pane, Tags: map[string]string{TagIdentity: digest(1)}}
-	if ok, err := r.c.AdmitCreated(info.ServerLife, s, rep.Number); !ok || err != nil {
+	if ok, err := r.c.AdmitCreated(info.ServerLife, s, rep.Number, 0); !ok || err != nil {
 		t.Fatalf("AdmitCreated %s: %v %v", id, ok, err)
 	}
 	r.tmux("kill-session", "-t", id)
@@ -117,7 +117,7 @@ func TestAdmitCreatedCompletesPartialTags(t *testing.T) {
 		t.Fatal(err)
 	}
 	tags := map[string]string{TagIdentity: digest(5), TagGeneration: "3", TagReservation: "r", TagState: "s"}
-	if ok, err := c.AdmitCreated(life, Session{ID: "$5", Name: "n", Tags: tags}, 100); !ok || err != nil {
+	if ok, err := c.AdmitCreated(life, Session{ID: "$5", Name: "n", Tags: tags}, 100, 0); !ok || err != nil {
 		t.Fatalf("AdmitCreated: %v %v", ok, err)
 	}
 	if got, _ := c.ByID("$5"); got.Tags[TagGeneration] != "3" || len(got.Tags) != 4 || !got.Managed {
@@ -143,7 +143,7 @@ func TestAdmitCreatedTakesTheClaimsName(t *testing.T) {
 		t.Fatal(err)
 	}
 	tags := map[string]string{TagIdentity: digest(6), TagGeneration: "1", TagReservation: "r", TagState: "s"}
-	if ok, err := c.AdmitCreated(life, Session{ID: "$6", Name: "skc-attempt", Tags: tags}, 130); !ok || err != nil {
+	if ok, err := c.AdmitCreated(life, Session{ID: "$6", Name: "skc-attempt", Tags: tags}, 130, 0); !ok || err != nil {
 		t.Fatalf("AdmitCreated: %v %v", ok, err)
 	}
 	if got, ok := c.ByName("skc-attempt"); !ok || got.ID != "$6" || !got.Managed {
@@ -151,5 +151,39 @@ func TestAdmitCreatedTakesTheClaimsName(t *testing.T) {
 	}
 	if _, ok := c.ByName("skc-standby-0123456789abcdef"); ok {
 		t.Fatal("still found by the standby's name")
+	}
+}
+
+// A list (or read) tmux ran while the creator's tags were being set, applied
+// after the creator admitted the session, keeps the creator's tags and name:
+// applied as read it took the session's identity away (a lookup found an
+// unmanaged session) until the next read. A list run after the last tag
+// command is tmux's own word again.
+func TestAdmitCreatedOutlivesAnEarlierRead(t *testing.T) {
+	life := tmuxctl.ServerLife{Socket: "s", PID: 10, StartTime: 1}
+	c := offline(life)
+	if err := c.applyAt(c.epoch, life, nil, 90); err != nil {
+		t.Fatal(err)
+	}
+	tags := map[string]string{TagIdentity: digest(5), TagGeneration: "1", TagReservation: "r", TagState: "s"}
+	if ok, err := c.AdmitCreated(life, Session{ID: "$5", Name: "skc-a", Tags: tags}, 100, 106); !ok || err != nil {
+		t.Fatalf("AdmitCreated: %v %v", ok, err)
+	}
+	early := entryFor(5, "skc-standby-0123456789abcdef", "") // read at 103: untagged, the standby's name
+	if err := c.applyAt(c.epoch, life, []*entry{early}, 103); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := c.ByID("$5"); !ok || !got.Managed || got.Identity() != digest(5) || got.Name != "skc-a" {
+		t.Fatalf("after a read from before the tags: %+v %v", got, ok)
+	}
+	if len(c.ByIdentity(digest(5))) != 1 {
+		t.Fatal("not found by its identity")
+	}
+	late := entryFor(5, "skc-b", "") // read at 110: the tags removed by hand since
+	if err := c.applyAt(c.epoch, life, []*entry{late}, 110); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := c.ByID("$5"); got.Managed || got.Name != "skc-b" {
+		t.Fatalf("a read after the tags did not win: %+v", got)
 	}
 }

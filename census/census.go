@@ -167,6 +167,14 @@ type entry struct {
 	// list tmux ran before that number cannot know the session, so its
 	// absence there does not remove it (admit.go).
 	admitted uint64
+	// tagged is tmux's command number of the last tag command of the
+	// creator that admitted the entry (AdmitCreated, 0 otherwise): a read
+	// tmux ran before it may show the tags half set, so its tags and name
+	// do not replace the creator's (keepCreatorsTags).
+	tagged uint64
+	// readAt is tmux's command number of the read that built the entry:
+	// its show-options, or the list it came from (0: not known).
+	readAt uint64
 }
 
 // tmuxClient is what the census uses of *tmuxctl.Client; tests feed a fake.

@@ -465,7 +465,7 @@ func TestFreshGoneBeforeReadStillAdmitted(t *testing.T) {
 		return f.idLists == ids0+1 && f.reads == 1
 	})
 	info, _ := c.Info()
-	if ok, err := c.AdmitCreated(info.ServerLife, Session{ID: "$3", Name: "three"}, created); !ok || err != nil {
+	if ok, err := c.AdmitCreated(info.ServerLife, Session{ID: "$3", Name: "three"}, created, 0); !ok || err != nil {
 		t.Fatalf("AdmitCreated after a list that showed it: %v %v", ok, err)
 	}
 	if ch := next(t, sub); ch.Kind != Added || ch.Session.ID != "$3" {

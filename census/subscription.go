@@ -377,6 +377,7 @@ func (c *Census) rereadIDs(ctx context.Context, ids []string) error {
 		}
 		e.control = e.control || old.control || e.s.ID == c.info.ControlSessionID
 		e.admitted = old.admitted
+		keepCreatorsTags(old, e)
 		if old.s.Activity.After(e.s.Activity) {
 			e.s.Activity = old.s.Activity
 		}

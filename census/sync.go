@@ -519,7 +519,7 @@ func (c *Census) exactEntry(ctx context.Context, life tmuxctl.ServerLife, r row)
 // exactFrom builds the entry of session s from its own show-options reply.
 func (c *Census) exactFrom(s Session, r row, rep tmuxctl.Reply) *entry {
 	opts := parseOptions(rep.Lines)
-	e := &entry{s: s, line: r.line, exact: tagsOf(opts)}
+	e := &entry{s: s, line: r.line, exact: tagsOf(opts), readAt: rep.Number}
 	if len(opts) > 0 {
 		e.s.Tags = opts
 	}
@@ -597,6 +597,10 @@ func (c *Census) applyTimed(epoch uint64, life tmuxctl.ServerLife, entries []*en
 		if old != nil && old != e && old.s.Activity.After(e.s.Activity) {
 			e.s.Activity = old.s.Activity // set from the subscription after this list was read
 		}
+		if e.readAt == 0 && old != e {
+			e.readAt = num // its tags are the list's own, read at its number
+		}
+		keepCreatorsTags(old, e)
 		c.sessions[e.s.ID] = e
 		switch {
 		case old == nil:

@@ -71,6 +71,7 @@ type attempt struct {
 	created   time.Time
 	since     string // @skc-since (Unix ns): set once by tags, or the kept session's ("" if none)
 	spawned   uint64 // tmux's command number of the new-session (census.AdmitCreated)
+	tagged    uint64 // tmux's command number of the last tag command (census.AdmitCreated)
 	start     time.Time
 	stop      context.CancelFunc
 	restart   *restartOf // set when the attempt starts a generation after the first

@@ -118,6 +118,11 @@ func (m *Manager) renameAndTag(ctx context.Context, a *attempt, cgroup string) e
 		return herr
 	}
 	a.spawned = replies[0].Number // census.AdmitCreated orders its lists by it
+	nums := make([]uint64, len(replies))
+	for i, r := range replies {
+		nums[i] = r.Number
+	}
+	a.tagged = lastNumber(nums)
 	return nil
 }
 

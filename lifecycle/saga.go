@@ -236,19 +236,23 @@ func (m *Manager) spawnError(a *attempt, err error) error {
 func (m *Manager) tag(ctx context.Context, a *attempt) error {
 	tags := a.tags()
 	errs := make([]error, len(tags)+1)
+	nums := make([]uint64, len(tags)+1)
 	var wg sync.WaitGroup
 	for i := range errs {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
+			var rep tmuxctl.Reply
 			if i == len(tags) {
-				_, errs[i] = m.commandIn(ctx, a.life, "set-option", "-w", "-t", a.tmuxID, "remain-on-exit", "on")
-				return
+				rep, errs[i] = m.commandIn(ctx, a.life, "set-option", "-w", "-t", a.tmuxID, "remain-on-exit", "on")
+			} else {
+				rep, errs[i] = m.commandIn(ctx, a.life, "set-option", "-t", a.tmuxID, tags[i][0], tags[i][1])
 			}
-			_, errs[i] = m.commandIn(ctx, a.life, "set-option", "-t", a.tmuxID, tags[i][0], tags[i][1])
+			nums[i] = rep.Number
 		}(i)
 	}
 	wg.Wait()
+	a.tagged = lastNumber(nums)
 	for i, err := range errs {
 		if err != nil && timedOut(err) {
 			// tmux is stuck: a kill could not be confirmed either, so undo
@@ -294,7 +298,7 @@ func (m *Manager) admitCreated(a *attempt) error {
 	// be published (its agent never ran): the create fails and undo confirms
 	// it gone and releases the row, rather than publish a dead session whose
 	// end the census can no longer report.
-	ok, err := m.census.AdmitCreated(a.life, m.createdSession(a), a.spawned)
+	ok, err := m.census.AdmitCreated(a.life, m.createdSession(a), a.spawned, a.tagged)
 	switch {
 	case err != nil:
 		m.log.Debug().Err(err).Str("tmux_id", a.tmuxID).Msg("census admit failed")
@@ -451,4 +455,16 @@ func errString(err error) string {
 		return ""
 	}
 	return fmt.Sprint(err)
+}
+
+// lastNumber is the latest of tmux command numbers (0: not known), as
+// census.AdmitCreated compares them: one server-wide counter that may wrap.
+func lastNumber(nums []uint64) uint64 {
+	var last uint64
+	for _, n := range nums {
+		if n != 0 && (last == 0 || int32(uint32(n)-uint32(last)) > 0) {
+			last = n
+		}
+	}
+	return last
 }
