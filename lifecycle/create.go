@@ -294,7 +294,7 @@ func (m *Manager) maybeExisting(ctx context.Context, req CreateRequest, pub fenc
 		_, out, rerr := m.refuse(ctx, req, unavailable(err), start)
 		return out, false, rerr
 	}
-	if auth == census.Authoritative && sess != nil && sess.PaneDead {
+	if auth == census.Authoritative && sess != nil && sess.PaneDead && !m.notAgentsDeath(ctx, *sess, pub) {
 		// Kept by remain-on-exit, but its agent is gone: not an existing session.
 		return m.awaitStop(ctx, req, pub, endCause{reason: verdict.ReasonAgentExited}, start)
 	}

@@ -118,8 +118,8 @@ var removedHook func(ch census.Change)
 // agent_exited; the session is removed once the ended verdict is written.
 func (m *Manager) onPaneDead(ctx context.Context, ch census.Change) {
 	pub, ok := m.publishedByTmuxID(ctx, ch.Session.ID, ch.Life)
-	if !ok || staleDeath(ch.Session, pub) {
-		return // the dead pane of the generation before, kept for this one (restart)
+	if !ok || m.notAgentsDeath(ctx, ch.Session, pub) {
+		return // the dead pane of the generation before (restart), or a person's pane (agentpane.go)
 	}
 	m.stopGeneration(pub, endCause{reason: verdict.ReasonAgentExited})
 }
@@ -131,7 +131,7 @@ func (m *Manager) onPaneDead(ctx context.Context, ch census.Change) {
 // would end the generation before the next reconcile. A death the census sees
 // later is onPaneDead's; both join the same stop.
 func (m *Manager) endIfDeadAtPublish(p fence.Published) {
-	if s, ok := m.sessionOf(p); ok && s.PaneDead && !staleDeath(s, p) {
+	if s, ok := m.sessionOf(p); ok && s.PaneDead && !m.notAgentsDeath(context.Background(), s, p) {
 		m.stopGeneration(p, endCause{reason: verdict.ReasonAgentExited})
 	}
 }
@@ -176,7 +176,7 @@ func (m *Manager) reconcile(ctx context.Context) bool {
 			ok = false
 		case auth == census.Absent:
 			m.stopGeneration(p, endCause{reason: m.goneReason(p)})
-		case auth == census.Authoritative && sess != nil && sess.PaneDead && !staleDeath(*sess, p):
+		case auth == census.Authoritative && sess != nil && sess.PaneDead && !m.notAgentsDeath(ctx, *sess, p):
 			m.stopGeneration(p, endCause{reason: verdict.ReasonAgentExited})
 		}
 	}

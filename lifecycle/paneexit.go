@@ -78,14 +78,14 @@ func (m *Manager) agentEndOf(ctx context.Context, p fence.Published, sess census
 		return agentEnd{}
 	}
 	e, found := sessionEnd(sess)
+	if found && p.PanePID > 0 && sess.PanePID != p.PanePID {
+		e, found = agentEnd{}, false // a person's pane, not the agent's (agentpane.go)
+	}
 	if !found || e.ended.IsZero() {
 		// Not seen by the census yet, or seen without its time (the census
 		// does not list pane_dead_time): one read of the pane says both —
 		// an end told after a daemon restart carries when it happened.
-		target := sess.PaneID
-		if target == "" {
-			target = p.TmuxID
-		}
+		target := m.agentPaneTarget(ctx, sess, p)
 		if r := m.readPaneEnd(ctx, m.lifeOf(p.ServerPID, p.ServerStart), target); r.source != "" || !found {
 			e = r
 		}

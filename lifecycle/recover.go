@@ -272,7 +272,7 @@ func (m *Manager) adoptOrEnd(ctx context.Context, p fence.Published) error {
 	if err != nil && auth != census.Unknown {
 		return err
 	}
-	if auth == census.Authoritative && sess != nil && sess.PaneDead {
+	if auth == census.Authoritative && sess != nil && sess.PaneDead && !m.notAgentsDeath(ctx, *sess, p) {
 		m.stopGeneration(p, endCause{reason: verdict.ReasonAgentExited, restart: true})
 		return nil
 	}
@@ -281,7 +281,7 @@ func (m *Manager) adoptOrEnd(ctx context.Context, p fence.Published) error {
 		if sess != nil {
 			// Its helper may be waiting for a publication this daemon's
 			// predecessor made and died before waking it for.
-			m.wakeHelper(sess.PanePID, sess.ID)
+			m.wakeHelper(p.PanePID, sess.ID)
 		}
 		m.watchExit(p) // the watch of the daemon before ended with it
 		m.emit(ctx, verdict.Record{

@@ -67,7 +67,7 @@ func (m *Manager) startNext(ctx context.Context, p fence.Published) bool {
 	defer cancel()
 	a := &attempt{resID: res.ID, req: CreateRequest{Identity: res.Identity, Spec: res.Spec}, res: res,
 		digest: res.Identity.Digest(), start: time.Now(), stop: cancel,
-		restart: &restartOf{prev: p, kept: m.keptOf(p)}}
+		restart: &restartOf{prev: p, kept: m.keptOf(sctx, p)}}
 	m.track(a)
 	defer m.untrack(a)
 	if _, err := m.saga(sctx, a); err != nil {
@@ -118,11 +118,12 @@ func (m *Manager) lastStart(id fence.Identity, gen uint64, t time.Time) (startFa
 	return f, ok && f.gen == gen && !f.at.Before(t)
 }
 
-// keptOf is the session of ended generation p that the next start reuses:
+// keptOf is the session of ended generation p that the next start reuses
+// (respawning p's own pane in it):
 // listed by the census in the server life p was published in, with a name a
 // tmux target cannot misread. nil after a server's death (or a session
 // removed meanwhile): the next generation gets a new session.
-func (m *Manager) keptOf(p fence.Published) *keptSession {
+func (m *Manager) keptOf(ctx context.Context, p fence.Published) *keptSession {
 	if p.Restart.Reason == verdict.ReasonServerRestart {
 		return nil
 	}
@@ -130,7 +131,15 @@ func (m *Manager) keptOf(p fence.Published) *keptSession {
 	if !ok || s.PaneID == "" {
 		return nil
 	}
-	k := &keptSession{tmuxID: s.ID, paneID: s.PaneID, name: s.Name, shown: s.Name, since: s.Tags[TagSince],
+	// The ended generation's own (dead) pane, not the active one: a person
+	// may have opened another pane since (agentpane.go).
+	pane := s.PaneID
+	if s.PanePID != p.PanePID {
+		if id, _, found := m.agentPane(ctx, p); found {
+			pane = id
+		}
+	}
+	k := &keptSession{tmuxID: s.ID, paneID: pane, name: s.Name, shown: s.Name, since: s.Tags[TagSince],
 		life: m.lifeOf(p.ServerPID, p.ServerStart)}
 	if !safeName(s.Name) {
 		// Renamed by hand: the session is kept all the same (an attached
@@ -162,7 +171,7 @@ func (m *Manager) leftoverOf(ctx context.Context, res fence.Reservation) *keptSe
 	if err != nil || !ok || !p.Ended {
 		return nil
 	}
-	return m.keptOf(p)
+	return m.keptOf(ctx, p)
 }
 
 // safeName: the names our saga gives ([a-z0-9-]); a session renamed by hand

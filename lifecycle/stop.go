@@ -384,7 +384,7 @@ func (m *Manager) removeEndedSessionTail(ctx context.Context, p fence.Published,
 	defer cancel()
 	var before [][]string
 	if wantTail {
-		before = [][]string{tailCapture(p.TmuxID)}
+		before = [][]string{tailCapture(m.agentTarget(kctx, p))}
 	}
 	replies, errs, err := m.killConfirmAfter(kctx, life, p.TmuxID, before)
 	m.doneKilling(life, p.TmuxID, err == nil)

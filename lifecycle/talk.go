@@ -53,7 +53,17 @@ func (m *Manager) talkTarget(ctx context.Context, ref Ref) (talkTarget, error) {
 	if err != nil {
 		return talkTarget{}, err
 	}
-	return talkTarget{pub: pub, sess: sess, life: m.lifeOf(pub.ServerPID, pub.ServerStart)}, nil
+	return m.agentTalkTarget(ctx, pub, sess), nil
+}
+
+// agentTalkTarget is the talkTarget of pub in sess, its pane the agent's own
+// even when a person's pane is the session's active one (agentpane.go): input
+// meant for the agent must not be typed into a person's shell.
+func (m *Manager) agentTalkTarget(ctx context.Context, pub fence.Published, sess census.Session) talkTarget {
+	if pub.PanePID > 0 && sess.PanePID != pub.PanePID {
+		sess.PaneID = m.agentPaneTarget(ctx, sess, pub)
+	}
+	return talkTarget{pub: pub, sess: sess, life: m.lifeOf(pub.ServerPID, pub.ServerStart)}
 }
 
 // readTarget is talkTarget for what only reads a pane (screen, output, wait

@@ -212,7 +212,7 @@ func (m *Manager) keptTarget(ctx context.Context, ref Ref, err error) (talkTarge
 	if rerr != nil || t.Session == nil || t.Published == nil || t.Live || t.Published.TmuxID != t.Session.ID {
 		return talkTarget{}, false
 	}
-	return talkTarget{pub: *t.Published, sess: *t.Session, life: m.lifeOf(t.Published.ServerPID, t.Published.ServerStart)}, true
+	return m.agentTalkTarget(ctx, *t.Published, *t.Session), true
 }
 
 // inputQueue orders the inputs of one session: tickets are taken when an input

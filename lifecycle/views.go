@@ -535,9 +535,16 @@ func (m *Manager) viewOf(s *census.Session, pub *fence.Published) View {
 	v.Authoritative = !pub.Ended && pub.TmuxID == s.ID && pub.Generation == v.Generation
 	switch {
 	case v.Authoritative:
-		v.State, v.StopTimeoutMS = stateOf(*pub, s.PaneDead), pub.StopTimeoutMS
+		dead := s.PaneDead
+		if pub.PanePID > 0 && s.PanePID != pub.PanePID {
+			// The census lists the active pane, a person's (agentpane.go):
+			// the session's pane is the agent's, and its exit starts the
+			// stop at once (the state says stopping then).
+			v.PanePID, v.PaneDead, dead = pub.PanePID, false, false
+		}
+		v.State, v.StopTimeoutMS = stateOf(*pub, dead), pub.StopTimeoutMS
 		v.CreatedAt = createdAt(s, *pub)
-		v.ActivityAt = activityAt(s, v.CreatedAt, s.PaneDead || restartedInSession(v.CreatedAt, *pub))
+		v.ActivityAt = activityAt(s, v.CreatedAt, dead || restartedInSession(v.CreatedAt, *pub))
 		restartFields(&v, *pub)
 	case !pub.Ended && pub.TmuxID == s.ID && pub.Generation > v.Generation && m.inCensusLife(*pub):
 		// The next generation was published in this session a moment ago

@@ -1,0 +1,95 @@
+package lifecycle
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"github.com/skc-supervisor/skc-supervisor/census"
+	"github.com/skc-supervisor/skc-supervisor/fence"
+)
+
+// The agent's pane among a person's panes.
+//
+// The census lists each session with its *active* pane (list-sessions'
+// pane_* formats). That is the agent's own until a person attached opens
+// another — split-window, new-window — which then becomes the active one.
+// Every managed window has remain-on-exit, so that pane dying (the person's
+// shell exiting) showed as a dead pane in the agent's session: the healthy
+// agent was stopped as if it had exited, with the person's status, and a
+// restart respawned the person's pane. The generation's pane is the one
+// whose process is the generation's pane pid (the helper execs the agent in
+// place, so the pid is the agent's): a dead pane with another pid is found
+// again among the session's panes (one list-panes) before anything is
+// decided from it.
+
+// agentPaneFormat reads each pane of a session: id, pid, dead.
+const agentPaneFormat = "#{pane_id}\t#{pane_pid}\t#{pane_dead}"
+
+// agentPane finds generation p's pane in its session: its id and whether it
+// is dead. found is false when no pane of the session has p's pane pid (a
+// pane respawned or killed by hand), or when tmux cannot be asked.
+func (m *Manager) agentPane(ctx context.Context, p fence.Published) (paneID string, dead, found bool) {
+	if p.PanePID <= 0 || p.TmuxID == "" {
+		return "", false, false
+	}
+	rep, err := m.commandIn(ctx, m.lifeOf(p.ServerPID, p.ServerStart), "list-panes", "-s", "-t", p.TmuxID, "-F", agentPaneFormat)
+	if err != nil {
+		return "", false, false
+	}
+	for _, l := range rep.Lines {
+		f := strings.Split(l, "\t")
+		if len(f) == 3 && f[1] == strconv.Itoa(p.PanePID) {
+			return f[0], f[2] == "1", true
+		}
+	}
+	return "", false, false
+}
+
+// notAgentsDeath reports a dead pane the census shows in p's session that is
+// not p's agent's end: the dead pane of the generation before, kept for this
+// one (staleDeath), or another pane than p's — one a person opened, now the
+// active one — while p's own pane still lives. A dead pane with another pid
+// whose session has no pane of p's pid is p's end all the same (its pane was
+// respawned or killed by hand).
+func (m *Manager) notAgentsDeath(ctx context.Context, s census.Session, p fence.Published) bool {
+	if staleDeath(s, p) {
+		return true
+	}
+	if p.PanePID <= 0 || s.PanePID == p.PanePID {
+		return false
+	}
+	_, dead, found := m.agentPane(ctx, p)
+	return found && !dead
+}
+
+// agentPaneTarget is the tmux target of p's pane in session s for reading its
+// end: s's listed pane when it is p's, else p's pane found among the
+// session's, else the session (its active pane, as before).
+func (m *Manager) agentPaneTarget(ctx context.Context, s census.Session, p fence.Published) string {
+	if s.PaneID != "" && (p.PanePID <= 0 || s.PanePID == p.PanePID) {
+		return s.PaneID
+	}
+	if id, _, found := m.agentPane(ctx, p); found {
+		return id
+	}
+	if s.PaneID != "" {
+		return s.PaneID
+	}
+	return p.TmuxID
+}
+
+// agentTarget is the tmux target of p's pane for a read at its end (the
+// output tail): p's session — its active pane — when the census lists p's
+// pane as the active one, with no round trip (the common case, on every
+// end); else p's pane found among the session's.
+func (m *Manager) agentTarget(ctx context.Context, p fence.Published) string {
+	s, ok := m.sessionOf(p)
+	if !ok || p.PanePID <= 0 || s.PanePID == p.PanePID {
+		return p.TmuxID
+	}
+	if id, _, found := m.agentPane(ctx, p); found {
+		return id
+	}
+	return p.TmuxID
+}
