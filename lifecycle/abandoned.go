@@ -29,12 +29,12 @@ func (m *Manager) resolveAbandonedLater(resID string) {
 	if m.stopCtx.Err() != nil {
 		return
 	}
+	delay, most := abandonedRetryFirst, abandonedRetryMax
 	m.stopWG.Add(1)
 	go func() {
 		defer m.stopWG.Done()
-		delay := abandonedRetryFirst
 		for sleepCtx(m.stopCtx, delay) && !m.resolveAbandoned(m.stopCtx, resID) {
-			delay = min(2*delay, abandonedRetryMax)
+			delay = min(2*delay, most)
 		}
 	}()
 }

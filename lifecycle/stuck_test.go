@@ -18,9 +18,9 @@ import (
 // create recovers the row (the attempt's session is an orphan) and publishes one
 // session.
 func TestStuckTmuxFailsWithinCommandDeadline(t *testing.T) {
+	holdAbandoned(t) // the next create decides the row here
 	e := startEnv(t, "", "", false)
 	e.m.cmdTimeout = 300 * time.Millisecond // no Create has run yet
-	holdAbandoned(t) // the next create decides the row here
 	info, _ := e.census.Info()
 	if err := syscall.Kill(info.PID, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -59,6 +59,8 @@ func TestStuckTmuxFailsWithinCommandDeadline(t *testing.T) {
 
 // holdAbandoned keeps the daemon's own retry (abandoned.go) from deciding an
 // abandoned row during t: the test looks at the row, or leaves it to a create.
+// Called before startEnv, so that the value is restored after the manager's
+// shutdown (cleanups run last first).
 func holdAbandoned(t *testing.T) {
 	d := abandonedRetryFirst
 	abandonedRetryFirst = time.Hour
