@@ -73,6 +73,14 @@ func (m *Manager) awaitKill(ctx context.Context, p fence.Published, cause endCau
 		// that record is this generation's one ended verdict.
 		rec = m.endedVerdictOf(ctx, p)
 	}
+	if rec.Verdict == "" {
+		// The fence has no end of this generation to show, and the stop did
+		// not write one: never answer "killed" for an agent nobody proved
+		// gone (seen when a state_dir's missing directory became a symlink
+		// after the create: the fence keys the identity differently now).
+		return KillResult{}, stoppingError(p, verdict.CodeIdentityReservedUnknown,
+			"generation %d: its stop ended without an ended verdict in the fence; its processes are not proven gone")
+	}
 	if rec.Reason != verdict.ReasonKilledByRequest {
 		return m.killAfterStop(ctx, p, rec, depth)
 	}

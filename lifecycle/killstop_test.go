@@ -2,6 +2,8 @@ package lifecycle
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -139,5 +141,36 @@ func TestKeptSessionKilledWhileDaemonDown(t *testing.T) {
 	}
 	if lines(marks) != 0 {
 		t.Fatal("restarted after its kept session was killed by hand")
+	}
+}
+
+// TestKillNeverClaimsAnUnprovenEnd: a state_dir whose missing directory
+// became a symlink after the create is keyed otherwise by the fence now, and
+// the kill cannot record the generation's end; it must say so
+// (identity_reserved_unknown, details.stopping) rather than answer "killed"
+// with an empty verdict while the agent runs on.
+func TestKillNeverClaimsAnUnprovenEnd(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	base := t.TempDir()
+	real := filepath.Join(base, "real")
+	if err := os.Mkdir(real, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	_, spec := e.identity("moved")
+	id := fence.Identity{StateDir: filepath.Join(base, "later", "x"), SessionID: "moved"}
+	spec.StateFile = filepath.Join(real, "moved.jsonl")
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(real, filepath.Join(base, "later")); err != nil {
+		t.Fatal(err)
+	}
+	kr, err := e.m.Kill(boundedCtx(t), Ref{Name: res.Session.Name})
+	if err == nil && (kr.Status != "killed" || kr.Verdict.Verdict != verdict.VerdictEnded) {
+		t.Fatalf("kill answered %+v without an ended verdict", kr)
+	}
+	if err != nil && codeOf(err) != verdict.CodeIdentityReservedUnknown {
+		t.Fatalf("kill: %v", err)
 	}
 }

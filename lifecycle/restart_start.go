@@ -186,7 +186,7 @@ func safeName(n string) bool {
 
 // failedStart counts a start that did not publish (its attempt was undone)
 // as a failed run: the next try waits the doubled delay, and past the start
-// limit the identity gives up. A start cancelled by a kill or a create
+// limit (or at once, under policy never) the identity gives up. A start cancelled by a kill or a create
 // (the fence no longer waits for it) changes nothing.
 func (m *Manager) failedStart(ctx context.Context, p fence.Published, cause error) {
 	m.log.Warn().Err(cause).Str("session", p.SessionName).Msg("restart: next generation not started")
@@ -194,7 +194,10 @@ func (m *Manager) failedStart(ctx context.Context, p fence.Published, cause erro
 	next := fence.RestartNext{State: fence.RestartExited, Reason: p.Restart.Reason, Failures: failures,
 		Delay: restartDelay(specDelay(p.Spec), failures)}
 	var also *verdict.Record
-	if burst, interval := specBurst(p.Spec); failures >= burst {
+	// A start a restart request asked for, of an identity whose policy is
+	// never, is not tried again: the policy promised no restarts, and the
+	// request got its answer (spawn_failed). It gives up at once.
+	if burst, interval := specBurst(p.Spec); failures >= burst || !p.Spec.Restarts() {
 		rec := gaveUpRecord(p, burst, interval, failures)
 		rec.Evidence["failed_starts"] = failures
 		next, also = fence.RestartNext{State: fence.RestartGaveUp, Failures: failures}, &rec
