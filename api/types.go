@@ -183,6 +183,10 @@ type Info struct {
 	PID       int       `json:"pid"`
 	StartedAt time.Time `json:"started_at"`
 	Home      string    `json:"home"`
+	// Tmux is the tmux binary the daemon runs its server with (an absolute
+	// path): attach runs the same one, since a client of another tmux
+	// version cannot talk to that server.
+	Tmux string `json:"tmux,omitempty"`
 }
 
 // EncodedReads is optional for a Service: one that implements it answers

@@ -53,14 +53,25 @@ func TestAttach(t *testing.T) {
 
 	attach(t, d, s, "attach", s.Name)
 	attach(t, d, s, "attach", "--state-dir", spec.StateDir, "--session-id", spec.SessionID)
+	// From a shell without SKC_TMUX and without tmux on its PATH: attach runs
+	// the daemon's own tmux (GET /v1/info), as a daemon started with SKC_TMUX
+	// from a unit file is attached to (a tmux client of another version than
+	// the server's cannot attach at all).
+	attachEnv(t, d, s, []string{"SKC_TMUX=", "PATH=/nonexistent-skc"}, "attach", s.Name)
 }
 
 // attach runs one attach in a pty: the agent's screen shows, typed keys reach
 // the agent, C-b d detaches and attach exits 0; the session survives.
 func attach(t *testing.T, d *Daemon, s Session, args ...string) {
 	t.Helper()
+	attachEnv(t, d, s, nil, args...)
+}
+
+// attachEnv is attach with extra environment.
+func attachEnv(t *testing.T, d *Daemon, s Session, env []string, args ...string) {
+	t.Helper()
 	cmd := exec.Command(needBinary(t), args...)
-	cmd.Env = d.Env("TERM=xterm-256color")
+	cmd.Env = d.Env(append([]string{"TERM=xterm-256color"}, env...)...)
 	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 24, Cols: 80})
 	if err != nil {
 		t.Fatal(err)

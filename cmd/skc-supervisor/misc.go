@@ -9,6 +9,7 @@ import (
 
 	"github.com/skc-supervisor/skc-supervisor/api"
 	"github.com/skc-supervisor/skc-supervisor/doctor"
+	"github.com/skc-supervisor/skc-supervisor/home"
 	"github.com/skc-supervisor/skc-supervisor/lifecycle"
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
@@ -31,17 +32,18 @@ func runAttach(cli *CLI, args []string) int {
 	if err != nil {
 		return cli.fail(o, err)
 	}
+	bin := attachTmux(cli, c, o, p.Tmux)
 	exists := func(id string) bool {
 		// The record's view of a generation whose session is gone names its
 		// old id too: only tmux says whether a session has it now.
-		return exec.Command(p.Tmux, "-S", p.TmuxSocket(), "has-session", "-t", id).Run() == nil
+		return exec.Command(bin, "-S", p.TmuxSocket(), "has-session", "-t", id).Run() == nil
 	}
 	target, err := attachTarget(cli, c, ref, exists)
 	c.Close()
 	if err != nil {
 		return cli.fail(o, err)
 	}
-	tmux, err := exec.LookPath(p.Tmux)
+	tmux, err := exec.LookPath(bin)
 	if err != nil {
 		return cli.fail(o, verdict.Errorf(verdict.CodeTmuxUnavailable, map[string]any{"tmux": p.Tmux},
 			"cannot find tmux (%s): %w", p.Tmux, err))
@@ -52,6 +54,25 @@ func runAttach(cli *CLI, args []string) int {
 	}
 	err = syscall.Exec(tmux, argv, os.Environ())
 	return cli.fail(o, verdict.Errorf(verdict.CodeInternal, nil, "exec %s: %w", tmux, err))
+}
+
+// attachTmux is the tmux binary attach runs: the one given to this command
+// (--tmux, SKC_TMUX), else the daemon's own (GET /v1/info) — a tmux client
+// of another version than the server's cannot attach to it ("server exited
+// unexpectedly"), and a daemon started with SKC_TMUX set (a unit file) is
+// attached to from shells without it — else tmux on PATH.
+func attachTmux(cli *CLI, c *api.Client, o opts, def string) string {
+	if o.o.Tmux != "" || cli.getenv(home.EnvTmux) != "" {
+		return def
+	}
+	info, err := c.Info(cli.ctx)
+	if err != nil || info.Tmux == "" {
+		return def
+	}
+	if fi, err := os.Stat(info.Tmux); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+		return def
+	}
+	return info.Tmux
 }
 
 // attachTarget resolves ref to the tmux target attach hands tmux: the

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -247,7 +248,7 @@ func (d *daemon) startAPI() error {
 	d.srv, err = api.New(api.Config{
 		Service:  &backend.Service{Manager: d.mgr, Store: d.store, Verdicts: d.writer},
 		AllowUID: os.Geteuid(),
-		Info:     api.Info{Version: versionString(), PID: os.Getpid(), StartedAt: time.Now().UTC(), Home: d.paths.Home},
+		Info:     api.Info{Version: versionString(), PID: os.Getpid(), StartedAt: time.Now().UTC(), Home: d.paths.Home, Tmux: tmuxPath(d.paths.Tmux)},
 		Metrics:  d.reg,
 		Log:      &d.log,
 	})
@@ -349,6 +350,19 @@ func (d *daemon) closeStores() {
 	if d.wireLog != nil {
 		d.wireLog.Close()
 	}
+}
+
+// tmuxPath is the absolute path of the tmux binary bin names ("" when it
+// cannot be found).
+func tmuxPath(bin string) string {
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		return ""
+	}
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return ""
 }
 
 // checkTmuxFiles refuses a start that could never reach a tmux server: a
