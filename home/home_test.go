@@ -2,8 +2,8 @@ package home
 
 import (
 	"os"
-	"os/user"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
