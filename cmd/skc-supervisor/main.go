@@ -218,6 +218,11 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 // parseSplit is parseArgs keeping apart the positional words written before
 // "--" and those after it (send's TEXT is only ever after it).
 func parseSplit(fs *flag.FlagSet, args []string) (before, after []string, err error) {
+	defer func(all []string) {
+		if err == nil {
+			err = onceEach(fs, all)
+		}
+	}(args)
 	for {
 		if err := fs.Parse(args); err != nil {
 			wantJSON(fs, args)
@@ -234,6 +239,46 @@ func parseSplit(fs *flag.FlagSet, args []string) (before, after []string, err er
 		before = append(before, rest[0])
 		args = rest[1:]
 	}
+}
+
+// repeatable marks a flag that may be given more than once (--env, --key,
+// --resume-arg): each use adds a value.
+type repeatable interface{ repeatable() }
+
+func (*envFlags) repeatable()  {}
+func (*multiFlag) repeatable() {}
+func (*keyFlags) repeatable()  {}
+
+// onceEach refuses a single-valued flag given twice before "--": the flag
+// package keeps the last, so `kill --session-id a --session-id b` killed b —
+// as the API refuses a repeated key, the CLI refuses a repeated flag.
+// Boolean flags repeat harmlessly.
+func onceEach(fs *flag.FlagSet, args []string) error {
+	seen := map[string]bool{}
+	for i := 0; i < len(args) && args[i] != "--"; i++ {
+		a := args[i]
+		if len(a) < 2 || a[0] != '-' {
+			continue
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		f := fs.Lookup(name)
+		if f == nil {
+			continue
+		}
+		bf, isBool := f.Value.(interface{ IsBoolFlag() bool })
+		if isBool = isBool && bf.IsBoolFlag(); !isBool && !hasValue {
+			i++ // its value
+		}
+		if _, rep := f.Value.(repeatable); rep || isBool {
+			continue
+		}
+		if seen[name] {
+			return verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": strings.ReplaceAll(name, "-", "_")},
+				"%s: --%s is given twice; give it once", fs.Name(), name)
+		}
+		seen[name] = true
+	}
+	return nil
 }
 
 // parseNoArgs is parseArgs for verbs that take no positional argument: an

@@ -79,6 +79,12 @@ func TestExitCodesWithoutDaemon(t *testing.T) {
 		{[]string{"show", "--json", "a", "b"}, 2, "invalid_request", "usage"},
 		{[]string{"show", "--json", "--state-dir", "/s", "--session-id", "-x"}, 2, "invalid_request", "session_id"},
 		{[]string{"verdicts", "--json", "--since", "-1"}, 2, "invalid_request", "since"},
+		// A single-valued flag given twice is refused, not "the last wins".
+		{[]string{"kill", "--json", "--state-dir", "/tmp/x", "--session-id", "a", "--session-id", "b"}, 2, "invalid_request", "session_id"},
+		{[]string{"create", "--json", "--state-dir", "/tmp/x", "--session-id", "a", "--label", "x", "--label=y", "--", "true"}, 2, "invalid_request", "label"},
+		{[]string{"--home", "/tmp/x", "show", "--json", "x", "--home", "/tmp/y"}, 2, "invalid_request", "home"},
+		{[]string{"show", "--json", "--json", "x"}, 69, "daemon_unreachable", ""},
+		{[]string{"create", "--json", "--state-dir", "/tmp/x", "--session-id", "a", "--env", "A=1", "--env", "B=2", "--resume-arg", "x", "--resume-arg", "y", "--", "true", "--label", "twice", "--label", "again"}, 69, "daemon_unreachable", ""},
 		// Numbers are decimal: flag's own Int would read 0x3 as 3, 1_0 as 10.
 		{[]string{"create", "--json", "--state-dir", "/tmp/x", "--session-id", "a", "--restart-burst", "0x3", "--", "true"}, 2, "invalid_request", "restart_burst"},
 		{[]string{"create", "--json", "--state-dir", "/tmp/x", "--session-id", "a", "--restart-burst", "1_0", "--", "true"}, 2, "invalid_request", "restart_burst"},

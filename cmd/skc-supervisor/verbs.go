@@ -130,6 +130,9 @@ func commandArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 		wantJSON(fs, args)
 		return nil, usageError(fs.Name(), err)
 	}
+	if err := onceEach(fs, args); err != nil {
+		return nil, err
+	}
 	rest := fs.Args()
 	if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
 		return rest, nil
