@@ -115,6 +115,16 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			writeError(w, err)
 			return
 		}
+		if r.ContentLength > MaxBody {
+			// Refused before routing, also by an endpoint that reads no
+			// body (ping, DELETE): the limit is the API's, not a handler's.
+			// Read up to the limit first, as a handler does: a client still
+			// writing its body then reads the answer, not a broken pipe.
+			_, _ = io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, MaxBody))
+			writeError(w, verdict.Errorf(verdict.CodeBodyTooLarge, map[string]any{"limit_bytes": MaxBody},
+				"request body is larger than %d bytes", MaxBody))
+			return
+		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxBody)
 		rec := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		start := time.Now()

@@ -172,6 +172,12 @@ func TestBodyTooLarge(t *testing.T) {
 	big := `{"state_dir":"/x","session_id":"a","argv":["` + strings.Repeat("a", MaxBody) + `"]}`
 	st, b := h.raw(t, "POST", "/v1/sessions", big, nil)
 	wantErr(t, st, b, 413, "invalid", verdict.CodeBodyTooLarge, "")
+	// Also where the endpoint reads no body: the limit is the API's.
+	for _, m := range []string{"GET /v1/ping", "DELETE /v1/sessions/x"} {
+		method, p, _ := strings.Cut(m, " ")
+		st, b := h.raw(t, method, p, strings.Repeat("a", MaxBody+1), nil)
+		wantErr(t, st, b, 413, "invalid", verdict.CodeBodyTooLarge, "")
+	}
 	// The limit with its unit, as docs/verdicts.md shows it.
 	if _, e := decodeErr(t, b); e.Details["limit_bytes"] != float64(MaxBody) {
 		t.Fatalf("details %v, want limit_bytes %d", e.Details, MaxBody)
