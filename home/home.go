@@ -104,6 +104,13 @@ func Resolve(o Overrides, env Env) (Paths, error) {
 			return Paths{}, fieldError("tmux_config", err)
 		}
 	}
+	for _, f := range []struct{ field, path string }{{"home", p.Home}, {"runtime_dir", p.RuntimeDir}, {"tmux_config", p.TmuxConfig}} {
+		if strings.ContainsAny(f.path, "\x00\r\n") {
+			// Refused before anything is made: such a path would be
+			// created, then refused by a later check without its name.
+			return Paths{}, fieldError(f.field, fmt.Errorf("%s %q contains NUL, CR or LF", f.field, f.path))
+		}
+	}
 	p.FenceURL = firstNonEmpty(o.Fence, env(EnvFence), FenceSQLite)
 	if err := checkFenceURL(p.FenceURL); err != nil {
 		return Paths{}, fieldError("fence", err)

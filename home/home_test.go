@@ -316,3 +316,24 @@ func pwHome(t *testing.T) string {
 	}
 	return filepath.Clean(u.HomeDir)
 }
+
+// TestResolveRefusesControlCharacters: a home, runtime dir or tmux config path
+// with NUL, CR or LF is refused by Resolve, naming the field and the path,
+// before anything is created.
+func TestResolveRefusesControlCharacters(t *testing.T) {
+	for _, c := range []struct {
+		o     Overrides
+		env   map[string]string
+		field string
+	}{
+		{Overrides{}, map[string]string{"SKC_HOME": "/tmp/a\nb"}, "home"},
+		{Overrides{Home: "/h", RuntimeDir: "/tmp/r\rx"}, nil, "runtime_dir"},
+		{Overrides{Home: "/h", TmuxConfig: "/tmp/c\nx"}, nil, "tmux_config"},
+	} {
+		_, err := Resolve(c.o, envOf(c.env))
+		e := verdict.AsError(err)
+		if e == nil || e.Code != verdict.CodeInvalidRequest || e.Details["field"] != c.field || !strings.Contains(e.Message, `\n`) && !strings.Contains(e.Message, `\r`) {
+			t.Errorf("%+v %v: %v", c.o, c.env, err)
+		}
+	}
+}
