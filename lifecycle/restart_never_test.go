@@ -19,13 +19,7 @@ import (
 func TestRestartVerbStartFailsNever(t *testing.T) {
 	e := startEnv(t, "", "", false)
 	id, spec := e.identity("nevergone")
-	script := filepath.Join(id.StateDir, "agent.sh")
-	write := func() {
-		if err := os.WriteFile(script, []byte("#!/bin/sh\nexit 2\n"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write()
+	script, write := exitScript(t, id)
 	spec.Argv = []string{script}
 	if _, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second}); err != nil {
 		t.Fatal(err)
@@ -48,4 +42,18 @@ func TestRestartVerbStartFailsNever(t *testing.T) {
 	if err != nil || v.Generation <= 1 {
 		t.Fatalf("restart with the command back: %+v %v", v, err)
 	}
+}
+
+// exitScript writes an agent script in id's state dir that exits 2, and
+// returns its path and the func that writes it again (after a test removed
+// it: a command gone since the create).
+func exitScript(t *testing.T, id fence.Identity) (string, func()) {
+	script := filepath.Join(id.StateDir, "agent.sh")
+	write := func() {
+		if err := os.WriteFile(script, []byte("#!/bin/sh\nexit 2\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write()
+	return script, write
 }

@@ -714,13 +714,7 @@ func TestRestartTailIsOwn(t *testing.T) {
 func TestRestartVerbStartFails(t *testing.T) {
 	e := startEnv(t, "", "", false)
 	id, spec, _ := e.restartSpec("gone", fence.RestartOnFailure, time.Minute, 5)
-	script := filepath.Join(id.StateDir, "agent.sh")
-	write := func() {
-		if err := os.WriteFile(script, []byte("#!/bin/sh\nexit 2\n"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write()
+	script, write := exitScript(t, id)
 	spec.Argv, spec.ResumeArgv = []string{script}, nil
 	if _, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second}); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,18 +22,7 @@ func TestStuckTmuxFailsWithinCommandDeadline(t *testing.T) {
 	holdAbandoned(t) // the next create decides the row here
 	e := startEnv(t, "", "", false)
 	e.m.cmdTimeout = 300 * time.Millisecond // no Create has run yet
-	info, _ := e.census.Info()
-	if err := syscall.Kill(info.PID, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	stopped := true
-	cont := func() {
-		if stopped {
-			stopped = false
-			_ = syscall.Kill(info.PID, syscall.SIGCONT)
-		}
-	}
-	t.Cleanup(cont)
+	cont := stopTmux(t, e)
 	id, spec := e.identity("stuck")
 	_, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec})
 	cont()
@@ -57,6 +47,19 @@ func TestStuckTmuxFailsWithinCommandDeadline(t *testing.T) {
 	})
 }
 
+// stopTmux stops e's tmux server (SIGSTOP: a really stuck tmux) and returns
+// the func that lets it run again, once (also at t's end).
+func stopTmux(t *testing.T, e *env) func() {
+	info, _ := e.census.Info()
+	if err := syscall.Kill(info.PID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	cont := func() { once.Do(func() { _ = syscall.Kill(info.PID, syscall.SIGCONT) }) }
+	t.Cleanup(cont)
+	return cont
+}
+
 // holdAbandoned keeps the daemon's own retry (abandoned.go) from deciding an
 // abandoned row during t: the test looks at the row, or leaves it to a create.
 // Called before startEnv, so that the value is restored after the manager's
@@ -75,18 +78,7 @@ func holdAbandoned(t *testing.T) {
 func TestAbandonedAttemptDecidedOnceTmuxAnswers(t *testing.T) {
 	e := startEnv(t, "", "", false)
 	e.m.cmdTimeout = 300 * time.Millisecond
-	info, _ := e.census.Info()
-	if err := syscall.Kill(info.PID, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	stopped := true
-	cont := func() {
-		if stopped {
-			stopped = false
-			_ = syscall.Kill(info.PID, syscall.SIGCONT)
-		}
-	}
-	t.Cleanup(cont)
+	cont := stopTmux(t, e)
 	id, spec := e.identity("abandoned")
 	_, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec})
 	if verdict.CodeOf(err) != verdict.CodeTmuxUnavailable {
