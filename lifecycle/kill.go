@@ -71,7 +71,10 @@ func (m *Manager) awaitKill(ctx context.Context, p fence.Published, cause endCau
 	if rec.Verdict == "" {
 		// Another observer wrote the end (the agent exited as we killed it):
 		// that record is this generation's one ended verdict.
-		rec = m.endedVerdictOf(ctx, p)
+		var err error
+		if rec, err = m.endedVerdictOf(ctx, p); err != nil {
+			return KillResult{}, fenceError(err)
+		}
 	}
 	if rec.Verdict == "" {
 		// The fence has no end of this generation to show, and the stop did
@@ -161,19 +164,19 @@ func killCause(p fence.Published) endCause {
 }
 
 // endedVerdictOf finds the ended verdict of p's generation in its identity's
-// history (zero when none is there).
-func (m *Manager) endedVerdictOf(ctx context.Context, p fence.Published) verdict.Record {
+// history (zero when none is there; an error when the fence cannot be read).
+func (m *Manager) endedVerdictOf(ctx context.Context, p fence.Published) (verdict.Record, error) {
 	recs, err := m.fence.VerdictsFor(ctx, p.Identity, showVerdicts)
 	if err != nil {
-		return verdict.Record{}
+		return verdict.Record{}, err
 	}
 	for i := len(recs) - 1; i >= 0; i-- {
 		r := recs[i]
 		if r.Verdict == verdict.VerdictEnded && r.Session != nil && r.Session.Generation == p.Generation {
-			return r
+			return r, nil
 		}
 	}
-	return verdict.Record{}
+	return verdict.Record{}, nil
 }
 
 // waitCensusGone waits (bounded) until the census no longer lists id, so a List
