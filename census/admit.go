@@ -1,6 +1,7 @@
 package census
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 
@@ -43,7 +44,7 @@ func (c *Census) AdmitCreated(life tmuxctl.ServerLife, s Session, num, tagged ui
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old, held := c.sessions[s.ID]; held {
-		c.retagLocked(old, s.Name, s.Tags, life, tagged)
+		c.retagLocked(old, s, life, tagged)
 		return true, nil
 	}
 	if !c.online || !c.synced || c.info.ServerLife != life {
@@ -70,15 +71,24 @@ func (c *Census) AdmitCreated(life tmuxctl.ServerLife, s Session, num, tagged ui
 // now, and the subscription, which only sees a session appear, would not have
 // told. The name is the creator's too: a warm pool's standby, held since it
 // was spawned, was renamed to its attempt's name just before (the relist that
-// rename triggers may not have run yet). c.mu is held.
-func (c *Census) retagLocked(old *entry, name string, tags map[string]string, life tmuxctl.ServerLife, tagged uint64) {
-	if tagsOf(tags) == old.exact && len(old.s.Tags) == len(tags) && (name == "" || name == old.s.Name) {
+// rename triggers may not have run yet). So is the pane, when the creator
+// names another pid than the held entry: a restart respawned the pane, and
+// the entry still shows the previous generation's dead one (a pane's pid
+// changes only so). c.mu is held.
+func (c *Census) retagLocked(old *entry, s Session, life tmuxctl.ServerLife, tagged uint64) {
+	name, tags := s.Name, s.Tags
+	newPane := s.PanePID != 0 && s.PanePID != old.s.PanePID
+	if tagsOf(tags) == old.exact && len(old.s.Tags) == len(tags) && (name == "" || name == old.s.Name) && !newPane {
 		old.tagged = tagged
 		return
 	}
-	e := &entry{s: old.s, exact: tagsOf(tags), control: old.control, admitted: old.admitted, tagged: tagged, readAt: old.readAt}
+	e := &entry{s: old.s.clone(), exact: tagsOf(tags), control: old.control, admitted: old.admitted, tagged: tagged, readAt: old.readAt}
 	if name != "" {
 		e.s.Name = name
+	}
+	if newPane {
+		e.s.PaneID, e.s.PanePID = cmp.Or(s.PaneID, e.s.PaneID), s.PanePID
+		e.s.PaneDead, e.s.PaneDeadStatus, e.s.PaneDeadSignal = false, nil, ""
 	}
 	e.s.Tags = maps.Clone(tags)
 	e.s.Managed = e.s.Tags[TagIdentity] != ""
@@ -86,10 +96,13 @@ func (c *Census) retagLocked(old *entry, name string, tags map[string]string, li
 	c.changeLocked(old, e, life)
 }
 
-// keepCreatorsTags gives e, read from tmux to replace old, old's tags and name
-// when old was admitted by its creator (AdmitCreated) with tags set by a
-// command tmux ran after e's read: that read may have caught them half set.
-// A read after them is tmux's own word, and the creator's guard ends there.
+// keepCreatorsTags gives e, read from tmux to replace old, old's picture of
+// the session when old was admitted by its creator (AdmitCreated) with tags
+// set by a command tmux ran after e's read: that read may have caught them
+// half set, and all it shows is older than what the creator knew — the
+// respawned pane of a restart, say, which it still shows dead with the
+// previous generation's pid. Only a later activity is taken from it. A read
+// after the tags is tmux's own word, and the creator's guard ends there.
 // c.mu is held.
 func keepCreatorsTags(old, e *entry) {
 	if old == nil || old == e || old.tagged == 0 {
@@ -98,7 +111,11 @@ func keepCreatorsTags(old, e *entry) {
 	if e.readAt == 0 || !numBefore(e.readAt, old.tagged) {
 		return // read after the tags (or not known when): tmux's word
 	}
-	e.s.Tags, e.exact, e.s.Managed, e.s.Name = maps.Clone(old.s.Tags), old.exact, old.s.Managed, old.s.Name
+	act := e.s.Activity
+	e.s, e.exact = old.s.clone(), old.exact
+	if act.After(e.s.Activity) {
+		e.s.Activity = act
+	}
 	e.tagged = old.tagged
 }
 

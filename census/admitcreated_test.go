@@ -166,14 +166,15 @@ func TestAdmitCreatedOutlivesAnEarlierRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	tags := map[string]string{TagIdentity: digest(5), TagGeneration: "1", TagReservation: "r", TagState: "s"}
-	if ok, err := c.AdmitCreated(life, Session{ID: "$5", Name: "skc-a", Tags: tags}, 100, 106); !ok || err != nil {
+	if ok, err := c.AdmitCreated(life, Session{ID: "$5", Name: "skc-a", Tags: tags, PaneID: "%9", PanePID: 707}, 100, 106); !ok || err != nil {
 		t.Fatalf("AdmitCreated: %v %v", ok, err)
 	}
-	early := entryFor(5, "skc-standby-0123456789abcdef", "") // read at 103: untagged, the standby's name
+	early := entryFor(5, "skc-standby-0123456789abcdef", "") // read at 103: untagged, the standby's name,
+	early.s.PaneID, early.s.PanePID, early.s.PaneDead = "%9", 653, true // the pane before its respawn
 	if err := c.applyAt(c.epoch, life, []*entry{early}, 103); err != nil {
 		t.Fatal(err)
 	}
-	if got, ok := c.ByID("$5"); !ok || !got.Managed || got.Identity() != digest(5) || got.Name != "skc-a" {
+	if got, ok := c.ByID("$5"); !ok || !got.Managed || got.Identity() != digest(5) || got.Name != "skc-a" || got.PanePID != 707 || got.PaneDead {
 		t.Fatalf("after a read from before the tags: %+v %v", got, ok)
 	}
 	if len(c.ByIdentity(digest(5))) != 1 {
@@ -185,5 +186,25 @@ func TestAdmitCreatedOutlivesAnEarlierRead(t *testing.T) {
 	}
 	if got, _ := c.ByID("$5"); got.Managed || got.Name != "skc-b" {
 		t.Fatalf("a read after the tags did not win: %+v", got)
+	}
+}
+
+// A restart respawns a kept session's dead pane and admits the session again:
+// the census, still holding the previous generation's dead pane, takes the
+// creator's new pane with its tags (a read before them could not know it).
+func TestAdmitCreatedTakesTheRespawnedPane(t *testing.T) {
+	life := tmuxctl.ServerLife{Socket: "s", PID: 10, StartTime: 1}
+	c := offline(life)
+	kept := entryFor(5, "skc-a", digest(5))
+	kept.s.PaneID, kept.s.PanePID, kept.s.PaneDead = "%9", 653, true
+	if err := c.applyAt(c.epoch, life, []*entry{kept}, 120); err != nil {
+		t.Fatal(err)
+	}
+	tags := map[string]string{TagIdentity: digest(5), TagGeneration: "2", TagReservation: "r", TagState: "s"}
+	if ok, err := c.AdmitCreated(life, Session{ID: "$5", Name: "skc-a", Tags: tags, PaneID: "%9", PanePID: 707}, 130, 136); !ok || err != nil {
+		t.Fatalf("AdmitCreated: %v %v", ok, err)
+	}
+	if got, _ := c.ByID("$5"); got.PanePID != 707 || got.PaneDead || got.Tags[TagGeneration] != "2" {
+		t.Fatalf("after the respawn's admission: %+v", got)
 	}
 }
