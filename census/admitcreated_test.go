@@ -169,7 +169,7 @@ func TestAdmitCreatedOutlivesAnEarlierRead(t *testing.T) {
 	if ok, err := c.AdmitCreated(life, Session{ID: "$5", Name: "skc-a", Tags: tags, PaneID: "%9", PanePID: 707}, 100, 106); !ok || err != nil {
 		t.Fatalf("AdmitCreated: %v %v", ok, err)
 	}
-	early := entryFor(5, "skc-standby-0123456789abcdef", "") // read at 103: untagged, the standby's name,
+	early := entryFor(5, "skc-standby-0123456789abcdef", "")            // read at 103: untagged, the standby's name,
 	early.s.PaneID, early.s.PanePID, early.s.PaneDead = "%9", 653, true // the pane before its respawn
 	if err := c.applyAt(c.epoch, life, []*entry{early}, 103); err != nil {
 		t.Fatal(err)
