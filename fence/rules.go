@@ -96,14 +96,15 @@ func ApplyPatch(r *Reservation, to Phase, p Patch, now time.Time, lease time.Dur
 // identity's published record old (hadOld false when there is none). It
 // refuses a generation not above the published one (internal: generations
 // only grow), and a restart whose identity no longer waits for its next start
-// (spawn_failed: a kill cancelled it while it was under way).
+// (agent_not_running: a kill cancelled it while it was under way — nothing
+// failed to spawn, and an alert on spawn_failed must not fire for a kill).
 func NewPublished(cur Reservation, old Published, hadOld bool, now time.Time) (Published, error) {
 	if hadOld && old.Generation >= cur.Generation {
 		return Published{}, verdict.Errorf(verdict.CodeInternal, map[string]any{"generation": cur.Generation},
 			"generation %d is not above the published %d", cur.Generation, old.Generation)
 	}
 	if cur.StartReason != "" && (!hadOld || !old.Ended || old.Restart.State != RestartExited) {
-		return Published{}, verdict.Errorf(verdict.CodeSpawnFailed, map[string]any{"restart_state": old.Restart.State},
+		return Published{}, verdict.Errorf(verdict.CodeAgentNotRunning, map[string]any{"restart_state": old.Restart.State},
 			"restart of generation %d cancelled: the identity no longer waits for its next start", old.Generation)
 	}
 	pub := Published{Identity: cur.Identity, Generation: cur.Generation, ReservationID: cur.ID,

@@ -55,9 +55,13 @@ func TestKillDuringRestartRequest(t *testing.T) {
 	e := startEnv(t, "", "", false)
 	id, spec, marks := e.restartSpec("killrestart", fence.RestartNever, time.Hour, 5, "agent", "ignore")
 	spec.StopTimeoutMS = 1000
-	if _, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second}); err != nil {
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	if err != nil {
 		t.Fatal(err)
 	}
+	// Ignoring SIGTERM once it runs: a stop sent earlier would end it at once,
+	// and the restart's stop would be over before the kill could meet it.
+	waitFor(t, "agent start", func() bool { a := agentPID(res.Session.PanePID); return a != 0 && isReady(a) })
 	restarted := make(chan error, 1)
 	go func() {
 		_, err := e.m.Restart(boundedCtx(t), Ref{Identity: &id})

@@ -252,7 +252,13 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	// Stops in flight end with the daemon: their progress is in the fence,
 	// and the next start continues them (Recover).
 	defer func() {
+		// Cancelled under m.mu, where every stopWG.Add checks stopCtx
+		// first: an Add then either comes before the cancel (and before
+		// the Wait) or sees it and adds nothing — never an Add beside a
+		// Wait at zero (an abandon during shutdown starts a retry).
+		m.mu.Lock()
 		m.stopCancel()
+		m.mu.Unlock()
 		m.stopWG.Wait()
 		m.closeExitWatch()
 		proctree.RemoveBase(m.cgroupBase)

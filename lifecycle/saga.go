@@ -384,7 +384,7 @@ func (m *Manager) publish(ctx context.Context, a *attempt) (CreateResult, error)
 			return CreateResult{}, err
 		}
 		var ve *verdict.Error
-		if errors.As(err, &ve) && (ve.Code == verdict.CodeSpawnFailed || ve.Code == verdict.CodeInternal) {
+		if errors.As(err, &ve) && (ve.Code == verdict.CodeAgentNotRunning || ve.Code == verdict.CodeSpawnFailed || ve.Code == verdict.CodeInternal) {
 			// The fence's own refusal (fence/rules.go: a restart a kill
 			// cancelled meanwhile, a generation not above the published
 			// one): its code, not an unreachable fence.
