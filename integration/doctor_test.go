@@ -83,6 +83,16 @@ func TestDoctor(t *testing.T) {
 	if p := rep.problems(t); len(p) != 0 || r.Code != rep.wantExit() {
 		t.Errorf("healthy home with a running daemon: problems %v, exit %d\n%s", p, r.Code, r)
 	}
+	// From a shell without SKC_TMUX and without tmux on its PATH, the
+	// running daemon's tmux is the one checked, as attach runs it.
+	rj := d.CLIWith(t, CLIOpts{Env: []string{"SKC_TMUX=", "PATH=/nonexistent-skc"}}, "doctor", "--json")
+	var bare doctorReport
+	mustJSON(t, rj, &bare)
+	for _, c := range bare.Checks {
+		if c.Check == "tmux" && c.Status != "ok" {
+			t.Errorf("doctor without SKC_TMUX beside a running daemon: %+v", c)
+		}
+	}
 
 	if err := os.Chmod(d.Dir, 0o770); err != nil {
 		t.Fatal(err)

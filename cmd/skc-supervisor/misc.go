@@ -56,7 +56,7 @@ func runAttach(cli *CLI, args []string) int {
 	return cli.fail(o, verdict.Errorf(verdict.CodeInternal, nil, "exec %s: %w", tmux, err))
 }
 
-// attachTmux is the tmux binary attach runs: the one given to this command
+// attachTmux is the tmux binary attach runs (and doctor checks): the one given to this command
 // (--tmux, SKC_TMUX), else the daemon's own (GET /v1/info) — a tmux client
 // of another version than the server's cannot attach to it ("server exited
 // unexpectedly"), and a daemon started with SKC_TMUX set (a unit file) is
@@ -157,6 +157,12 @@ func runDoctor(cli *CLI, args []string) int {
 	if err != nil {
 		return cli.fail(o, err)
 	}
+	bin := p.Tmux
+	if c, err := cli.client(o); err == nil {
+		// A running daemon's tmux is the one that matters (attachTmux).
+		bin = attachTmux(cli, c, o, p.Tmux)
+		c.Close()
+	}
 	return doctor.Run(cli.ctx, doctor.Config{Home: p.Home, RuntimeDir: p.RuntimeDir,
-		TmuxPath: p.Tmux, TmuxConfig: p.TmuxConfig}, cli.stdout, o.json)
+		TmuxPath: bin, TmuxConfig: p.TmuxConfig}, cli.stdout, o.json)
 }
