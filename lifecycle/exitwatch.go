@@ -94,7 +94,7 @@ func (m *Manager) watchExit(p fence.Published) {
 	}
 	// The callback keeps the session's life, id and generation only, not p:
 	// a few dozen bytes per watch at 4,000 of them.
-	life, id, gen := m.lifeOf(p.ServerPID, p.ServerStart), p.TmuxID, p.Generation
+	life, id, gen, pid := m.lifeOf(p.ServerPID, p.ServerStart), p.TmuxID, p.Generation, p.PanePID
 	err := w.Watch(stopKey(p), p.PanePID, p.PaneStart, func(e proctree.Exit) {
 		if st, ok := e.Status(); ok {
 			if r := m.endAtExit(life, id, gen, st); r != nil {
@@ -108,6 +108,11 @@ func (m *Manager) watchExit(p fence.Published) {
 			}
 		}
 		m.census.PaneExited(m.stopCtx, life, id, e.Reaped)
+		if s, listed := m.census.ByID(id); listed && s.PanePID != pid {
+			// The census lists a person's pane as the session's (agentpane.go):
+			// its read cannot show the agent's death.
+			m.endInOwnPane(life, id, gen)
+		}
 	})
 	if err != nil && err != proctree.ErrWatchClosed {
 		m.mu.Lock()
@@ -188,4 +193,31 @@ func (m *Manager) endAtExit(life tmuxctl.ServerLife, id string, gen uint64, st p
 		end.status = &code
 	}
 	return m.stopGeneration(p, endCause{reason: verdict.ReasonAgentExited, exit: &end})
+}
+
+// endInOwnPane starts the stop of generation gen in session id, whose agent
+// exited while a person's pane is the session's active one, once tmux shows
+// the agent's own pane dead (its exit is read from that pane). Nothing when
+// the pane is not there (its session's removal is the census's to tell), or
+// the generation is not the one published there.
+func (m *Manager) endInOwnPane(life tmuxctl.ServerLife, id string, gen uint64) {
+	if !m.detecting.Load() || !m.census.OnLife(life) || !proctree.Running(life.PID) {
+		return
+	}
+	p, ok := m.publishedByTmuxID(m.stopCtx, id, life)
+	if !ok || p.Generation != gen {
+		return
+	}
+	// tmux marks the pane dead once it has reaped the process and (3.3a)
+	// read the pty to its end: a moment after the exit, bounded here.
+	for deadline := time.Now().Add(paneExitWait); ; {
+		_, dead, found := m.agentPane(m.stopCtx, p)
+		if found && dead {
+			m.stopGeneration(p, endCause{reason: verdict.ReasonAgentExited})
+			return
+		}
+		if !found || time.Now().After(deadline) || !sleepCtx(m.stopCtx, 20*time.Millisecond) {
+			return
+		}
+	}
 }
