@@ -135,6 +135,19 @@ func (c *Census) noteListedLocked(life tmuxctl.ServerLife, num uint64) {
 	}
 }
 
+// LastNumber is the latest of tmux command numbers (0: none known), as the
+// census orders them (numBefore): what a creator passes AdmitCreated as the
+// number of its last tag command.
+func LastNumber(nums ...uint64) uint64 {
+	var last uint64
+	for _, n := range nums {
+		if n != 0 && (last == 0 || numBefore(last, n)) {
+			last = n
+		}
+	}
+	return last
+}
+
 // numBefore compares tmux command numbers, which are a C u_int: serial
 // number arithmetic (RFC 1982), so a server that has run more than 2^32
 // commands still compares numbers close in time correctly.

@@ -481,6 +481,17 @@ func createWith(t *testing.T, d *Daemon, spec Spec, flags ...string) Session {
 	return *a.Session
 }
 
+// ignoringGeneration creates identity id whose agent ignores the hangup and
+// SIGTERM, with the given --stop-timeout, and waits for its agent: a
+// generation whose stop waits out its grace.
+func ignoringGeneration(t *testing.T, d *Daemon, id, stopTimeout string) (Spec, Session, markProc) {
+	t.Helper()
+	mark := stopMark(t)
+	spec := stopSpec(t, id, "g1", mark, "ignore")
+	s := createWith(t, d, spec, "--stop-timeout", stopTimeout)
+	return spec, s, waitTag(t, mark, "g1", "agent")
+}
+
 // withFlags puts flags into create arguments, before the "--".
 func withFlags(args []string, flags ...string) []string {
 	i := 0
@@ -582,10 +593,7 @@ func TestStopFlagsAndFenceReleaseCLI(t *testing.T) {
 func TestAttachStoppingAfterServerDeath(t *testing.T) {
 	t.Parallel()
 	d := StartDaemon(t, DaemonOpts{})
-	mark := stopMark(t)
-	spec := stopSpec(t, "attachstop", "g1", mark, "ignore")
-	s := createWith(t, d, spec, "--stop-timeout", "120s")
-	agent := waitTag(t, mark, "g1", "agent")
+	spec, s, agent := ignoringGeneration(t, d, "attachstop", "120s")
 	defer agent.kill() // the stop would wait 120 s for it
 	pid, ok := d.liveServerPID()
 	if !ok {
@@ -655,10 +663,7 @@ func TestAttachWaitingAfterServerDeath(t *testing.T) {
 func TestAttachStoppingSessionKilledByHand(t *testing.T) {
 	t.Parallel()
 	d := StartDaemon(t, DaemonOpts{})
-	mark := stopMark(t)
-	spec := stopSpec(t, "attachhand", "g1", mark, "ignore")
-	s := createWith(t, d, spec, "--stop-timeout", "120s")
-	agent := waitTag(t, mark, "g1", "agent")
+	spec, s, agent := ignoringGeneration(t, d, "attachhand", "120s")
 	defer agent.kill() // the stop would wait 120 s for it
 	if out, err := d.Tmux("kill-session", "-t", s.ID); err != nil {
 		t.Fatalf("kill-session: %v %s", err, out)

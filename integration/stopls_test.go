@@ -13,10 +13,7 @@ import (
 func TestStopListsGoneSession(t *testing.T) {
 	t.Parallel()
 	d := StartDaemon(t, DaemonOpts{})
-	mark := stopMark(t)
-	spec := stopSpec(t, "lsgone", "g1", mark, "ignore")
-	s := createWith(t, d, spec, "--stop-timeout", "5m")
-	agent := waitTag(t, mark, "g1", "agent")
+	_, s, agent := ignoringGeneration(t, d, "lsgone", "5m")
 	if _, err := d.Tmux("kill-session", "-t", s.ID); err != nil {
 		t.Fatal(err)
 	}

@@ -80,16 +80,13 @@ func (m *Manager) agentPaneTarget(ctx context.Context, s census.Session, p fence
 }
 
 // agentTarget is the tmux target of p's pane for a read at its end (the
-// output tail): p's session — its active pane — when the census lists p's
-// pane as the active one, with no round trip (the common case, on every
-// end); else p's pane found among the session's.
+// output tail): agentPaneTarget of the session the census lists, with no
+// round trip when that lists p's pane (the common case, on every end); p's
+// session when the census does not list it.
 func (m *Manager) agentTarget(ctx context.Context, p fence.Published) string {
 	s, ok := m.sessionOf(p)
-	if !ok || p.PanePID <= 0 || s.PanePID == p.PanePID {
+	if !ok {
 		return p.TmuxID
 	}
-	if id, _, found := m.agentPane(ctx, p); found {
-		return id
-	}
-	return p.TmuxID
+	return m.agentPaneTarget(ctx, s, p)
 }

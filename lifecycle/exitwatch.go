@@ -178,11 +178,11 @@ func hungUp(st proctree.ExitStatus) bool {
 // removal) is told by the stop's kill pipeline: finishEnd then ends it as the
 // removal, not as the agent's own exit.
 func (m *Manager) endAtExit(life tmuxctl.ServerLife, id string, gen uint64, st proctree.ExitStatus) *stopRun {
-	if !m.detecting.Load() || !m.census.OnLife(life) || !proctree.Running(life.PID) || hungUp(st) {
+	if hungUp(st) {
 		return nil
 	}
-	p, ok := m.publishedByTmuxID(m.stopCtx, id, life)
-	if !ok || p.Generation != gen {
+	p, ok := m.exitedGeneration(life, id, gen)
+	if !ok {
 		return nil
 	}
 	end := agentEnd{source: "pane_dead_status", read: "process", pid: p.PanePID, ended: time.Now()}
@@ -201,11 +201,8 @@ func (m *Manager) endAtExit(life tmuxctl.ServerLife, id string, gen uint64, st p
 // the pane is not there (its session's removal is the census's to tell), or
 // the generation is not the one published there.
 func (m *Manager) endInOwnPane(life tmuxctl.ServerLife, id string, gen uint64) {
-	if !m.detecting.Load() || !m.census.OnLife(life) || !proctree.Running(life.PID) {
-		return
-	}
-	p, ok := m.publishedByTmuxID(m.stopCtx, id, life)
-	if !ok || p.Generation != gen {
+	p, ok := m.exitedGeneration(life, id, gen)
+	if !ok {
 		return
 	}
 	// tmux marks the pane dead once it has reaped the process and (3.3a)
@@ -220,4 +217,16 @@ func (m *Manager) endInOwnPane(life tmuxctl.ServerLife, id string, gen uint64) {
 			return
 		}
 	}
+}
+
+// exitedGeneration is generation gen published in session id of server life
+// life, whose pane process a watch saw exit, when this daemon is to end it:
+// end detection runs (Run), the server runs and is the census's, and gen is
+// still the one published there (not ended already, no later one).
+func (m *Manager) exitedGeneration(life tmuxctl.ServerLife, id string, gen uint64) (fence.Published, bool) {
+	if !m.detecting.Load() || !m.census.OnLife(life) || !proctree.Running(life.PID) {
+		return fence.Published{}, false
+	}
+	p, ok := m.publishedByTmuxID(m.stopCtx, id, life)
+	return p, ok && p.Generation == gen
 }

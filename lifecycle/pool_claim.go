@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/skc-supervisor/skc-supervisor/census"
 	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
@@ -122,7 +123,7 @@ func (m *Manager) renameAndTag(ctx context.Context, a *attempt, cgroup string) e
 	for i, r := range replies {
 		nums[i] = r.Number
 	}
-	a.tagged = lastNumber(nums)
+	a.tagged = census.LastNumber(nums...)
 	return nil
 }
 

@@ -133,13 +133,7 @@ func (m *Manager) keptOf(ctx context.Context, p fence.Published) *keptSession {
 	}
 	// The ended generation's own (dead) pane, not the active one: a person
 	// may have opened another pane since (agentpane.go).
-	pane := s.PaneID
-	if s.PanePID != p.PanePID {
-		if id, _, found := m.agentPane(ctx, p); found {
-			pane = id
-		}
-	}
-	k := &keptSession{tmuxID: s.ID, paneID: pane, name: s.Name, shown: s.Name, since: s.Tags[TagSince],
+	k := &keptSession{tmuxID: s.ID, paneID: m.agentPaneTarget(ctx, s, p), name: s.Name, shown: s.Name, since: s.Tags[TagSince],
 		life: m.lifeOf(p.ServerPID, p.ServerStart)}
 	if !safeName(s.Name) {
 		// Renamed by hand: the session is kept all the same (an attached

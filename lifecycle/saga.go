@@ -252,7 +252,7 @@ func (m *Manager) tag(ctx context.Context, a *attempt) error {
 		}(i)
 	}
 	wg.Wait()
-	a.tagged = lastNumber(nums)
+	a.tagged = census.LastNumber(nums...)
 	for i, err := range errs {
 		if err != nil && timedOut(err) {
 			// tmux is stuck: a kill could not be confirmed either, so undo
@@ -455,16 +455,4 @@ func errString(err error) string {
 		return ""
 	}
 	return fmt.Sprint(err)
-}
-
-// lastNumber is the latest of tmux command numbers (0: not known), as
-// census.AdmitCreated compares them: one server-wide counter that may wrap.
-func lastNumber(nums []uint64) uint64 {
-	var last uint64
-	for _, n := range nums {
-		if n != 0 && (last == 0 || int32(uint32(n)-uint32(last)) > 0) {
-			last = n
-		}
-	}
-	return last
 }
