@@ -208,3 +208,25 @@ func TestAdmitCreatedTakesTheRespawnedPane(t *testing.T) {
 		t.Fatalf("after the respawn's admission: %+v", got)
 	}
 }
+
+// A read tmux ran after the creator's last tag command is tmux's own word:
+// the creator's admission, arriving after it, does not put back the name the
+// creator gave (a rename by hand right after the create, which the census
+// read by id and whose later notification it then did not read again).
+func TestAdmitCreatedKeepsALaterRead(t *testing.T) {
+	life := tmuxctl.ServerLife{Socket: "s", PID: 10, StartTime: 1}
+	c := offline(life)
+	tags := map[string]string{TagIdentity: digest(6), TagGeneration: "1", TagReservation: "r", TagState: "s"}
+	later := entryFor(6, "by-hand", digest(6))
+	later.s.Tags = tags
+	later.exact = tagsOf(tags)
+	if err := c.applyAt(c.epoch, life, []*entry{later}, 140); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := c.AdmitCreated(life, Session{ID: "$6", Name: "skc-attempt", Tags: tags}, 130, 136); !ok || err != nil {
+		t.Fatalf("AdmitCreated: %v %v", ok, err)
+	}
+	if got, ok := c.ByID("$6"); !ok || got.Name != "by-hand" || !got.Managed {
+		t.Fatalf("after the creator's late admission: %+v %v", got, ok)
+	}
+}

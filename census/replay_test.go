@@ -87,7 +87,7 @@ func deadPID(t *testing.T) int {
 // not show the control session, so it is no picture of a live server: the
 // sessions end with the server (server_exited), not one by one as missing
 // (gone). Replayed for the id-only list (a %sessions-changed) and for the
-// full list (a rename), deterministically.
+// full list (a window added), deterministically.
 func TestEmptyListBeforeExit(t *testing.T) {
 	for _, name := range []string{"exit-race-idlist.out", "exit-race-full.out"} {
 		t.Run(name, func(t *testing.T) {

@@ -16,7 +16,8 @@ import (
 const subName = "skc-census"
 
 // relistOn are the notifications after which the census re-lists (coalesced).
-// Window notifications matter because a session's last window closing ends
+// A session's rename is read by id instead (renamed.go), unless its
+// notification cannot be parsed. Window notifications matter because a session's last window closing ends
 // the session, and a pane or window change moves the session's active pane;
 // client ones change the attached count. Window renames and layout changes
 // touch nothing the census holds, so they cost nothing.
@@ -414,6 +415,8 @@ func (c *Census) handle(ctx context.Context, ev tmuxctl.Event, b *burst) {
 			c.onSubscription(ctx, b, ev.Note.Text)
 		case name == "window-renamed":
 			c.onWindowRenamed(ctx, b, ev.Note.Text)
+		case name == "session-renamed":
+			c.onSessionRenamed(ctx, b, ev.Note.Text)
 		case endsOnly[name] && c.absorbEnd(ctx, b):
 			// The end of a session its caller is removing: read by id (Removing).
 		case relistOn[name]:
