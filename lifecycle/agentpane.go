@@ -30,20 +30,27 @@ const agentPaneFormat = "#{pane_id}\t#{pane_pid}\t#{pane_dead}"
 // is dead. found is false when no pane of the session has p's pane pid (a
 // pane respawned or killed by hand), or when tmux cannot be asked.
 func (m *Manager) agentPane(ctx context.Context, p fence.Published) (paneID string, dead, found bool) {
+	paneID, dead, found, _ = m.agentPaneIn(ctx, p)
+	return paneID, dead, found
+}
+
+// agentPaneIn is agentPane, and whether tmux listed p's session's panes at
+// all (listed false: the session is gone, or tmux did not answer).
+func (m *Manager) agentPaneIn(ctx context.Context, p fence.Published) (paneID string, dead, found, listed bool) {
 	if p.PanePID <= 0 || p.TmuxID == "" {
-		return "", false, false
+		return "", false, false, false
 	}
 	rep, err := m.commandIn(ctx, m.lifeOf(p.ServerPID, p.ServerStart), "list-panes", "-s", "-t", p.TmuxID, "-F", agentPaneFormat)
 	if err != nil {
-		return "", false, false
+		return "", false, false, false
 	}
 	for _, l := range rep.Lines {
 		f := strings.Split(l, "\t")
 		if len(f) == 3 && f[1] == strconv.Itoa(p.PanePID) {
-			return f[0], f[2] == "1", true
+			return f[0], f[2] == "1", true, true
 		}
 	}
-	return "", false, false
+	return "", false, false, len(rep.Lines) > 0
 }
 
 // notAgentsDeath reports a dead pane the census shows in p's session that is

@@ -100,3 +100,56 @@ func TestRestartRespawnsTheAgentsPane(t *testing.T) {
 		t.Fatalf("panes %q: want the person's %q and the agent's pid %d, both alive", panes, want, p.PanePID)
 	}
 }
+
+// TestAgentsPaneGoneByHand: the agent's own pane killed by hand (after a
+// person split the session) or respawned by hand with a person's command
+// ends the generation — agent_pane_missing, a stop whatever the policy —
+// and its session goes with it: left alone, the session went on showing a
+// running agent whose input reached the person's process, and no verdict
+// was ever written.
+func TestAgentsPaneGoneByHand(t *testing.T) {
+	for _, how := range []string{"kill-pane", "respawn-pane"} {
+		t.Run(how, func(t *testing.T) {
+			e := startEnv(t, "", "", false)
+			id, spec, _ := e.restartSpec("byhand-"+how, fence.RestartAlways, time.Millisecond, 5, "agent", "sleep")
+			res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the agent runs", func() bool { // the helper exec'd it
+				cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", res.Session.PanePID))
+				return strings.Contains(string(cmd), "agent\x00sleep")
+			})
+			out, err := tmuxtest.Command("-S", e.socket, "display-message", "-p", "-t", res.Session.ID, "#{pane_id}").Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			agent := strings.TrimSpace(string(out))
+			var args []string
+			if how == "kill-pane" {
+				out, err := tmuxtest.Command("-S", e.socket, "split-window", "-d", "-P", "-F", "#{pane_pid}", "-t", res.Session.ID+":",
+					"sleep", "1000").CombinedOutput()
+				if err != nil {
+					t.Fatalf("split-window: %v %s", err, out)
+				}
+				args = []string{"kill-pane", "-t", agent}
+			} else {
+				args = []string{"respawn-pane", "-k", "-t", agent, "sleep", "1000"}
+			}
+			if out, err := tmuxtest.Command(append([]string{"-S", e.socket}, args...)...).CombinedOutput(); err != nil {
+				t.Fatalf("%s: %v %s", how, err, out)
+			}
+			rec := e.ended(t, id)
+			if rec.Reason != verdict.ReasonAgentPaneMissing || rec.ExitKind == verdict.ExitKindExit && rec.Exit.Signal != "SIGHUP" {
+				t.Fatalf("ended verdict %+v exit %+v: want reason %s (hung up, when the exit is known)", rec, rec.Exit, verdict.ReasonAgentPaneMissing)
+			}
+			waitFor(t, "the session removed", func() bool {
+				return tmuxtest.Command("-S", e.socket, "has-session", "-t", res.Session.ID).Run() != nil
+			})
+			waitFor(t, "stopped", func() bool { return e.published(id).Restart.State == fence.RestartStopped })
+			if sh, err := e.m.Show(context.Background(), Ref{Identity: &id}); err != nil || sh.Session != nil && sh.Session.State == StateRunning {
+				t.Fatalf("show after the end: %+v %v", sh.Session, err)
+			}
+		})
+	}
+}

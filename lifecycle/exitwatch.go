@@ -96,7 +96,8 @@ func (m *Manager) watchExit(p fence.Published) {
 	// a few dozen bytes per watch at 4,000 of them.
 	life, id, gen, pid := m.lifeOf(p.ServerPID, p.ServerStart), p.TmuxID, p.Generation, p.PanePID
 	err := w.Watch(stopKey(p), p.PanePID, p.PaneStart, func(e proctree.Exit) {
-		if st, ok := e.Status(); ok {
+		st, known := e.Status()
+		if known {
 			if r := m.endAtExit(life, id, gen, st); r != nil {
 				// A stop that did not remove the session (kept for a
 				// restart, or not proven) leaves a dead pane the census
@@ -108,10 +109,15 @@ func (m *Manager) watchExit(p fence.Published) {
 			}
 		}
 		m.census.PaneExited(m.stopCtx, life, id, e.Reaped)
-		if s, listed := m.census.ByID(id); listed && s.PanePID != pid {
-			// The census lists a person's pane as the session's (agentpane.go):
-			// its read cannot show the agent's death.
-			m.endInOwnPane(life, id, gen)
+		if s, listed := m.census.ByID(id); listed {
+			var exit *proctree.ExitStatus
+			if known {
+				exit = &st
+			}
+			// The census lists a person's pane as the session's when it
+			// lists another pid (agentpane.go): its read cannot show the
+			// agent's death, which is waited for here.
+			m.endInOwnPane(life, id, gen, exit, s.PanePID != pid)
 		}
 	})
 	if err != nil && err != proctree.ErrWatchClosed {
@@ -185,6 +191,11 @@ func (m *Manager) endAtExit(life tmuxctl.ServerLife, id string, gen uint64, st p
 	if !ok {
 		return nil
 	}
+	return m.stopGeneration(p, endCause{reason: verdict.ReasonAgentExited, exit: processEnd(p, st)})
+}
+
+// processEnd is the agent's end as read from its exited process.
+func processEnd(p fence.Published, st proctree.ExitStatus) *agentEnd {
 	end := agentEnd{source: "pane_dead_status", read: "process", pid: p.PanePID, ended: time.Now()}
 	if st.Signal != 0 {
 		end.signal = unix.SignalName(unix.Signal(st.Signal))
@@ -192,15 +203,22 @@ func (m *Manager) endAtExit(life tmuxctl.ServerLife, id string, gen uint64, st p
 		code := st.Code
 		end.status = &code
 	}
-	return m.stopGeneration(p, endCause{reason: verdict.ReasonAgentExited, exit: &end})
+	return &end
 }
 
-// endInOwnPane starts the stop of generation gen in session id, whose agent
-// exited while a person's pane is the session's active one, once tmux shows
-// the agent's own pane dead (its exit is read from that pane). Nothing when
-// the pane is not there (its session's removal is the census's to tell), or
-// the generation is not the one published there.
-func (m *Manager) endInOwnPane(life tmuxctl.ServerLife, id string, gen uint64) {
+// endInOwnPane looks, once the agent of generation gen in session id exited
+// (st, when its process told) and no stop of it started, at the agent's own
+// pane among the session's. Dead: the generation ends (agent_exited), its
+// exit read from that pane when the process did not tell. Not there while
+// the session is: the pane was killed or respawned by hand, and the
+// generation ends (agent_pane_missing, a stop) — left alone, its session went
+// on looking like a running agent, input went to the person's process, and
+// no verdict was written. Still alive: the census sees its death as tmux
+// shows it, unless it lists a person's pane as the session's (wait), whose
+// read cannot show it: then the pane is looked at again, bounded. Nothing
+// when the session is not there (its removal is the census's to tell), or
+// the generation is not the one published there (a stop ended it).
+func (m *Manager) endInOwnPane(life tmuxctl.ServerLife, id string, gen uint64, st *proctree.ExitStatus, wait bool) {
 	p, ok := m.exitedGeneration(life, id, gen)
 	if !ok {
 		return
@@ -208,12 +226,22 @@ func (m *Manager) endInOwnPane(life tmuxctl.ServerLife, id string, gen uint64) {
 	// tmux marks the pane dead once it has reaped the process and (3.3a)
 	// read the pty to its end: a moment after the exit, bounded here.
 	for deadline := time.Now().Add(paneExitWait); ; {
-		_, dead, found := m.agentPane(m.stopCtx, p)
-		if found && dead {
-			m.stopGeneration(p, endCause{reason: verdict.ReasonAgentExited})
+		_, dead, found, listed := m.agentPaneIn(m.stopCtx, p)
+		switch {
+		case found && dead, !found && listed:
+			cause := endCause{reason: verdict.ReasonAgentExited}
+			if !found {
+				cause.reason = verdict.ReasonAgentPaneMissing
+			}
+			if st != nil {
+				cause.exit = processEnd(p, *st)
+			}
+			m.stopGeneration(p, cause)
+			return
+		case !found, !wait:
 			return
 		}
-		if !found || time.Now().After(deadline) || !sleepCtx(m.stopCtx, 20*time.Millisecond) {
+		if time.Now().After(deadline) || !sleepCtx(m.stopCtx, 20*time.Millisecond) {
 			return
 		}
 	}

@@ -72,8 +72,8 @@ func failedRun(rec verdict.Record) bool {
 }
 
 // planNext decides what follows the end of p's generation (rec is its ended
-// verdict): nothing (policy never), stopped (a kill, a session killed by
-// hand, a clean exit under on-failure), the next start with its delay, or
+// verdict): nothing (policy never), stopped (a kill, a session or the
+// agent's pane killed by hand, a clean exit under on-failure), the next start with its delay, or
 // gave_up with its verdict when that start would exceed the start limit.
 func planNext(p fence.Published, rec verdict.Record, cause endCause, now time.Time) (fence.RestartNext, *verdict.Record) {
 	if cause.killed {
@@ -87,7 +87,8 @@ func planNext(p fence.Published, rec verdict.Record, cause endCause, now time.Ti
 	}
 	stopped := fence.RestartNext{State: fence.RestartStopped, Failures: p.Restart.Failures}
 	switch {
-	case cause.cleanup || cause.actionKill, cause.reason == verdict.ReasonTmuxSessionMissing:
+	case cause.cleanup || cause.actionKill, cause.reason == verdict.ReasonTmuxSessionMissing,
+		cause.reason == verdict.ReasonAgentPaneMissing:
 		return stopped, nil
 	case cause.reason == verdict.ReasonServerExited:
 		next := fence.RestartNext{State: fence.RestartExited, Reason: verdict.ReasonServerRestart,

@@ -111,6 +111,14 @@ func reasonExamples() []Record {
 			return r
 		}(),
 		func() Record {
+			// The agent's pane killed by hand: the hangup, read from the process.
+			r := ex(50, ActionEnd, OutcomeSuccess, VerdictEnded, ReasonAgentPaneMissing)
+			r.Session, r.ExitKind, r.Exit = exSession, ExitKindExit, &Exit{Signal: "SIGHUP"}
+			r.Evidence = map[string]any{"exit_source": "pane_dead_status", "exit_read": "process", "agent_pid": json.Number("4242"),
+				"proof": "cgroup empty", "sigkill_sent": false}
+			return r
+		}(),
+		func() Record {
 			r := withRes(ex(45, ActionCreate, OutcomeSuccess, VerdictPublished, ReasonRestart), "published")
 			r.Session = exSession
 			r.Restart = &RestartRef{Count: 1}

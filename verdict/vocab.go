@@ -135,6 +135,10 @@ const (
 	// ReasonTmuxSessionMissing: the session is gone from tmux while its agent
 	// ran (killed by hand); the end is written once its processes are gone.
 	ReasonTmuxSessionMissing = "tmux_session_missing"
+	// ReasonAgentPaneMissing: the agent's pane was killed or respawned by hand
+	// while its session stayed (a person's pane left in it); like a session
+	// killed by hand it is a stop, written once the agent's processes are gone.
+	ReasonAgentPaneMissing = "agent_pane_missing"
 	// ReasonServerExited: the supervised tmux server exited.
 	ReasonServerExited = "server_exited"
 	// ReasonKilledByRequest: a kill request ended the generation (SIGTERM,
@@ -189,7 +193,7 @@ var ExitKinds = []string{ExitKindExit, ExitKindProcessPostmortem, ExitKindOwnerL
 var Reasons = []string{
 	ReasonCreated, ReasonSessionLive, ReasonInflightPublished, ReasonOwnerDead,
 	ReasonNoChild, ReasonChildAbsent, ReasonChildAuthoritative, ReasonInspectionUnknown,
-	ReasonDaemonRestart, ReasonAgentExited, ReasonTmuxSessionMissing, ReasonServerExited,
+	ReasonDaemonRestart, ReasonAgentExited, ReasonTmuxSessionMissing, ReasonAgentPaneMissing, ReasonServerExited,
 	ReasonKilledByRequest, ReasonOrphanCleanup, ReasonProcessesNotProvenGone, ReasonOperatorRelease,
 	ReasonHostForgotten, ReasonPublishedElsewhere, ReasonRestart, ReasonServerRestart, ReasonManualRestart, ReasonStartLimit,
 }
