@@ -35,6 +35,13 @@ func (m *Manager) Restart(ctx context.Context, ref Ref) (View, error) {
 		return View{}, verdict.Errorf(verdict.CodeNotFound, map[string]any{"managed": false},
 			"%s is not a session supervised by this daemon", refString(ref))
 	}
+	if s := t.Session; s != nil && (s.ID != t.Published.TmuxID || !m.inThisLife(t.Published)) {
+		// A session carrying an identity's tags that is not the session that
+		// identity's generation was published in (tags set by hand): not the
+		// identity's to restart, as kill, send and the others answer.
+		return View{}, verdict.Errorf(verdict.CodeNotFound, map[string]any{"name": s.Name, "id": s.ID, "managed": false},
+			"session %q (%s) is not a session supervised by this daemon", s.Name, s.ID)
+	}
 	if t.Remote || m.remote(t.Published) {
 		// Ended or not, another host's identity: its restarts are that
 		// host's (its restarter reads only its own generations).
