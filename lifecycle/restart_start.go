@@ -235,12 +235,6 @@ func (m *Manager) respawn(ctx context.Context, a *attempt, k *keptSession) error
 	if !ok || life != k.life {
 		return m.spawn(ctx, a)
 	}
-	// The previous generation's lines (its tail is in its ended verdict)
-	// and tmux's dead-pane notice leave the pane's history first: respawn
-	// keeps the history, and the next generation's output tail and
-	// activity must be its own. A refusal (the pane is gone) shows again
-	// at the respawn, which tells it apart.
-	_, _ = m.commandIn(ctx, life, "clear-history", "-t", k.paneID)
 	a.life, a.sent = life, true
 	args := append([]string{"respawn-pane", "-k", "-t", k.paneID, "--"}, m.helperArgv(a)...)
 	if _, err := m.commandIn(ctx, life, args...); err != nil {
@@ -252,6 +246,14 @@ func (m *Manager) respawn(ctx context.Context, a *attempt, k *keptSession) error
 		}
 		return m.spawnError(a, err)
 	}
+	// The previous generation's lines (its tail is in its ended verdict)
+	// and tmux's dead-pane notice leave the pane's history: respawn keeps
+	// the history, and tmux 3.3a's clear of the screen at the respawn can
+	// push the lines still on it into the history (one cleared before the
+	// respawn kept them). The next generation's output tail and activity
+	// must be its own; its helper writes nothing before its gate opens,
+	// which is after publish. A refusal (the pane went) shows below.
+	_, _ = m.commandIn(ctx, life, "clear-history", "-t", k.paneID)
 	m.fault.hit(FaultRespawned)
 	a.tmuxID, a.paneID = k.tmuxID, k.paneID // from here undo removes the session
 	// A pane that cannot be read now, or reads without its session, went
