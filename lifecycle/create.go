@@ -319,7 +319,7 @@ func (m *Manager) maybeExisting(ctx context.Context, req CreateRequest, pub fenc
 	hint := "skc-supervisor kill '" + pub.TmuxID + "'"
 	rerr := verdict.Errorf(verdict.CodeIdentityOrphanUnresolved,
 		map[string]any{"tmux_id": pub.TmuxID, "session_name": pub.SessionName, "generation": pub.Generation, "hint": hint},
-		"the published session %s carries this identity's tags but not its generation %d (were its @skc-* options edited by hand?); it is left alone: end it with `%s`, then create again",
+		"the published session %s no longer carries this identity's generation %d in its @skc-* tags (were they edited by hand?); it is left alone: end it with `%s`, then create again",
 		pub.TmuxID, pub.Generation, hint)
 	_, out, rerr2 := m.refuse(ctx, req, rerr, start)
 	return out, false, rerr2

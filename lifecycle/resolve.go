@@ -168,6 +168,11 @@ func (m *Manager) targetOf(ctx context.Context, s census.Session) (Target, error
 	var err error
 	if d := s.Identity(); d != "" {
 		p, ok, err = m.fence.CachedPublished(ctx, d)
+	} else if r := s.Tags[census.TagReservation]; r != "" {
+		// Its identity tag removed by hand: the reservation tag still names
+		// the generation published in this very session.
+		p, ok, err = m.fence.PublishedByReservation(ctx, r)
+		ok = ok && p.TmuxID == s.ID
 	} else if staleTags(&s) {
 		p, ok, err = m.fence.CachedPublishedByName(ctx, s.Name)
 		ok = ok && p.TmuxID == s.ID
@@ -218,10 +223,11 @@ func (m *Manager) resolveIdentity(ctx context.Context, id fence.Identity) (Targe
 		return t, nil
 	}
 	for i := 0; i < 2; i++ {
-		// A session listed before its tags were set (staleTags) is ours too:
-		// the fence records this tmux id in this server life, and ids are
-		// never reused within a life.
-		if s, found := m.census.ByID(p.TmuxID); found && (s.Identity() == p.Identity.Digest() || staleTags(&s)) {
+		// A session listed before its tags were set (staleTags), or whose
+		// identity tag was removed by hand, is ours too: the fence records
+		// this tmux id in this server life, and ids are never reused within
+		// a life. One whose tag names another identity is not.
+		if s, found := m.census.ByID(p.TmuxID); found && (s.Identity() == p.Identity.Digest() || s.Identity() == "") {
 			t.Session, t.Live = &s, true
 			return t, nil
 		}

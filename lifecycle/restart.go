@@ -282,5 +282,14 @@ func (m *Manager) restartStep(ctx context.Context, id fence.Identity, wake chan 
 		}
 		return false // look again: the due time may have moved
 	}
+	if p.Restart.Reason != verdict.ReasonManualRestart && m.keptGoneByHand(p) {
+		// The kept session left its running server while the generation
+		// was ending — killed by hand, or closed by tmux with its agent
+		// because remain-on-exit was turned off by hand — so its removal
+		// was told as that end, not as the kept session's: a stop all the
+		// same (keptRemoved), not a start in a new session.
+		m.stopKeptGone(ctx, p)
+		return true
+	}
 	return m.startNext(ctx, p)
 }

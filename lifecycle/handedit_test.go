@@ -1,0 +1,83 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/skc-supervisor/skc-supervisor/census"
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// TestIdentityTagRemovedByHand: a live generation whose session lost its
+// @skc-identity tag by hand is still reached by its $id and by its identity
+// — the fence records that id in this server life — so the way out a
+// refused create names (kill '$N') works, and a create then starts afresh.
+func TestIdentityTagRemovedByHand(t *testing.T) {
+	for _, by := range []string{"id", "identity"} {
+		t.Run(by, func(t *testing.T) {
+			e := startEnv(t, "", "", false)
+			id, res := e.create(t, "untagged-"+by, "agent", "sleep")
+			if out, err := tmuxtest.Command("-S", e.socket, "set-option", "-u", "-t", res.Session.ID, census.TagIdentity).CombinedOutput(); err != nil {
+				t.Fatalf("set-option -u: %v %s", err, out)
+			}
+			waitFor(t, "the census sees the tag gone", func() bool {
+				s, ok := e.census.ByID(res.Session.ID)
+				return ok && s.Identity() == ""
+			})
+			_, spec := e.identity("untagged-" + by)
+			_, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec})
+			if verdict.CodeOf(err) != verdict.CodeIdentityOrphanUnresolved {
+				t.Fatalf("create beside the untagged session: %v, want %s", err, verdict.CodeIdentityOrphanUnresolved)
+			}
+			ref := Ref{Name: res.Session.ID}
+			if by == "identity" {
+				ref = Ref{Identity: &id}
+			}
+			kr, err := e.m.Kill(boundedCtx(t), ref)
+			if err != nil || kr.Verdict.Verdict != verdict.VerdictEnded {
+				t.Fatalf("kill by %s: %+v %v", by, kr, err)
+			}
+			if _, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec}); err != nil {
+				t.Fatalf("create after the kill: %v", err)
+			}
+		})
+	}
+}
+
+// TestRemainOnExitOffByHandStops: an agent whose window had remain-on-exit
+// turned off by hand takes its session with it when it exits; whichever of
+// its exit and its session's removal the daemon sees first, no restart
+// follows (contract: the restart keeps its session, and that option is how
+// it is kept) — it once started the next generation in a new session.
+func TestRemainOnExitOffByHandStops(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, spec, marks := e.restartSpec("roe-off", fence.RestartOnFailure, 100*time.Millisecond, 5, "agent", "sleep")
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the agent runs", func() bool {
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", res.Session.PanePID))
+		return strings.Contains(string(cmd), "agent\x00sleep")
+	})
+	if out, err := tmuxtest.Command("-S", e.socket, "set-option", "-w", "-t", res.Session.ID+":", "remain-on-exit", "off").CombinedOutput(); err != nil {
+		t.Fatalf("set-option: %v %s", err, out)
+	}
+	if err := syscall.Kill(res.Session.PanePID, syscall.SIGTERM); err != nil { // a failure: on-failure would restart
+		t.Fatal(err)
+	}
+	waitFor(t, "stopped", func() bool {
+		p := e.published(id)
+		return p.Ended && p.Restart.State == fence.RestartStopped || p.Generation > 1
+	})
+	if p := e.published(id); p.Generation != 1 || lines(marks) != 0 {
+		t.Fatalf("after the agent took its session with it: generation %d, %d resumed runs; want 1 and none", p.Generation, lines(marks))
+	}
+}
