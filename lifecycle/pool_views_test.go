@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 )
 
 // TestPoolCreatedAt: a session served by a standby is dated by its create,
@@ -186,4 +189,50 @@ func TestPoolTrimsGivenBack(t *testing.T) {
 		}
 		return e.m.PoolStats().Ready == 2 && n == 2
 	})
+}
+
+// TestStandbyDropsTypedInput: what a person types into a standby (attached
+// to a blank pane) is discarded while it waits — it was the claiming agent's
+// first input, and a shell agent ran it — and its echo is cleared from the
+// screen the identity's session starts with.
+func TestStandbyDropsTypedInput(t *testing.T) {
+	e := startPoolEnv(t, "", 1)
+	var sb paneRow
+	for _, r := range e.paneList() {
+		if strings.HasPrefix(r.name, standbyPrefix) {
+			sb = r
+		}
+	}
+	if out, err := tmuxtest.Command("-S", e.socket, "send-keys", "-t", sb.id, "echo INJECTED", "Enter").CombinedOutput(); err != nil {
+		t.Fatalf("send-keys: %v %s", err, out)
+	}
+	waitFor(t, "the typed line flushed", func() bool { return pendingInput(t, sb.pid) == 0 })
+	id, spec := e.identity("typed")
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	if err != nil || strconv.Itoa(res.Session.PanePID) != sb.pid {
+		t.Fatalf("create: %+v %v (standby pid %s)", res, err, sb.pid)
+	}
+	waitFor(t, "the agent runs", func() bool {
+		cmd, _ := os.ReadFile("/proc/" + sb.pid + "/cmdline")
+		return strings.Contains(string(cmd), "agent\x00sleep")
+	})
+	out, err := tmuxtest.Command("-S", e.socket, "capture-pane", "-p", "-S", "-", "-t", res.Session.ID).Output()
+	if err != nil || strings.Contains(string(out), "INJECTED") {
+		t.Fatalf("the claimed session's screen and history: %q %v", out, err)
+	}
+}
+
+// pendingInput is how many bytes of whole lines wait in the input queue of
+// pid's terminal (its stdin).
+func pendingInput(t *testing.T, pid string) int {
+	f, err := os.Open("/proc/" + pid + "/fd/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n, err := unix.IoctlGetInt(int(f.Fd()), unix.TIOCINQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -8,6 +8,8 @@ import (
 	"runtime/debug"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/skc-supervisor/skc-supervisor/fence"
 )
 
@@ -42,6 +44,7 @@ func awaitHandoff(a *helperArgs) (code int, ok bool) {
 	path := filepath.Join(a.home, "pool", a.standby)
 	t := time.NewTimer(helperPoll)
 	defer t.Stop()
+	typed := false
 	for {
 		h, err := readHandoff(path)
 		if err == nil {
@@ -51,12 +54,45 @@ func awaitHandoff(a *helperArgs) (code int, ok bool) {
 				return helperGaveUp, false
 			}
 			a.resID, a.generation, a.cgroup, a.ownPane = h.resID, h.generation, h.cgroup, true
+			if typed {
+				clearEcho()
+			}
 			return 0, true
 		}
+		// Not handed out yet: what a person typed into this blank pane is
+		// nobody's, and must not be the claiming agent's first input. Only
+		// here, never once handed out: a frontend's input sent right after
+		// publish is the agent's (the hand-off is written before publish, and
+		// is looked for before each flush).
+		typed = flushTyped() || typed
 		t.Reset(helperPoll)
 		select {
 		case <-a.wake:
 		case <-t.C:
 		}
+	}
+}
+
+// flushTyped discards the terminal input a standby holds (typed into it by a
+// person who attached to it): no reader of it runs, so it would be what the
+// agent that claims the pane reads first — a shell agent ran it as a command.
+// It reports whether whole lines were waiting.
+func flushTyped() bool {
+	if _, err := unix.IoctlGetTermios(0, unix.TCGETS); err != nil {
+		return false
+	}
+	n, _ := unix.IoctlGetInt(0, unix.TIOCINQ)
+	_ = unix.IoctlSetInt(0, unix.TCFLSH, unix.TCIFLUSH)
+	return n > 0
+}
+
+// clearEcho clears a handed-out standby's screen and history, which show the
+// terminal's echo of what was typed into it: the claiming identity's screen
+// and output tail start as its own. Its input is not flushed here: the
+// standby may read its hand-off after publish, and what a frontend sent
+// since is the agent's.
+func clearEcho() {
+	if _, err := unix.IoctlGetTermios(1, unix.TCGETS); err == nil {
+		_, _ = os.Stdout.WriteString("\x1b[H\x1b[2J\x1b[3J")
 	}
 }
