@@ -291,7 +291,7 @@ func (m *Manager) maybeExisting(ctx context.Context, req CreateRequest, pub fenc
 		if err == nil {
 			err = errors.New("census cannot decide")
 		}
-		_, out, rerr := m.refuse(ctx, req, unavailable(err), start)
+		_, out, rerr := m.refuse(ctx, req, m.undecided(pub, err), start)
 		return out, false, rerr
 	}
 	if auth == census.Authoritative && sess != nil && sess.PaneDead && !m.notAgentsDeath(ctx, *sess, pub) {
@@ -323,6 +323,27 @@ func (m *Manager) maybeExisting(ctx context.Context, req CreateRequest, pub fenc
 		pub.TmuxID, pub.Generation, hint)
 	_, out, rerr2 := m.refuse(ctx, req, rerr, start)
 	return out, false, rerr2
+}
+
+// undecided is the refusal of a create whose published generation the census
+// could not decide: tmux_unavailable, unless live tmux contradicts itself —
+// more than one session wears the identity's tags (set by hand on another
+// session, a standby even): tmux answered, and a retry will not change it;
+// only a person can, by ending or untagging the sessions that are not the
+// published one.
+func (m *Manager) undecided(pub fence.Published, err error) error {
+	var ie *census.InspectError
+	if !errors.As(err, &ie) || ie.Reason != census.UnknownContradiction {
+		return unavailable(err)
+	}
+	var ids []string
+	for _, s := range m.census.ByIdentity(pub.Identity.Digest()) {
+		ids = append(ids, s.ID)
+	}
+	return verdict.Errorf(verdict.CodeIdentityOrphanUnresolved,
+		map[string]any{"tmux_id": pub.TmuxID, "generation": pub.Generation, "sessions": ids},
+		"sessions %v carry this identity's tags, published in %s (were @skc-* options set by hand?); they are left alone: end or untag the ones that are not %s, then create again",
+		ids, pub.TmuxID, pub.TmuxID)
 }
 
 // inspectPublished asks the census (which re-reads live tmux) about a published

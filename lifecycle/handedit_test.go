@@ -81,3 +81,30 @@ func TestRemainOnExitOffByHandStops(t *testing.T) {
 		t.Fatalf("after the agent took its session with it: generation %d, %d resumed runs; want 1 and none", p.Generation, lines(marks))
 	}
 }
+
+// TestCreateBesideCopiedTags: a second session given a live identity's tags
+// by hand makes live tmux contradict itself; a create of that identity is
+// refused identity_orphan_unresolved, naming both sessions — not
+// tmux_unavailable, which invites a retry that can never succeed.
+func TestCreateBesideCopiedTags(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, res := e.create(t, "copied", "agent", "sleep")
+	if out, err := tmuxtest.Command("-S", e.socket, "new-session", "-d", "-s", "copy", "sleep", "1000").CombinedOutput(); err != nil {
+		t.Fatalf("new-session: %v %s", err, out)
+	}
+	for _, tag := range [][2]string{{census.TagIdentity, id.Digest()}, {census.TagGeneration, "1"}} {
+		if out, err := tmuxtest.Command("-S", e.socket, "set-option", "-t", "=copy:", tag[0], tag[1]).CombinedOutput(); err != nil {
+			t.Fatalf("set-option: %v %s", err, out)
+		}
+	}
+	waitFor(t, "the census sees both", func() bool { return len(e.census.ByIdentity(id.Digest())) == 2 })
+	_, spec := e.identity("copied")
+	_, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec})
+	ve := verdict.AsError(err)
+	if ve.Code != verdict.CodeIdentityOrphanUnresolved || !strings.Contains(ve.Error(), res.Session.ID) {
+		t.Fatalf("create beside a copy of its tags: %v, want %s naming %s", err, verdict.CodeIdentityOrphanUnresolved, res.Session.ID)
+	}
+	if p := e.published(id); p.Ended || p.TmuxID != res.Session.ID {
+		t.Fatalf("the identity's generation after the refusal: %+v", p)
+	}
+}
