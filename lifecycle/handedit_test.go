@@ -89,14 +89,7 @@ func TestRemainOnExitOffByHandStops(t *testing.T) {
 func TestCreateBesideCopiedTags(t *testing.T) {
 	e := startEnv(t, "", "", false)
 	id, res := e.create(t, "copied", "agent", "sleep")
-	if out, err := tmuxtest.Command("-S", e.socket, "new-session", "-d", "-s", "copy", "sleep", "1000").CombinedOutput(); err != nil {
-		t.Fatalf("new-session: %v %s", err, out)
-	}
-	for _, tag := range [][2]string{{census.TagIdentity, id.Digest()}, {census.TagGeneration, "1"}} {
-		if out, err := tmuxtest.Command("-S", e.socket, "set-option", "-t", "=copy:", tag[0], tag[1]).CombinedOutput(); err != nil {
-			t.Fatalf("set-option: %v %s", err, out)
-		}
-	}
+	e.spoof(t, "copy", id)
 	waitFor(t, "the census sees both", func() bool { return len(e.census.ByIdentity(id.Digest())) == 2 })
 	_, spec := e.identity("copied")
 	_, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec})
@@ -107,4 +100,41 @@ func TestCreateBesideCopiedTags(t *testing.T) {
 	if p := e.published(id); p.Ended || p.TmuxID != res.Session.ID {
 		t.Fatalf("the identity's generation after the refusal: %+v", p)
 	}
+}
+
+// TestRestartRefusesSpoofedSession: a session given an identity's tags by
+// hand is not that identity's session: a restart naming it is not_found, as
+// a kill is, and the identity's running generation is left alone.
+func TestRestartRefusesSpoofedSession(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, res := e.create(t, "spoofed", "agent", "sleep")
+	e.spoof(t, "spoof", id)
+	if _, err := e.m.Kill(boundedCtx(t), Ref{Name: "spoof"}); verdict.CodeOf(err) != verdict.CodeNotFound {
+		t.Fatalf("kill of the spoof: %v, want not_found", err)
+	}
+	if _, err := e.m.Restart(boundedCtx(t), Ref{Name: "spoof"}); verdict.CodeOf(err) != verdict.CodeNotFound {
+		t.Fatalf("restart of the spoof: %v, want not_found", err)
+	}
+	if p := e.published(id); p.Generation != 1 || p.Ended || p.Stopping != nil || p.TmuxID != res.Session.ID {
+		t.Fatalf("the identity's generation after the refusals: %+v", p)
+	}
+}
+
+// spoof makes a session named name by hand and gives it id's identity and
+// generation 1 tags, as a person copying them would; it returns once the
+// census shows them.
+func (e *env) spoof(t *testing.T, name string, id fence.Identity) {
+	t.Helper()
+	if out, err := tmuxtest.Command("-S", e.socket, "new-session", "-d", "-s", name, "sleep", "1000").CombinedOutput(); err != nil {
+		t.Fatalf("new-session: %v %s", err, out)
+	}
+	for _, tag := range [][2]string{{census.TagIdentity, id.Digest()}, {census.TagGeneration, "1"}} {
+		if out, err := tmuxtest.Command("-S", e.socket, "set-option", "-t", "="+name+":", tag[0], tag[1]).CombinedOutput(); err != nil {
+			t.Fatalf("set-option: %v %s", err, out)
+		}
+	}
+	waitFor(t, "the census sees the copied tags", func() bool {
+		s, ok := e.census.ByName(name)
+		return ok && s.Identity() == id.Digest()
+	})
 }

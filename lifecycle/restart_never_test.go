@@ -7,9 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skc-supervisor/skc-supervisor/census"
 	"github.com/skc-supervisor/skc-supervisor/fence"
-	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
@@ -58,33 +56,4 @@ func exitScript(t *testing.T, id fence.Identity) (string, func()) {
 	}
 	write()
 	return script, write
-}
-
-// TestRestartRefusesSpoofedSession: a session given an identity's tags by
-// hand is not that identity's session: a restart naming it is not_found, as
-// a kill is, and the identity's running generation is left alone.
-func TestRestartRefusesSpoofedSession(t *testing.T) {
-	e := startEnv(t, "", "", false)
-	id, res := e.create(t, "spoofed", "agent", "sleep")
-	if out, err := tmuxtest.Command("-S", e.socket, "new-session", "-d", "-s", "spoof", "sleep", "1000").CombinedOutput(); err != nil {
-		t.Fatalf("new-session: %v %s", err, out)
-	}
-	for _, tag := range [][2]string{{census.TagIdentity, id.Digest()}, {census.TagGeneration, "1"}} {
-		if out, err := tmuxtest.Command("-S", e.socket, "set-option", "-t", "=spoof:", tag[0], tag[1]).CombinedOutput(); err != nil {
-			t.Fatalf("set-option: %v %s", err, out)
-		}
-	}
-	waitFor(t, "the census sees the spoof's tags", func() bool {
-		s, ok := e.census.ByName("spoof")
-		return ok && s.Identity() == id.Digest()
-	})
-	if _, err := e.m.Kill(boundedCtx(t), Ref{Name: "spoof"}); verdict.CodeOf(err) != verdict.CodeNotFound {
-		t.Fatalf("kill of the spoof: %v, want not_found", err)
-	}
-	if _, err := e.m.Restart(boundedCtx(t), Ref{Name: "spoof"}); verdict.CodeOf(err) != verdict.CodeNotFound {
-		t.Fatalf("restart of the spoof: %v, want not_found", err)
-	}
-	if p := e.published(id); p.Generation != 1 || p.Ended || p.Stopping != nil || p.TmuxID != res.Session.ID {
-		t.Fatalf("the identity's generation after the refusals: %+v", p)
-	}
 }
