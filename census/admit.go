@@ -78,16 +78,14 @@ func (c *Census) AdmitCreated(life tmuxctl.ServerLife, s Session, num, tagged ui
 // tmux showed it. c.mu is held.
 func (c *Census) retagLocked(old *entry, s Session, life tmuxctl.ServerLife, tagged uint64) {
 	name, tags := s.Name, s.Tags
-	if tagged != 0 && old.readAt != 0 && numBefore(tagged, old.readAt) {
-		// Read after the creator's last command: tmux's own word, which a
-		// rename by hand right after the create may already have changed
-		// (renamed.go does not list again when the census holds the name
-		// its notification carries).
-		old.tagged = tagged
-		return
-	}
 	newPane := s.PanePID != 0 && s.PanePID != old.s.PanePID
-	if tagsOf(tags) == old.exact && len(old.s.Tags) == len(tags) && (name == "" || name == old.s.Name) && !newPane {
+	same := tagsOf(tags) == old.exact && len(old.s.Tags) == len(tags) && (name == "" || name == old.s.Name) && !newPane
+	// Read after the creator's last command: tmux's own word, which a rename
+	// by hand right after the create may already have changed (renamed.go
+	// does not list again when the census holds the name its notification
+	// carries).
+	readAfter := tagged != 0 && old.readAt != 0 && numBefore(tagged, old.readAt)
+	if same || readAfter {
 		old.tagged = tagged
 		return
 	}

@@ -26,16 +26,11 @@ import (
 // agentPaneFormat reads each pane of a session: id, pid, dead.
 const agentPaneFormat = "#{pane_id}\t#{pane_pid}\t#{pane_dead}"
 
-// agentPane finds generation p's pane in its session: its id and whether it
-// is dead. found is false when no pane of the session has p's pane pid (a
-// pane respawned or killed by hand), or when tmux cannot be asked.
-func (m *Manager) agentPane(ctx context.Context, p fence.Published) (paneID string, dead, found bool) {
-	paneID, dead, found, _ = m.agentPaneIn(ctx, p)
-	return paneID, dead, found
-}
-
-// agentPaneIn is agentPane, and whether tmux listed p's session's panes at
-// all (listed false: the session is gone, or tmux did not answer).
+// agentPaneIn finds generation p's pane in its session: its id and whether
+// it is dead. found is false when no pane of the session has p's pane pid (a
+// pane respawned or killed by hand), or when tmux cannot be asked; listed
+// says whether tmux listed the session's panes at all (false: the session
+// is gone, or tmux did not answer).
 func (m *Manager) agentPaneIn(ctx context.Context, p fence.Published) (paneID string, dead, found, listed bool) {
 	if p.PanePID <= 0 || p.TmuxID == "" {
 		return "", false, false, false
@@ -66,7 +61,7 @@ func (m *Manager) notAgentsDeath(ctx context.Context, s census.Session, p fence.
 	if p.PanePID <= 0 || s.PanePID == p.PanePID {
 		return false
 	}
-	_, dead, found := m.agentPane(ctx, p)
+	_, dead, found, _ := m.agentPaneIn(ctx, p)
 	return found && !dead
 }
 
@@ -77,7 +72,7 @@ func (m *Manager) agentPaneTarget(ctx context.Context, s census.Session, p fence
 	if s.PaneID != "" && (p.PanePID <= 0 || s.PanePID == p.PanePID) {
 		return s.PaneID
 	}
-	if id, _, found := m.agentPane(ctx, p); found {
+	if id, _, found, _ := m.agentPaneIn(ctx, p); found {
 		return id
 	}
 	if s.PaneID != "" {
