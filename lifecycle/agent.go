@@ -8,12 +8,14 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // agentExit is what the pane helper records when it cannot become its agent:
 // the postmortem of an agent that never started.
 type agentExit struct {
-	Status  int // 127 when argv[0] or the cwd is missing, 126 when it cannot be executed
+	Status  int // 127 when argv[0] or the cwd is missing, 126 when it cannot be executed, 129 when its terminal hung up first
 	Started time.Time
 	Ended   time.Time
 	Err     error // why the agent could not be started
@@ -41,11 +43,45 @@ func execAgent(argv, env []string, cwd string) agentExit {
 	if err == nil {
 		path, err = agentPath(argv, env)
 	}
+	if err == nil && ttyHungUp(0) {
+		err = dieOfHangup()
+	}
 	if err == nil {
 		err = syscall.Exec(path, argv, env)
 	}
 	ex.Ended, ex.Err, ex.Status = time.Now(), err, execStatus(err)
 	return ex
+}
+
+// errHungUp is a failed start whose terminal hung up first (a helper that
+// ignores SIGHUP by inheritance, so raising it did not end it): 129, a
+// shell's status for a death by SIGHUP.
+var errHungUp = errors.New("the terminal hung up before the agent started")
+
+// ttyHungUp reports whether fd is a terminal that was hung up: its tmux server
+// died (or closed the pane) and the kernel swapped its file operations for
+// ones that fail with EIO. The hangup's SIGHUP can be lost to an exec: the
+// runtime takes it on a thread of the helper's, and the exec ends that
+// thread before its handler ends the process, so the agent started with no
+// hangup pending and outlived its server beside a dead terminal (seen once in
+// a full test run). The swap happens before the signal is sent, so a terminal
+// that is not hung up at this look leaves only the exec's own few
+// microseconds for a SIGHUP to be lost in, instead of the time a loaded
+// machine takes to schedule the thread the signal went to. A stdin that is no
+// terminal (ENOTTY) is not hung up.
+func ttyHungUp(fd int) bool {
+	_, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	return errors.Is(err, unix.EIO)
+}
+
+// dieOfHangup ends the helper as its agent would have ended, by the hangup's
+// SIGHUP (the helper never asks to be told of it, so the runtime's default
+// ends the process by it), instead of starting an agent beside a dead
+// terminal. It returns only if SIGHUP was ignored when the helper started.
+func dieOfHangup() error {
+	_ = syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	time.Sleep(time.Second) // the signal's delivery to this process; it ends here
+	return errHungUp
 }
 
 // chdirAgent changes to the agent's cwd ("" keeps the pane's).
@@ -79,6 +115,9 @@ func agentPath(argv, env []string) (string, error) {
 // execStatus is a shell's status for a command that could not start: 127 when
 // it (or its cwd) does not exist, 126 when it exists but cannot be executed.
 func execStatus(err error) int {
+	if errors.Is(err, errHungUp) {
+		return 128 + int(syscall.SIGHUP)
+	}
 	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 		return 127
 	}

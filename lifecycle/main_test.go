@@ -48,6 +48,8 @@ func TestMain(m *testing.M) {
 			os.Exit(RunHelper(os.Args[2:], openTestFence))
 		case "agent":
 			os.Exit(fakeAgent(os.Args[2:]))
+		case "execagent":
+			os.Exit(execAgent(os.Args[2:], os.Environ(), "").Status)
 		case "createchild":
 			os.Exit(createChild(os.Args[2:]))
 		case "faultchild":

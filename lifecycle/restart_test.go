@@ -343,6 +343,13 @@ func TestRebootRestarts(t *testing.T) {
 	e := startEnv(t, "", "", false)
 	ids, marks, old := e.startMany(t, "boot", 5, fence.RestartOnFailure)
 	nid, _, _ := e.startMany(t, "bootnever", 1, fence.RestartNever)
+	// Each agent has exec'd before the server dies: a hangup racing its exec
+	// can still be lost in the exec's last microseconds (agent.go,
+	// ttyHungUp), and this test's reboot is not one, so nothing would end an
+	// agent that missed it.
+	for _, r := range old {
+		waitFor(t, "agent exec'd", func() bool { return execedAgent(r.Session.PanePID) })
+	}
 	e.close()
 	// The host goes down: the server and every pane with it.
 	if out, err := tmuxtestKill(e); err != nil {
@@ -350,7 +357,17 @@ func TestRebootRestarts(t *testing.T) {
 	}
 	for _, r := range append(old, CreateResult{}) {
 		if r.Session.PanePID != 0 {
-			waitFor(t, "pane process gone", func() bool { return !liveNonZombie(r.Session.PanePID) })
+			looks := 0
+			waitFor(t, "pane process gone", func() bool {
+				if !liveNonZombie(r.Session.PanePID) {
+					return true
+				}
+				if looks++; looks == 500 { // ~10 s: say what is left, once
+					b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", r.Session.PanePID))
+					t.Logf("pane process %d still there: %q", r.Session.PanePID, b)
+				}
+				return false
+			})
 		}
 	}
 	boot := filepath.Join(e.home, "boot_id")
@@ -381,6 +398,12 @@ func TestRebootRestarts(t *testing.T) {
 }
 
 const proctreeBootEnv = proctree.BootIDFileEnv
+
+// execedAgent: pid runs a fake agent (its helper's exec is done).
+func execedAgent(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	return err == nil && strings.Contains(string(b), "\x00agent\x00")
+}
 
 func tmuxtestKill(e *env) ([]byte, error) {
 	return tmuxtest.Command("-S", e.socket, "kill-server").CombinedOutput()

@@ -1,0 +1,59 @@
+package lifecycle
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+
+	"github.com/creack/pty"
+)
+
+// TestNoAgentOnAHungUpTerminal: a helper whose terminal hung up before its
+// exec (the hangup's SIGHUP lost to the exec, or sent before the helper held
+// the terminal) does not start its agent beside the dead terminal: it dies
+// of the hangup, as the agent would have. On a live terminal, and on a stdin
+// that is no terminal at all, the agent starts.
+func TestNoAgentOnAHungUpTerminal(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(stdin *os.File) error {
+		c := exec.Command(exe, "execagent", "/bin/true")
+		c.Stdin = stdin
+		return c.Run()
+	}
+	ptm, pts, err := pty.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pts.Close()
+	if ttyHungUp(int(pts.Fd())) {
+		t.Fatal("a live terminal looks hung up")
+	}
+	if err := run(pts); err != nil {
+		t.Fatalf("agent on a live terminal: %v", err)
+	}
+	ptm.Close() // the pane's tmux went away
+	if !ttyHungUp(int(pts.Fd())) {
+		t.Fatal("the terminal did not hang up with its master")
+	}
+	err = run(pts)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("helper on a hung-up terminal: %v (the agent ran)", err)
+	}
+	if ws := ee.Sys().(syscall.WaitStatus); !ws.Signaled() || ws.Signal() != syscall.SIGHUP {
+		t.Fatalf("helper on a hung-up terminal: %v, want death by SIGHUP", ws)
+	}
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	if err := run(null); err != nil {
+		t.Fatalf("agent with no terminal: %v", err)
+	}
+}
