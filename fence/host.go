@@ -148,3 +148,14 @@ func CheckForget(host string, here Host) error {
 	}
 	return nil
 }
+
+// SchemaNewer is an engine's refusal of a fence whose schema version have is
+// newer than the want this binary knows: a newer skc-supervisor migrated it
+// (an upgrade, then a downgrade; or, in a fleet, another host upgraded
+// first). This binary cannot read it and must not change it, and retrying
+// cannot help, hence its own code (exit 2) rather than fence_unavailable.
+func SchemaNewer(where string, have, want int) error {
+	return verdict.Errorf(verdict.CodeFenceSchemaNewer, map[string]any{"schema_version": have, "supported": want},
+		"%s has fence schema version %d, newer than this binary's %d: a newer skc-supervisor has used it; run that version or a later one",
+		where, have, want)
+}

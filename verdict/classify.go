@@ -58,6 +58,11 @@ const (
 	CodeTmuxUnavailable Code = "tmux_unavailable"
 	// CodeFenceUnavailable: the fence database cannot be read or written.
 	CodeFenceUnavailable Code = "fence_unavailable"
+	// CodeFenceSchemaNewer: the fence was migrated by a newer skc-supervisor
+	// (details.schema_version, details.supported): this binary cannot read it
+	// and must not change it. Exit 2, like any configuration a restart cannot
+	// fix (the systemd unit does not retry it): run that version or a later one.
+	CodeFenceSchemaNewer Code = "fence_schema_newer"
 	// CodeTimeout: the operation's deadline passed.
 	CodeTimeout Code = "timeout"
 	// CodeInternal: a bug or an unclassified failure.
@@ -94,7 +99,8 @@ const (
 	ExitOK = 0
 	// ExitFailed is an operation that failed.
 	ExitFailed = 1
-	// ExitUsage is a usage error or invalid input.
+	// ExitUsage is a usage error or invalid input (also a configuration a
+	// restart cannot fix: a fence of a newer schema).
 	ExitUsage = 2
 	// ExitRefused is a create refused by the fence.
 	ExitRefused = 3
@@ -139,6 +145,7 @@ var classes = map[Code]Class{
 	CodeTagFailed:                      {http.StatusInternalServerError, ExitFailed, "tagging_failed", StatusError},
 	CodeTmuxUnavailable:                {http.StatusServiceUnavailable, ExitFailed, "tmux_unreachable", StatusError},
 	CodeFenceUnavailable:               {http.StatusServiceUnavailable, ExitFailed, "fence_unreachable", StatusError},
+	CodeFenceSchemaNewer:               {http.StatusServiceUnavailable, ExitUsage, "fence_schema_newer", StatusError},
 	CodeTimeout:                        {http.StatusGatewayTimeout, ExitFailed, "deadline_exceeded", StatusError},
 	CodeInternal:                       {http.StatusInternalServerError, ExitFailed, "internal_error", StatusError},
 	CodeDaemonUnreachable:              {http.StatusServiceUnavailable, ExitDaemonUnreachable, "daemon_unreachable", StatusError},
@@ -154,7 +161,7 @@ var Codes = []Code{
 	CodeIdentityIncarnationUnavailable, CodeIdentityOrphanUnresolved,
 	CodeIdentityExistingOwner, CodeIdentityStateFileMismatch,
 	CodeFenceLost, CodeSpawnFailed, CodeTagFailed, CodeTmuxUnavailable,
-	CodeFenceUnavailable, CodeTimeout, CodeInternal, CodeDaemonUnreachable, CodeBusy,
+	CodeFenceUnavailable, CodeFenceSchemaNewer, CodeTimeout, CodeInternal, CodeDaemonUnreachable, CodeBusy,
 	CodeAgentNotRunning, CodeRemoteSession,
 }
 

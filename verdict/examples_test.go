@@ -174,7 +174,7 @@ func reasonExamples() []Record {
 func codeInVerdicts(c Code) bool {
 	switch c {
 	case CodeInvalidRequest, CodeNotFound, CodePermissionDenied, CodeBodyTooLarge,
-		CodeMethodNotAllowed, CodeDaemonUnreachable, CodeRemoteSession:
+		CodeMethodNotAllowed, CodeDaemonUnreachable, CodeRemoteSession, CodeFenceSchemaNewer:
 		return false
 	}
 	return true

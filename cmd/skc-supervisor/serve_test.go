@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -162,5 +163,39 @@ func TestScopedStarterOffOutsideSystemd(t *testing.T) {
 	t.Setenv("INVOCATION_ID", "")
 	if (&daemon{}).scopedStarter() != nil {
 		t.Fatal("a StartServer hook outside systemd")
+	}
+}
+
+// TestServeRefusesNewerFence: a home whose fence a newer binary migrated (an
+// upgrade, then a downgrade) is refused with fence_schema_newer and exit 2,
+// which the systemd unit does not retry, and the fence is left as it was.
+func TestServeRefusesNewerFence(t *testing.T) {
+	dir, err := os.MkdirTemp("", "skcs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "fence.sqlite")
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("PRAGMA user_version = 99"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	env := map[string]string{"SKC_HOME": dir, "SKC_TMUX": "/nonexistent/tmux", "HOME": dir, "INVOCATION_ID": ""}
+	stderr := &syncBuffer{}
+	cli := &CLI{ctx: context.Background(), stdout: &syncBuffer{}, stderr: stderr, getenv: func(k string) string { return env[k] }}
+	if code := cli.Main([]string{"serve"}); code != 2 || !strings.Contains(stderr.String(), "(fence_schema_newer)") {
+		t.Fatalf("serve on a newer fence: exit %d\n%s", code, stderr.String())
+	}
+	if db, err = sql.Open("sqlite", path); err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var v int
+	if err := db.QueryRow("PRAGMA user_version").Scan(&v); err != nil || v != 99 {
+		t.Fatalf("the fence's version after the refusal: %d %v", v, err)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/skc-supervisor/skc-supervisor/fence"
 )
 
 // migrations are the forward schema steps of the PostgreSQL fence; the
@@ -239,7 +241,7 @@ func migrateStep(ctx context.Context, pool *pgxpool.Pool) (done bool, err error)
 	}
 	switch {
 	case v > len(migrations):
-		return false, fmt.Errorf("the database has fence schema version %d, newer than this binary's %d", v, len(migrations))
+		return false, fence.SchemaNewer("the database", v, len(migrations))
 	case v == len(migrations):
 		return true, tx.Commit(ctx)
 	}

@@ -114,8 +114,8 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 	}
 	s.Close()
 	_, err := Open(url, fence.Options{}, Config{})
-	if verdict.CodeOf(err) != verdict.CodeFenceUnavailable {
-		t.Fatalf("open of a newer schema: %v, want fence_unavailable", err)
+	if verdict.CodeOf(err) != verdict.CodeFenceSchemaNewer || verdict.Classify(verdict.CodeOf(err)).Exit != verdict.ExitUsage {
+		t.Fatalf("open of a newer schema: %v, want fence_schema_newer (exit 2)", err)
 	}
 }
 

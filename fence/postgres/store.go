@@ -101,6 +101,9 @@ func Open(url string, opt fence.Options, c Config) (*Store, error) {
 	}
 	if err := migrate(ctx, s.pool); err != nil {
 		s.pool.Close()
+		if verdict.CodeOf(err) == verdict.CodeFenceSchemaNewer {
+			return nil, err // not a fence we cannot reach: one we must not touch
+		}
 		return nil, s.unavailable("migrate", err)
 	}
 	// Started after the migration: the channel's payloads name its tables.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+
+	"github.com/skc-supervisor/skc-supervisor/fence"
 )
 
 // migrations are the forward schema steps; PRAGMA user_version counts how
@@ -204,7 +206,7 @@ func migrateStep(ctx context.Context, db *sql.DB, path string) (done bool, err e
 	}
 	switch {
 	case v > len(migrations):
-		return false, fmt.Errorf("fence: %s has schema version %d, newer than this binary's %d", path, v, len(migrations))
+		return false, fence.SchemaNewer(path, v, len(migrations))
 	case v == len(migrations):
 		return true, tx.Commit()
 	}

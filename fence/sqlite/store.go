@@ -105,6 +105,9 @@ func Open(path string, opt fence.Options) (*Store, error) {
 	}
 	if err := migrate(ctx, s.w, path); err != nil {
 		s.Close()
+		if verdict.CodeOf(err) == verdict.CodeFenceSchemaNewer {
+			return nil, err // not a fence we cannot reach: one we must not touch
+		}
 		return nil, unavailable(path, "migrate", err)
 	}
 	return s, nil

@@ -141,7 +141,10 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 		s.Close()
 		t.Fatal("opened a newer schema")
 	}
-	if !strings.Contains(err.Error(), "newer") {
-		t.Fatal(err)
+	if !strings.Contains(err.Error(), "newer") || verdict.CodeOf(err) != verdict.CodeFenceSchemaNewer {
+		t.Fatalf("%v (%s), want fence_schema_newer", err, verdict.CodeOf(err))
+	}
+	if e := verdict.AsError(err); e.Details["schema_version"] != 99 || e.Details["supported"] != len(migrations) {
+		t.Fatalf("details %v", e.Details)
 	}
 }
