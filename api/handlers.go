@@ -6,8 +6,10 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/skc-supervisor/skc-supervisor/verdict"
@@ -294,11 +296,32 @@ func queryFlag(r *http.Request, name string) (bool, error) {
 	return false, invalid(name, "must be 1 or 0")
 }
 
+// bodyTimeout bounds the read of one request body (at most MaxBody over a
+// unix socket). The server has no ReadTimeout — it would end every output
+// stream and wait after its time, since net/http cancels a request's
+// context at any read error of its connection — so a client that sends its
+// headers and part of a body would otherwise hold its handler forever.
+var bodyTimeout = 30 * time.Second // a var only so a test can wait less
+
 // readBody reads a request body (already capped by the server's MaxBytesReader):
-// a body over the cap is 413 body_too_large, any other read error invalid_request;
-// false when the answer has been written.
+// a body over the cap is 413 body_too_large, any other read error (a body not
+// sent within bodyTimeout among them) invalid_request; false when the answer
+// has been written.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	rc := http.NewResponseController(w)
+	// Not supported (a recorder in tests): the read is then unbounded.
+	bounded := rc.SetReadDeadline(time.Now().Add(bodyTimeout)) == nil
 	body, err := io.ReadAll(r.Body)
+	if err == nil && bounded {
+		_ = rc.SetReadDeadline(time.Time{}) // the connection may serve another request
+	}
+	// After a failed read the deadline stays: net/http reads what is left of
+	// a body before it answers, and must not wait for a client that stopped.
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		w.Header().Set("Connection", "close")
+		writeError(w, invalid("body", "not sent within %s", bodyTimeout))
+		return nil, false
+	}
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {

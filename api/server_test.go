@@ -427,3 +427,37 @@ func TestEnvKeyTwiceRefused(t *testing.T) {
 	st, b := h.raw(t, "POST", "/v1/sessions", createBody(t, sockDir(t), `,"env":{"A":"first","A":"second"}`), nil)
 	wantErr(t, st, b, http.StatusBadRequest, "invalid", verdict.CodeInvalidRequest, "env")
 }
+
+// TestPartialBodyTimesOut: a client that sends its headers and only part of
+// its body gets invalid_request once the body's time is up, and the
+// connection's other use (a later request) is not held by it.
+func TestPartialBodyTimesOut(t *testing.T) {
+	old := bodyTimeout
+	bodyTimeout = 100 * time.Millisecond
+	t.Cleanup(func() { bodyTimeout = old })
+	h := start(t, os.Getuid())
+	c, err := net.Dial("unix", h.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "POST /v1/sessions HTTP/1.1\r\nHost: skc\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"state_dir\":"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	wantErr(t, resp.StatusCode, b, http.StatusBadRequest, "invalid", "invalid_request", "body")
+	h.fake.mu.Lock()
+	n := len(h.fake.specs)
+	h.fake.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("a create ran on a partial body")
+	}
+	if err := h.client.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
