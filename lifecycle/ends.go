@@ -26,6 +26,10 @@ type endCause struct {
 	// exit: the agent's exit, read from the exited process itself (endAtExit);
 	// nil when the end is to be read from tmux's dead pane.
 	exit *agentEnd
+	// agentGone: when the stop sent its SIGKILL, the agent itself (the
+	// pane's process) had already exited; the SIGKILL reached only the
+	// processes it left, and its own exit stays unknown.
+	agentGone bool
 }
 
 // Run consumes the census change feed until ctx is done and writes one ended

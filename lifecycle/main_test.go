@@ -101,6 +101,14 @@ func fakeAgent(args []string) int {
 		for {
 			time.Sleep(time.Hour) // not select {}: the runtime would call that a deadlock and exit
 		}
+	case "childleft": // a child that ignores everything polite; itself dies of the hangup
+		if !startIgnoringChild() {
+			return 3
+		}
+		markReady()
+		for {
+			time.Sleep(time.Hour)
+		}
 	case "childexit": // leaves a child that ignores everything polite, then exits N
 		if !startIgnoringChild() {
 			return 3

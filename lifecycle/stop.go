@@ -120,6 +120,9 @@ func (m *Manager) runStop(ctx context.Context, p fence.Published, cause endCause
 		if ctx.Err() != nil {
 			return verdict.Record{}, errInterrupted
 		}
+		// The agent itself may be gone already, its processes left behind
+		// (a setsid child): the SIGKILL is then not its end (endEvidence).
+		cause.agentGone = p.PanePID > 0 && !proctree.LifeRunning(p.PanePID, p.PaneStart)
 		_, kerr := proctree.Signal(hold, unix.SIGKILL)
 		killed = true
 		fctx, cancel := fenceCtx(ctx)
@@ -423,7 +426,8 @@ func (m *Manager) sessionOf(p fence.Published) (census.Session, bool) {
 // this: a dead pane shows no more output). The pane's process was the agent itself (the helper execs
 // it), so the exit is what tmux kept of the dead pane: pane_dead_status or
 // pane_dead_signal (agentEndOf); or, when the helper could not exec the agent,
-// the postmortem it recorded (127 or 126); else our own SIGKILL. A session
+// the postmortem it recorded (127 or 126); else our own SIGKILL, when it
+// found the agent itself still running (not only processes it left). A session
 // that is gone (killed by hand, the server's death) took its pane's exit
 // with it: the kind is then owner_lost.
 func (m *Manager) endEvidence(ctx context.Context, p fence.Published, cause endCause, sess census.Session, present, killed bool) verdict.Record {
@@ -436,7 +440,7 @@ func (m *Manager) endEvidence(ctx context.Context, p fence.Published, cause endC
 	if rec.Exit != nil {
 		return rec
 	}
-	if killed {
+	if killed && !cause.agentGone {
 		rec.Exit = &verdict.Exit{Signal: "SIGKILL"}
 		rec.Evidence["exit_source"] = "stop_sigkill"
 	} else {

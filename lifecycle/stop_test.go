@@ -409,3 +409,48 @@ func TestLookupRefusedInputIsNotAnOutage(t *testing.T) {
 		t.Errorf("resolve: %v", err)
 	}
 }
+
+// TestSIGKILLOfLeftoversIsNotTheAgents: a session killed by hand whose agent
+// dies of the hangup at once but leaves a child that ignores it: the stop's
+// SIGKILL after the grace reaches only the child, so the ended verdict says
+// it was sent but does not give it as the agent's exit (which went with the
+// pane: unknown).
+func TestSIGKILLOfLeftoversIsNotTheAgents(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	res, err := e.createSpec(t, "leftover", time.Second, 300*time.Millisecond, "agent", "childleft")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var child int
+	waitFor(t, "agent and its child", func() bool {
+		agent := agentPID(res.Session.PanePID)
+		if agent == 0 || !isReady(agent) {
+			return false
+		}
+		if c := childrenOf(agent); len(c) > 0 && isReady(c[0]) {
+			child = c[0]
+			return true
+		}
+		return false
+	})
+	if out, err := execTmux(e, "kill-session", "-t", res.Session.ID); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	id, _ := e.identity("leftover")
+	var ended *verdict.Record
+	waitFor(t, "ended verdict", func() bool {
+		for _, r := range e.verdicts(id) {
+			if r.Verdict == verdict.VerdictEnded && r.Session.Generation == 1 {
+				ended = &r
+			}
+		}
+		return ended != nil
+	})
+	if liveNonZombie(child) {
+		t.Fatal("ended while the agent's child lives")
+	}
+	if ended.Evidence["sigkill_sent"] != true || ended.Exit == nil || ended.Exit.Status != nil ||
+		ended.Exit.Signal != "" || ended.Evidence["exit_source"] == "stop_sigkill" {
+		t.Fatalf("ended verdict %+v exit %+v: the SIGKILL reached only the child", ended, ended.Exit)
+	}
+}
