@@ -53,6 +53,11 @@ type Change struct {
 	// (the status follows the death by up to a second: a later Changed
 	// brings it, with PaneDied false).
 	PaneDied bool
+	// PaneChanged marks a Changed whose listed pane (the session's active
+	// one) runs another process than before: a person's pane made the
+	// active one, or a pane respawned or killed by hand — which of them
+	// only a look at the session's panes tells.
+	PaneChanged bool
 }
 
 // Subscription is one consumer of the change feed.

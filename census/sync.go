@@ -653,7 +653,8 @@ func (c *Census) changeLocked(old, e *entry, life tmuxctl.ServerLife) {
 	case e.control:
 		c.emitLocked(Change{Kind: Removed, Session: old.s, Reason: ReasonGone, Life: life})
 	default:
-		c.emitLocked(Change{Kind: Changed, Session: e.s, Life: life, PaneDied: e.s.PaneDead && !old.s.PaneDead})
+		c.emitLocked(Change{Kind: Changed, Session: e.s, Life: life, PaneDied: e.s.PaneDead && !old.s.PaneDead,
+			PaneChanged: old.s.PanePID != 0 && e.s.PanePID != 0 && e.s.PanePID != old.s.PanePID})
 	}
 }
 

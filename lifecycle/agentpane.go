@@ -7,6 +7,7 @@ import (
 
 	"github.com/skc-supervisor/skc-supervisor/census"
 	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
 // The agent's pane among a person's panes.
@@ -91,4 +92,48 @@ func (m *Manager) agentTarget(ctx context.Context, p fence.Published) string {
 		return p.TmuxID
 	}
 	return m.agentPaneTarget(ctx, s, p)
+}
+
+// endIfPaneMissing starts the stop of generation p (agent_pane_missing) when
+// tmux lists its session without p's pane: the pane was killed or respawned
+// by hand while its agent lives on (it ignored the hangup, or takes its time
+// to exit), so nothing would tell its end — the exit watch fires only when
+// the agent exits — and input meant for it would go to a person's program in
+// its place. It reports whether it did; a session tmux did not list (gone:
+// its removal is the census's to tell) or that holds p's pane is left alone.
+func (m *Manager) endIfPaneMissing(ctx context.Context, p fence.Published) bool {
+	if p.PanePID <= 0 || p.Ended {
+		return false
+	}
+	_, _, found, listed := m.agentPaneIn(ctx, p)
+	return m.paneGone(p, found, listed)
+}
+
+// paneGone starts the stop of p when agentPaneIn listed its session without
+// its pane (found, listed are its answers), and reports whether it did.
+func (m *Manager) paneGone(p fence.Published, found, listed bool) bool {
+	if found || !listed || p.Ended || p.PanePID <= 0 {
+		return false
+	}
+	m.stopGeneration(p, endCause{reason: verdict.ReasonAgentPaneMissing})
+	return true
+}
+
+// onPaneChanged looks at a session whose listed (active) pane now runs
+// another process than the agent of the generation published there: a
+// person's pane made the active one (the agent's is still there), or the
+// agent's pane killed or respawned by hand (endIfPaneMissing).
+func (m *Manager) onPaneChanged(ctx context.Context, ch census.Change) {
+	p, ok := m.publishedByTmuxID(ctx, ch.Session.ID, ch.Life)
+	if !ok || p.Stopping != nil || ch.Session.PanePID == p.PanePID {
+		return
+	}
+	m.endIfPaneMissing(ctx, p)
+}
+
+// paneMissing is the refusal of a talk to generation p whose pane is gone
+// from its session (endIfPaneMissing started its stop).
+func paneMissing(name string) error {
+	return verdict.Errorf(verdict.CodeAgentNotRunning, map[string]any{"name": name, "reason": verdict.ReasonAgentPaneMissing},
+		"the agent of session %s is no longer in its pane (the pane was killed or respawned by hand); its generation is being stopped", name)
 }

@@ -153,3 +153,67 @@ func TestAgentsPaneGoneByHand(t *testing.T) {
 		})
 	}
 }
+
+// TestAgentsPaneGoneByHandAgentLives: as TestAgentsPaneGoneByHand, with an
+// agent that ignores the hangup (and SIGTERM), so that its exit tells
+// nothing: it lives on in no pane. Its pane killed by hand beside a person's
+// is seen from the census's change of the session's pane; its pane respawned
+// by hand (tmux tells no one) at the next talk to it, which is refused, the
+// person's program getting none of it, or at the census's next reconcile
+// (respawn-quiet). All end agent_pane_missing, the agent SIGKILLed after
+// its grace.
+func TestAgentsPaneGoneByHandAgentLives(t *testing.T) {
+	for _, how := range []string{"kill-pane", "respawn-pane", "respawn-quiet"} {
+		t.Run(how, func(t *testing.T) {
+			var every time.Duration // the default, 30 s: only a talk or the change tells
+			if how == "respawn-quiet" {
+				every = 200 * time.Millisecond
+			}
+			e := startEnvWith(t, &env{reconcile: every}, "", false)
+			id, spec, _ := e.restartSpec("lives-"+how, fence.RestartAlways, time.Millisecond, 5, "agent", "ignore")
+			spec.StopTimeoutMS = 200
+			res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the agent ready", func() bool { return isReady(res.Session.PanePID) })
+			out, err := tmuxtest.Command("-S", e.socket, "display-message", "-p", "-t", res.Session.ID, "#{pane_id}").Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			agent := strings.TrimSpace(string(out))
+			typed := filepath.Join(t.TempDir(), "typed")
+			person := []string{"sh", "-c", "exec cat > " + typed}
+			var args []string
+			if how == "kill-pane" {
+				split := append([]string{"-S", e.socket, "split-window", "-d", "-t", res.Session.ID + ":"}, person...)
+				if out, err := tmuxtest.Command(split...).CombinedOutput(); err != nil {
+					t.Fatalf("split-window: %v %s", err, out)
+				}
+				args = []string{"kill-pane", "-t", agent}
+			} else {
+				args = append([]string{"respawn-pane", "-k", "-t", agent}, person...)
+			}
+			if out, err := tmuxtest.Command(append([]string{"-S", e.socket}, args...)...).CombinedOutput(); err != nil {
+				t.Fatalf("%s: %v %s", how, err, out)
+			}
+			if how == "respawn-pane" {
+				err := e.m.Input(context.Background(), Ref{Name: res.Session.Name}, Input{Text: "for the agent", Enter: true})
+				if ve := verdict.AsError(err); ve == nil || ve.Code != verdict.CodeAgentNotRunning ||
+					ve.Details["reason"] != verdict.ReasonAgentPaneMissing {
+					t.Fatalf("input to a pane respawned by hand: %v", err)
+				}
+			}
+			rec := e.ended(t, id)
+			if rec.Reason != verdict.ReasonAgentPaneMissing || rec.Evidence["sigkill_sent"] != true {
+				t.Fatalf("ended verdict %+v exit %+v: want reason %s, the agent SIGKILLed", rec, rec.Exit, verdict.ReasonAgentPaneMissing)
+			}
+			if liveNonZombie(res.Session.PanePID) {
+				t.Fatal("ended while the agent lives")
+			}
+			if b, _ := os.ReadFile(typed); len(b) != 0 {
+				t.Fatalf("the person's program got %q", b)
+			}
+		})
+	}
+}

@@ -64,9 +64,13 @@ func (m *Manager) Run(ctx context.Context) error {
 				wg.Add(1)
 				go func() { defer wg.Done(); m.onRemoved(ctx, ch) }()
 			case census.Added, census.Changed:
-				if ch.Session.PaneDead {
+				switch {
+				case ch.Session.PaneDead:
 					wg.Add(1)
 					go func() { defer wg.Done(); m.onPaneDead(ctx, ch) }()
+				case ch.PaneChanged:
+					wg.Add(1)
+					go func() { defer wg.Done(); m.onPaneChanged(ctx, ch) }()
 				}
 			case census.Resync:
 				m.reconcile(ctx)
@@ -182,6 +186,8 @@ func (m *Manager) reconcile(ctx context.Context) bool {
 			m.stopGeneration(p, endCause{reason: m.goneReason(p)})
 		case auth == census.Authoritative && sess != nil && sess.PaneDead && !m.notAgentsDeath(ctx, *sess, p):
 			m.stopGeneration(p, endCause{reason: verdict.ReasonAgentExited})
+		case auth == census.Authoritative && sess != nil && !sess.PaneDead && sess.PanePID != p.PanePID:
+			m.endIfPaneMissing(ctx, p)
 		}
 	}
 	if !ok && ctx.Err() == nil {

@@ -162,7 +162,8 @@ type env struct {
 	// exitOnly: the census sees pane deaths only when the Manager's exit
 	// watch tells it (census.Options.DeathsByExitOnly), its reconcile an
 	// hour away.
-	exitOnly bool
+	exitOnly  bool
+	reconcile time.Duration // the census's reconcile period, when not the default
 
 	wrapFence func(fence.Fence) fence.Fence // what the Manager uses of store; nil: store itself
 
@@ -232,6 +233,8 @@ func (e *env) open(ctx context.Context, fault string) error {
 	e.census = census.New(e.client, nil)
 	if e.exitOnly {
 		e.census = census.NewWithOptions(e.client, nil, census.Options{DeathsByExitOnly: true, Reconcile: time.Hour})
+	} else if e.reconcile > 0 {
+		e.census = census.NewWithOptions(e.client, nil, census.Options{Reconcile: e.reconcile})
 	}
 	e.wg.Add(1)
 	go func() { defer e.wg.Done(); _ = e.census.Run(ctx) }()

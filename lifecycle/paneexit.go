@@ -85,15 +85,35 @@ func (m *Manager) agentEndOf(ctx context.Context, p fence.Published, sess census
 		// Not seen by the census yet, or seen without its time (the census
 		// does not list pane_dead_time): one read of the pane says both —
 		// an end told after a daemon restart carries when it happened.
-		target := m.agentPaneTarget(ctx, sess, p)
-		if r := m.readPaneEnd(ctx, m.lifeOf(p.ServerPID, p.ServerStart), target); r.source != "" || !found {
-			e = r
+		if target, ok := m.agentEndTarget(ctx, sess, p); ok {
+			if r := m.readPaneEnd(ctx, m.lifeOf(p.ServerPID, p.ServerStart), target); r.source != "" || !found {
+				e = r
+			}
 		}
 	}
 	// No start record (and no fence error): the helper never got past its
 	// first steps, so whatever tmux kept is its end, not an agent's.
 	e.helperOnly = e.source != "" && err == nil && !ok
 	return e
+}
+
+// agentEndTarget is the pane to read p's end from: agentPaneTarget, except
+// that a session tmux lists without p's pane (killed or respawned by hand)
+// has none (ok false) — the pane it would fall back to is a person's, whose
+// exit is not the agent's, and waiting for it to die held the stop for
+// readPaneEnd's whole bound.
+func (m *Manager) agentEndTarget(ctx context.Context, sess census.Session, p fence.Published) (string, bool) {
+	if p.PanePID <= 0 || sess.PanePID == p.PanePID {
+		return m.agentPaneTarget(ctx, sess, p), true
+	}
+	id, _, found, listed := m.agentPaneIn(ctx, p)
+	switch {
+	case found:
+		return id, true
+	case listed:
+		return "", false
+	}
+	return m.agentPaneTarget(ctx, sess, p), true
 }
 
 // sessionEnd is the exit the census holds for the session's pane.

@@ -280,7 +280,7 @@ func (m *Manager) finishEnd(ctx context.Context, p fence.Published, cause endCau
 	// output tail (read from the pane while it still shows) rides in the
 	// same pipeline as the kill: one round trip for both.
 	keep := next.State == fence.RestartExited && next.Reason != verdict.ReasonServerRestart
-	wantTail := present && rec.OutputTail == ""
+	wantTail := present && rec.OutputTail == "" && cause.reason != verdict.ReasonAgentPaneMissing
 	switch {
 	case present && !keep:
 		tail, gone, err := m.removeEndedSessionRetry(ctx, p, killReason{reason: cause.reason}, wantTail)
@@ -431,7 +431,9 @@ func (m *Manager) sessionOf(p fence.Published) (census.Session, bool) {
 // that is gone (killed by hand, the server's death) took its pane's exit
 // with it: the kind is then owner_lost.
 func (m *Manager) endEvidence(ctx context.Context, p fence.Published, cause endCause, sess census.Session, present, killed bool) verdict.Record {
-	end := m.agentEndOf(ctx, p, sess, present, cause.exit)
+	// The agent's pane is gone (agent_pane_missing): what its session's
+	// panes show is a person's, not the agent's end.
+	end := m.agentEndOf(ctx, p, sess, present && cause.reason != verdict.ReasonAgentPaneMissing, cause.exit)
 	rec := endedRecord(p, cause, end)
 	if p.Stopping != nil {
 		rec.Evidence["stop_since"] = p.Stopping.Since.UTC().Format(time.RFC3339Nano)

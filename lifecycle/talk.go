@@ -53,17 +53,48 @@ func (m *Manager) talkTarget(ctx context.Context, ref Ref) (talkTarget, error) {
 	if err != nil {
 		return talkTarget{}, err
 	}
-	return m.agentTalkTarget(ctx, pub, sess), nil
+	return m.agentTalkTarget(ctx, pub, sess)
 }
 
 // agentTalkTarget is the talkTarget of pub in sess, its pane the agent's own
 // even when a person's pane is the session's active one (agentpane.go): input
-// meant for the agent must not be typed into a person's shell.
-func (m *Manager) agentTalkTarget(ctx context.Context, pub fence.Published, sess census.Session) talkTarget {
+// meant for the agent must not be typed into a person's shell, nor a
+// person's screen read as the agent's. A session tmux lists without the
+// agent's pane (killed or respawned by hand) is refused, and its generation
+// stopped (paneMissing).
+func (m *Manager) agentTalkTarget(ctx context.Context, pub fence.Published, sess census.Session) (talkTarget, error) {
 	if pub.PanePID > 0 && sess.PanePID != pub.PanePID {
-		sess.PaneID = m.agentPaneTarget(ctx, sess, pub)
+		id, _, found, listed := m.agentPaneIn(ctx, pub)
+		switch {
+		case found:
+			sess.PaneID = id
+		case m.paneGone(pub, found, listed):
+			return talkTarget{}, paneMissing(sess.Name)
+		}
 	}
-	return talkTarget{pub: pub, sess: sess, life: m.lifeOf(pub.ServerPID, pub.ServerStart)}
+	return talkTarget{pub: pub, sess: sess, life: m.lifeOf(pub.ServerPID, pub.ServerStart)}, nil
+}
+
+// checkedPane re-targets t at its agent's pane when a read of t's pane
+// showed another process there (pid: the pane's, from the same pipeline as
+// the read): the census had not seen a pane respawned, killed or made
+// inactive by hand. ok false: read again at t's new pane; err: the agent's
+// pane is gone (paneMissing) or could not be looked for.
+func (m *Manager) checkedPane(ctx context.Context, t *talkTarget, pid string) (ok bool, err error) {
+	if t.pub.PanePID <= 0 || pid == strconv.Itoa(t.pub.PanePID) || t.pub.Ended {
+		return true, nil
+	}
+	id, _, found, listed := m.agentPaneIn(ctx, t.pub)
+	switch {
+	case found && id != t.sess.PaneID:
+		t.sess.PaneID, t.sess.PanePID = id, t.pub.PanePID
+		return false, nil
+	case found:
+		return true, nil // respawned back since: what was read is its
+	case m.paneGone(t.pub, found, listed):
+		return false, paneMissing(t.sess.Name)
+	}
+	return false, verdict.Errorf(verdict.CodeTmuxUnavailable, nil, "tmux did not list the panes of session %s", t.sess.Name)
 }
 
 // readTarget is talkTarget for what only reads a pane (screen, output, wait
@@ -107,32 +138,49 @@ func (m *Manager) Screen(ctx context.Context, ref Ref, lines int, ansi bool) (Sc
 	if err != nil {
 		return Screen{}, err
 	}
-	// Both commands are on the wire at once: one round trip, not two. The
-	// cursor and the lines are read in the same pass of tmux's loop unless the
-	// agent writes between them.
+	for try := 0; ; try++ {
+		out, pid, err := m.screenOf(ctx, t, lines, ansi)
+		if err != nil {
+			return Screen{}, err
+		}
+		// The pane read may not be the agent's (checkedPane): once read
+		// again at the agent's own; a second miss is answered as read.
+		if ok, err := m.checkedPane(ctx, &t, pid); ok || try > 0 || err != nil {
+			return out, err
+		}
+	}
+}
+
+// screenOf reads t's pane: its screen and cursor, and the pid of the
+// process it runs (for checkedPane). Both commands are on the wire at once:
+// one round trip, not two. The cursor and the lines are read in the same
+// pass of tmux's loop unless the agent writes between them.
+func (m *Manager) screenOf(ctx context.Context, t talkTarget, lines int, ansi bool) (Screen, string, error) {
 	var rep tmuxctl.Reply
 	var derr error
 	read := make(chan struct{})
 	go func() {
 		defer close(read)
 		rep, derr = m.commandIn(ctx, t.life, "display-message", "-p", "-t", t.pane(),
-			"#{cursor_x} #{cursor_y} #{pane_dead}")
+			"#{cursor_x} #{cursor_y} #{pane_dead} #{pane_pid}")
 	}()
 	captured, cerr := m.capture(ctx, t.life, t.pane(), lines, ansi)
 	<-read
 	if err := errors.Join(derr, cerr); err != nil {
-		return Screen{}, m.talkError(t, err)
+		return Screen{}, "", m.talkError(t, err)
 	}
 	out := Screen{Name: t.sess.Name, Lines: captured}
+	var pid string
 	if len(rep.Lines) == 1 {
 		f := strings.Fields(rep.Lines[0])
-		if len(f) == 3 {
+		if len(f) == 4 {
 			out.Cursor.X, _ = strconv.Atoi(f[0])
 			out.Cursor.Y, _ = strconv.Atoi(f[1])
 			out.PaneDead = f[2] == "1"
+			pid = f[3]
 		}
 	}
-	return out, nil
+	return out, pid, nil
 }
 
 // capture runs capture-pane on pane: the visible screen plus up to history lines

@@ -182,6 +182,34 @@ func notRunning(name string) error {
 		"the agent of session %s is not running (its pane is dead)", name)
 }
 
+// agentAlive asks tmux, right before an input, whether t's pane is the
+// agent's and alive. The census learns of a dead pane within a second, and
+// send-keys to a dead pane succeeds silently; a pane respawned by hand, or
+// killed with another pane left in the session, it may learn of only at its
+// next reconcile, and the input would go to a person's program: such a pane
+// is looked for among the session's (checkedPane) before anything is typed.
+func (m *Manager) agentAlive(ctx context.Context, t *talkTarget) error {
+	for try := 0; ; try++ {
+		rep, err := m.commandIn(ctx, t.life, "display-message", "-p", "-t", t.pane(), "#{pane_dead} #{pane_pid}")
+		if err != nil {
+			return m.talkError(*t, err)
+		}
+		dead, pid, _ := strings.Cut(strings.Join(rep.Lines, ""), " ")
+		ok, err := m.checkedPane(ctx, t, pid)
+		switch {
+		case err != nil:
+			return err
+		case !ok && try == 0:
+			continue // ask again at the agent's own pane
+		case !ok:
+			return notRunning(t.sess.Name) // its pane moves under us: type nothing
+		case dead == "1":
+			return notRunning(t.sess.Name)
+		}
+		return nil
+	}
+}
+
 // keptNotRunning turns the not_found of a session of ours whose generation has
 // ended — kept by a restart that waits out its delay or is under way — into
 // agent_not_running: the session exists, its agent does not (yet).
@@ -212,7 +240,8 @@ func (m *Manager) keptTarget(ctx context.Context, ref Ref, err error) (talkTarge
 	if rerr != nil || t.Session == nil || t.Published == nil || t.Live || t.Published.TmuxID != t.Session.ID {
 		return talkTarget{}, false
 	}
-	return m.agentTalkTarget(ctx, *t.Published, *t.Session), true
+	k, kerr := m.agentTalkTarget(ctx, *t.Published, *t.Session)
+	return k, kerr == nil
 }
 
 // inputQueue orders the inputs of one session: tickets are taken when an input
@@ -305,14 +334,8 @@ func (m *Manager) Input(ctx context.Context, ref Ref, in Input) error {
 	q.mu.Unlock()
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
 	defer cancel()
-	// The census learns of a dead pane within a second; tmux knows now, and
-	// send-keys to a dead pane succeeds silently.
-	rep, err := m.commandIn(actx, t.life, "display-message", "-p", "-t", t.pane(), "#{pane_dead}")
-	if err != nil {
-		return m.talkError(t, err)
-	}
-	if len(rep.Lines) == 1 && rep.Lines[0] == "1" {
-		return notRunning(t.sess.Name)
+	if err := m.agentAlive(actx, &t); err != nil {
+		return err
 	}
 	buffer := "skc-input-" + strconv.FormatUint(m.talk.bufSeq.Add(1), 10)
 	info, _ := m.tmux.Info()
