@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/proctree"
 	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
@@ -39,6 +40,16 @@ func (m *Manager) undo(ctx context.Context, a *attempt, cause error) error {
 	defer cancel()
 	comp := m.compensate(cctx, a)
 	code := verdict.CodeOf(cause)
+	if code != verdict.CodeAgentNotRunning && m.restartCancelled(cctx, a) {
+		// A kill stopped the identity while its restart was under way, and
+		// took the kept session from under the start's tmux steps: their
+		// failure (tag_failed, tmux_unavailable) is not tmux's nor the
+		// agent's, and must not page anyone; the publication would have
+		// been refused all the same (fence.NewPublished).
+		cause = verdict.Errorf(verdict.CodeAgentNotRunning, map[string]any{"cancelled": true},
+			"the restart was cancelled while it was under way (a kill stopped the identity): %v", cause)
+		code = verdict.CodeAgentNotRunning
+	}
 	if code == verdict.CodeInternal || code == verdict.CodeTimeout {
 		cause = verdict.Errorf(verdict.CodeSpawnFailed, nil, "%w", cause)
 		code = verdict.CodeSpawnFailed
@@ -47,6 +58,19 @@ func (m *Manager) undo(ctx context.Context, a *attempt, cause error) error {
 	m.emit(cctx, rec)
 	m.met.failed(code)
 	return cause
+}
+
+// restartCancelled reports whether attempt a is a restart's start whose
+// identity no longer waits for it: its ended generation's restart state is
+// no longer exited (a kill stopped it, or another start published).
+func (m *Manager) restartCancelled(ctx context.Context, a *attempt) bool {
+	if a.restart == nil {
+		return false
+	}
+	fctx, cancel := fenceCtx(ctx)
+	defer cancel()
+	p, ok, err := m.fence.PublishedFor(fctx, a.res.Identity)
+	return err == nil && ok && p.Generation == a.restart.prev.Generation && p.Restart.State != fence.RestartExited
 }
 
 func (m *Manager) compensate(ctx context.Context, a *attempt) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -176,5 +177,54 @@ func TestKillNeverClaimsAnUnprovenEnd(t *testing.T) {
 	}
 	if err != nil && codeOf(err) != verdict.CodeIdentityReservedUnknown {
 		t.Fatalf("kill: %v", err)
+	}
+}
+
+// TestKillDuringRestartStart: a kill that stops an identity while its
+// restart's start is between the respawn and the tags removes the kept
+// session from under it; the start's failed verdict is agent_not_running
+// (cancelled), as when its publication is refused, not the tag_failed or
+// tmux_unavailable of its tmux steps: nothing failed (found outside-in).
+func TestKillDuringRestartStart(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, spec, _ := e.restartSpec("killstart", fence.RestartOnFailure, 10*time.Millisecond, 5, "agent", "exit", "2")
+	var once sync.Once
+	killed := make(chan error, 1)
+	spawnedHook = func(a *attempt) {
+		if a.restart == nil {
+			return
+		}
+		once.Do(func() {
+			go func() {
+				_, err := e.m.Kill(context.Background(), Ref{Identity: &id})
+				killed <- err
+			}()
+			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				p, _, err := e.store.PublishedFor(context.Background(), id)
+				gone := tmuxtest.Command("-S", e.socket, "has-session", "-t", a.tmuxID).Run() != nil
+				if err == nil && p.Restart.State == fence.RestartStopped && gone {
+					return
+				}
+			}
+		})
+	}
+	t.Cleanup(func() { spawnedHook = nil })
+	if _, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-killed; err != nil {
+		t.Fatal(err)
+	}
+	var failed *verdict.Record
+	waitFor(t, "the start's failed verdict", func() bool {
+		for _, r := range e.verdicts(id) {
+			if r.Verdict == verdict.VerdictFailed && r.Session != nil && r.Session.Generation == 2 {
+				failed = &r
+			}
+		}
+		return failed != nil
+	})
+	if failed.Code != verdict.CodeAgentNotRunning {
+		t.Fatalf("the cancelled start's verdict: %s %s %v", failed.Code, failed.Reason, failed.Evidence)
 	}
 }

@@ -77,6 +77,11 @@ func (m *Manager) startNext(ctx context.Context, p fence.Published) bool {
 			// not the agent's failure; look again.
 			m.noteStart(p, err, true)
 			return !sleepCtx(ctx, restartRetry)
+		case verdict.CodeAgentNotRunning:
+			// A kill stopped the identity while this start was under
+			// way (its failed verdict says so): nothing to count or retry.
+			m.noteStart(p, err, false)
+			return true
 		}
 		m.noteStart(p, err, false)
 		m.failedStart(ctx, p, err)

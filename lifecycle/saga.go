@@ -79,6 +79,9 @@ func (m *Manager) afterSpawn(ctx context.Context, a *attempt) (res CreateResult,
 		return res, err
 	}
 	m.fault.hitIn(a.restart != nil, FaultSpawned)
+	if spawnedHook != nil {
+		spawnedHook(a)
+	}
 	if err := m.tag(ctx, a); err != nil {
 		return res, err
 	}
@@ -101,6 +104,10 @@ func (m *Manager) afterSpawn(ctx context.Context, a *attempt) (res CreateResult,
 	m.fault.hitIn(a.restart != nil, FaultTagged)
 	return m.publish(ctx, a)
 }
+
+// spawnedHook, when a test sets it, runs once an attempt's spawned phase is
+// recorded, before its tags: a test can move tmux under the start there.
+var spawnedHook func(a *attempt)
 
 // ownBusyWait bounds how long the attempt's own transitions (advance,
 // publish) wait out a busy fence (identity_fence_contended). The attempt holds
