@@ -213,6 +213,7 @@ func (p *pool) run(ctx context.Context) {
 			return
 		case <-p.kick:
 		case <-t.C: // a server that died and came back: standbys of the old life are gone
+			p.sweepClaimedHandoffs()
 		}
 	}
 }
@@ -470,6 +471,24 @@ func (p *pool) sweepHandoffs() {
 		h, err := readHandoff(filepath.Join(p.dir, e.Name()))
 		if err != nil || !proctree.LifeRunning(h.panePID, 0) {
 			_ = os.Remove(filepath.Join(p.dir, e.Name()))
+		}
+	}
+}
+
+// sweepClaimedHandoffs removes, while the pool runs, the written hand-off
+// files whose standby process is gone: a claimed standby stopped (a restart
+// or kill right after its create) before it read its file never removes it,
+// and nothing else would until the next daemon's sweep. The files prepared
+// for free standbys (empty until a claim) and those being written stay.
+func (p *pool) sweepClaimedHandoffs() {
+	ents, err := os.ReadDir(p.dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		path := filepath.Join(p.dir, e.Name())
+		if h, err := readHandoff(path); err == nil && !proctree.LifeRunning(h.panePID, 0) {
+			_ = os.Remove(path)
 		}
 	}
 }
