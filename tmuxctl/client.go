@@ -196,6 +196,10 @@ func (c *Client) Run(ctx context.Context) error {
 	b := backoff{min: c.cfg.ReconnectMin, max: c.cfg.ReconnectMax}
 	first := true
 	for ctx.Err() == nil {
+		c.mu.Lock()
+		last := c.info.PID
+		c.mu.Unlock()
+		c.reviveSocket(ctx, last) // before anything could start a second server on the path
 		c.startServer(ctx)
 		conn, err := Dial(ctx, c.cfg)
 		if err != nil {
@@ -257,6 +261,8 @@ func (c *Client) serve(ctx context.Context, conn *Conn) (healthy bool) {
 		Str("version", info.Version).Msg("tmux connected")
 	c.events.push(Event{Kind: Connected, Info: info})
 	notes := conn.Notifications()
+	look := time.NewTicker(socketLook)
+	defer look.Stop()
 forward:
 	for {
 		select {
@@ -265,6 +271,8 @@ forward:
 				break forward
 			}
 			c.events.push(Event{Kind: Notify, Note: n})
+		case <-look.C:
+			c.reviveSocket(ctx, info.PID)
 		case <-ctx.Done():
 			break forward
 		}

@@ -3,10 +3,14 @@ package tmuxctl
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 )
@@ -104,5 +108,69 @@ func TestClientStartServerFailureFallsBack(t *testing.T) {
 	}
 	if n := calls.Load(); n != 1 {
 		t.Fatalf("StartServer called %d times, want 1", n)
+	}
+}
+
+// TestClientRevivesRemovedSocket: the server's socket removed under it (a
+// cleaner of /tmp), then the control connection dropped: the reconnect asks
+// the running server to recreate its socket (SIGUSR1) and joins it again,
+// where `new-session -A` at the missing path started a second server and
+// the census took the first for dead.
+func TestClientRevivesRemovedSocket(t *testing.T) {
+	cfg := testConfig(t)
+	c := NewClient(cfg)
+	runClient(t, c)
+	life, err := c.WaitConnected(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(life.PID, syscall.SIGKILL); waitGone(life.PID, 10*time.Second) })
+	if err := os.Remove(cfg.Socket); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	client := c.conn.p.cmd.Process.Pid
+	c.mu.Unlock()
+	if err := syscall.Kill(client, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "reconnected", func() bool { _, ok := c.Info(); return ok && c.Reconnects() > 0 })
+	if info, _ := c.Info(); info.PID != life.PID {
+		_ = syscall.Kill(info.PID, syscall.SIGKILL)
+		t.Fatalf("reconnected to server %d, not to the running %d", info.PID, life.PID)
+	}
+	if socketMissing(cfg.Socket) {
+		t.Fatal("the socket was not recreated")
+	}
+	if out, err := tmuxtest.Command("-S", cfg.Socket, "display-message", "-p", "#{pid}").Output(); err != nil ||
+		strings.TrimSpace(string(out)) != strconv.Itoa(life.PID) {
+		t.Fatalf("a person's tmux at the socket: %q %v", out, err)
+	}
+}
+
+// TestClientRevivesSocketWhileConnected: a connected Client notices its
+// server's socket removed at its next look and has it recreated, so that a
+// person's `tmux -S … attach` works again without any reconnect.
+func TestClientRevivesSocketWhileConnected(t *testing.T) {
+	old := socketLook
+	socketLook = 50 * time.Millisecond
+	t.Cleanup(func() { socketLook = old })
+	cfg := testConfig(t)
+	c := NewClient(cfg)
+	runClient(t, c)
+	life, err := c.WaitConnected(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(life.PID, syscall.SIGKILL); waitGone(life.PID, 10*time.Second) })
+	if err := os.Remove(cfg.Socket); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the socket recreated", func() bool { return !socketMissing(cfg.Socket) })
+	if c.Reconnects() != 0 {
+		t.Fatal("reconnected")
+	}
+	if _, err := tmuxtest.Command("-S", cfg.Socket, "has-session").Output(); err != nil {
+		t.Fatalf("a person's tmux at the socket: %v", err)
 	}
 }
