@@ -199,7 +199,12 @@ func (c *Client) Run(ctx context.Context) error {
 		c.mu.Lock()
 		last := c.info.PID
 		c.mu.Unlock()
-		c.reviveSocket(ctx, last) // before anything could start a second server on the path
+		// Before anything could start a second server on the path: while
+		// the one there lives, its socket is recreated or nothing is dialled.
+		if c.reviveSocket(ctx, last) && socketMissing(c.cfg.Socket) {
+			c.wait(ctx, b.failed(), false)
+			continue
+		}
 		c.startServer(ctx)
 		conn, err := Dial(ctx, c.cfg)
 		if err != nil {
