@@ -22,6 +22,11 @@ type ExitWatch struct {
 	epfd   int
 	wakefd int // an eventfd: Close wakes the loop with it
 
+	// max bounds the watches held, one fd each (watchCap): a daemon at its
+	// open-files limit could accept no API connection, open no cgroup file
+	// for a stop's proof, and answered nothing at all.
+	max int
+
 	mu     sync.Mutex
 	byKey  map[string]*watch
 	byID   map[uint64]*watch // by the id in the epoll event: never reused, unlike fd numbers
@@ -83,7 +88,7 @@ func NewExitWatch() (*ExitWatch, error) {
 		unix.Close(epfd)
 		return nil, fmt.Errorf("proctree: epoll add: %w", err)
 	}
-	w := &ExitWatch{epfd: epfd, wakefd: wakefd, byKey: map[string]*watch{}, byID: map[uint64]*watch{}}
+	w := &ExitWatch{epfd: epfd, wakefd: wakefd, max: watchCap(), byKey: map[string]*watch{}, byID: map[uint64]*watch{}}
 	w.loop.Add(1)
 	go w.run()
 	return w, nil
@@ -91,6 +96,23 @@ func NewExitWatch() (*ExitWatch, error) {
 
 // ErrWatchClosed is returned by Watch after Close.
 var ErrWatchClosed = errors.New("proctree: exit watch closed")
+
+// ErrWatchFull is returned by Watch when the watches would take the
+// process's file descriptors past watchCap: the process is not watched.
+var ErrWatchFull = errors.New("proctree: exit watches at their cap (the open-files limit keeps a reserve for everything else)")
+
+// watchCap is how many watches the open-files limit (RLIMIT_NOFILE, which
+// Go raised to the hard limit at start) leaves room for: a quarter of it,
+// at least 32 and at most 1,024, is kept for everything else — the API's
+// connections, the fence's files, tmux's clients, the proof's cgroup reads.
+func watchCap() int {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil || rl.Cur > 1<<30 {
+		return 1 << 30
+	}
+	limit := int(rl.Cur)
+	return max(limit-min(max(32, limit/4), 1024), 0)
+}
 
 // Watch calls fn (on a goroutine of its own) when the process pid, of start
 // time start (field 22 of /proc/PID/stat, as a Hold records it), exits. The
@@ -134,6 +156,10 @@ func (w *ExitWatch) Watch(key string, pid int, start uint64, fn func(Exit)) erro
 		return ErrWatchClosed
 	}
 	w.releaseLocked(key)
+	if !gone && len(w.byKey) >= w.max {
+		unix.Close(fd)
+		return ErrWatchFull
+	}
 	w.nextID++
 	wt := &watch{key: key, id: w.nextID, fd: fd, pid: pid, start: start, fn: fn}
 	if gone {

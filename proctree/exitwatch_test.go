@@ -212,3 +212,35 @@ func mustStart(t *testing.T, pid int) uint64 {
 	}
 	return st.start
 }
+
+// TestExitWatchCap: watches stop at the cap the open-files limit leaves
+// (ErrWatchFull, no fd kept), a replaced key does not count twice, and a
+// released watch makes room again.
+func TestExitWatchCap(t *testing.T) {
+	if got := watchCap(); got <= 0 {
+		t.Fatalf("watchCap %d here", got)
+	}
+	a, startA := startSleeper(t)
+	b, startB := startSleeper(t)
+	w := newWatch(t)
+	defer w.Close()
+	w.max = 1
+	fn := func(Exit) {}
+	if err := w.Watch("a", a.Process.Pid, startA, fn); err != nil {
+		t.Fatal(err)
+	}
+	before := openFDs(t)
+	if err := w.Watch("b", b.Process.Pid, startB, fn); err != ErrWatchFull {
+		t.Fatalf("a watch past the cap: %v", err)
+	}
+	if openFDs(t) != before {
+		t.Fatal("a refused watch kept its pidfd")
+	}
+	if err := w.Watch("a", b.Process.Pid, startB, fn); err != nil {
+		t.Fatalf("replacing a key at the cap: %v", err)
+	}
+	w.Release("a")
+	if err := w.Watch("b", b.Process.Pid, startB, fn); err != nil {
+		t.Fatalf("after a release: %v", err)
+	}
+}
