@@ -5,11 +5,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 )
 
 // agentExit is what the pane helper records when it cannot become its agent:
@@ -47,10 +50,29 @@ func execAgent(argv, env []string, cwd string) agentExit {
 		err = dieOfHangup()
 	}
 	if err == nil {
+		agentNofile(os.Getenv(tmuxctl.AgentNofileEnv))
+	}
+	if err == nil {
 		err = syscall.Exec(path, argv, env)
 	}
 	ex.Ended, ex.Err, ex.Status = time.Now(), err, execStatus(err)
 	return ex
+}
+
+// agentNofile gives the agent the open-files soft limit the tmux server
+// was started with (v, tmuxctl.AgentNofileEnv: the server's own was raised
+// for its panes' ptys, and a pane inherits it). Set explicitly, it is also
+// what Go's exec passes on, instead of the limit the helper started with.
+// A value that does not parse, or above the hard limit, changes nothing.
+func agentNofile(v string) {
+	n, err := strconv.ParseUint(v, 10, 64)
+	var rl syscall.Rlimit
+	if err != nil || n == 0 || syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl) != nil || n > rl.Max {
+		return
+	}
+	// syscall's, not x/sys's: it also tells Go's exec not to put back the
+	// limit the helper started with.
+	_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: n, Max: rl.Max})
 }
 
 // errHungUp is a failed start whose terminal hung up first (a helper that
@@ -131,7 +153,11 @@ func execStatus(err error) int {
 // wins over ours and ours over the pane's stale one.
 func agentEnv(inherited, spec []string, cwd string) []string {
 	env := make([]string, 0, len(inherited)+len(spec)+1)
-	env = append(env, inherited...)
+	for _, kv := range inherited {
+		if _, ok := cutEnv(kv, tmuxctl.AgentNofileEnv); !ok { // ours, for the helper (agentNofile)
+			env = append(env, kv)
+		}
+	}
 	if cwd != "" {
 		env = append(env, "PWD="+cwd)
 	}

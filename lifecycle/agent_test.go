@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/creack/pty"
+
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 )
 
 // TestNoAgentOnAHungUpTerminal: a helper whose terminal hung up before its
@@ -55,5 +57,21 @@ func TestNoAgentOnAHungUpTerminal(t *testing.T) {
 	defer null.Close()
 	if err := run(null); err != nil {
 		t.Fatalf("agent with no terminal: %v", err)
+	}
+}
+
+// TestAgentGetsServersOpenFilesLimit: the helper gives the agent the
+// open-files soft limit recorded in the server's environment (the server's
+// own raised for its ptys), and not the variable itself.
+func TestAgentGetsServersOpenFilesLimit(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := exec.Command(exe, "execagent", "/bin/sh", "-c", "ulimit -Sn; echo ${"+tmuxctl.AgentNofileEnv+":-unset}")
+	c.Env = append(os.Environ(), tmuxctl.AgentNofileEnv+"=321")
+	out, err := c.Output()
+	if err != nil || string(out) != "321\nunset\n" {
+		t.Fatalf("agent's limit and variable: %q %v", out, err)
 	}
 }

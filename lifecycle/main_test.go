@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 		case "agent":
 			os.Exit(fakeAgent(os.Args[2:]))
 		case "execagent":
-			os.Exit(execAgent(os.Args[2:], os.Environ(), "").Status)
+			os.Exit(execAgent(os.Args[2:], agentEnv(os.Environ(), nil, ""), "").Status)
 		case "createchild":
 			os.Exit(createChild(os.Args[2:]))
 		case "faultchild":

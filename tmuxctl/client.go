@@ -255,6 +255,7 @@ func (c *Client) startServer(ctx context.Context) {
 // was healthy: it answered a command sent through the Client (the census
 // lists at every Connected) or stayed up for c.healthyAfter.
 func (c *Client) serve(ctx context.Context, conn *Conn) (healthy bool) {
+	c.raiseServerFiles(ctx, conn) // before anyone can spawn a pane on this connection
 	info := conn.Info()
 	served := new(atomic.Bool)
 	began := time.Now()

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 )
 
@@ -172,5 +174,40 @@ func TestClientRevivesSocketWhileConnected(t *testing.T) {
 	}
 	if _, err := tmuxtest.Command("-S", cfg.Socket, "has-session").Output(); err != nil {
 		t.Fatalf("a person's tmux at the socket: %v", err)
+	}
+}
+
+// TestClientRaisesServerFiles: a server started with an open-files soft
+// limit below its hard one (a login shell's 1,024) has it raised at the
+// connection, its old one recorded for its panes (AgentNofileEnv).
+func TestClientRaisesServerFiles(t *testing.T) {
+	cfg := testConfig(t)
+	c := NewClient(cfg)
+	runClient(t, c)
+	life, err := c.WaitConnected(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rl unix.Rlimit
+	if err := unix.Prlimit(life.PID, unix.RLIMIT_NOFILE, nil, &rl); err != nil || rl.Max < 200 {
+		t.Skipf("open-files limit here: %+v %v", rl, err)
+	}
+	low := unix.Rlimit{Cur: 100, Max: rl.Max}
+	if err := unix.Prlimit(life.PID, unix.RLIMIT_NOFILE, &low, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	client := c.conn.p.cmd.Process.Pid
+	c.mu.Unlock()
+	if err := syscall.Kill(client, syscall.SIGKILL); err != nil { // the next connection looks again
+		t.Fatal(err)
+	}
+	waitFor(t, "reconnected", func() bool { _, ok := c.Info(); return ok && c.Reconnects() > 0 })
+	if err := unix.Prlimit(life.PID, unix.RLIMIT_NOFILE, nil, &rl); err != nil || rl.Cur != rl.Max {
+		t.Fatalf("server's limit after the connection: %+v %v", rl, err)
+	}
+	out, err := tmuxtest.Command("-S", cfg.Socket, "show-environment", "-g", AgentNofileEnv).Output()
+	if err != nil || strings.TrimSpace(string(out)) != AgentNofileEnv+"=100" {
+		t.Fatalf("recorded for the panes: %q %v", out, err)
 	}
 }
