@@ -32,6 +32,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	msqlite "modernc.org/sqlite"
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
@@ -42,14 +43,17 @@ import (
 // funnelled through one connection.
 type Store struct {
 	path string
-	shm  string     // path's -shm file, checked before SQLite maps it (writable.go)
-	w    *sql.DB    // writer: one connection, BEGIN IMMEDIATE
-	wr   writer     // that connection, held, with its prepared statements (writer.go)
-	wq   writeQueue // writes waiting for it, run as one group (group.go)
-	r    *sql.DB    // readers (WAL: never blocked by the writer)
-	opt  fence.Options
-	own  *fence.Owner     // this handle as a row owner: self, in-flight rows, liveness
-	rc   *fence.ReadCache // show's reads, over a readSource (readcache.go)
+	shm  string // path's -shm file, checked before SQLite maps it (writable.go)
+	// dev, ino: the database file this handle opened; a path that names
+	// another file since (or none) is refused (writable.go).
+	dev, ino uint64
+	w        *sql.DB    // writer: one connection, BEGIN IMMEDIATE
+	wr       writer     // that connection, held, with its prepared statements (writer.go)
+	wq       writeQueue // writes waiting for it, run as one group (group.go)
+	r        *sql.DB    // readers (WAL: never blocked by the writer)
+	opt      fence.Options
+	own      *fence.Owner     // this handle as a row owner: self, in-flight rows, liveness
+	rc       *fence.ReadCache // show's reads, over a readSource (readcache.go)
 
 	cache *fence.PubCache // the identities table in memory (cache.go)
 }
@@ -110,6 +114,12 @@ func Open(path string, opt fence.Options) (*Store, error) {
 		}
 		return nil, unavailable(path, "migrate", err)
 	}
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		s.Close()
+		return nil, unavailable(path, "open", err)
+	}
+	s.dev, s.ino = uint64(st.Dev), st.Ino
 	return s, nil
 }
 

@@ -148,3 +148,45 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 		t.Fatalf("details %v", e.Details)
 	}
 }
+
+// TestFenceFileRemovedUnderHandle: the database removed, or replaced by
+// another file, while a handle has it open: every operation is refused
+// fence_unavailable (the pane helpers opening the path would find another
+// fence); its own file back at the path is accepted again.
+func TestFenceFileRemovedUnderHandle(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "fence.sqlite")
+	s, err := Open(path, fence.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Identities(ctx); err != nil {
+		t.Fatal(err)
+	}
+	kept := filepath.Join(dir, "kept")
+	if err := os.Link(path, kept); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Identities(ctx); verdict.CodeOf(err) != verdict.CodeFenceUnavailable || !strings.Contains(err.Error(), "removed or replaced") {
+		t.Fatalf("a read after the removal: %v", err)
+	}
+	if err := os.Link(kept, path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Identities(ctx); err != nil {
+		t.Fatalf("a read with its own file back: %v", err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, nil, 0o600); err != nil { // another file at the path
+		t.Fatal(err)
+	}
+	if _, err := s.Identities(ctx); verdict.CodeOf(err) != verdict.CodeFenceUnavailable {
+		t.Fatalf("a read after the replacement: %v", err)
+	}
+}

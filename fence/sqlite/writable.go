@@ -62,5 +62,28 @@ func (s *Store) writable(op string) error {
 		return verdict.Errorf(verdict.CodeFenceUnavailable, map[string]any{"path": s.shm, "op": op},
 			"fence %s: %s cannot be written (immutable, or on a read-only filesystem): %w", op, s.shm, err)
 	}
-	return nil
+	return s.samePath(op)
+}
+
+// samePath refuses op with fence_unavailable when the database's path no
+// longer names the file this handle opened: removed (or replaced) under a
+// running daemon, its writes went on into the unlinked file while every pane
+// helper, opening the path, found an empty fence of its own, created there —
+// creates answered published for agents whose helpers gave up (exit 75), and
+// a new reader connection of this handle would have read the other file.
+// One stat per operation, beside writable's access.
+func (s *Store) samePath(op string) error {
+	if s.ino == 0 {
+		return nil // Open's own steps, before it recorded the file
+	}
+	var st unix.Stat_t
+	err := unix.Stat(s.path, &st)
+	if err == nil && uint64(st.Dev) == s.dev && st.Ino == s.ino {
+		return nil
+	}
+	if err != nil && !errors.Is(err, unix.ENOENT) {
+		return nil // unreadable (a mode change): SQLite, which holds its descriptors, decides
+	}
+	return verdict.Errorf(verdict.CodeFenceUnavailable, map[string]any{"path": s.path, "op": op},
+		"fence %s: %s was removed or replaced while this process had it open; restart the daemon (what it recorded since is in the file it opened)", op, s.path)
 }
