@@ -27,6 +27,9 @@ func agentPID(pane int) int {
 	return 0
 }
 
+// execedAgent: pid runs a fake agent (its helper's exec is done).
+func execedAgent(pid int) bool { return agentPID(pid) == pid && pid > 0 }
+
 func (e *env) create(t *testing.T, name string, argv ...string) (fence.Identity, CreateResult) {
 	t.Helper()
 	id, spec := e.identity(name)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -235,4 +236,27 @@ func pendingInput(t *testing.T, pid string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestPoolSweepsClaimedHandoffs: a hand-off file written for a claimed
+// standby that was stopped before it read it (a restart or kill right after
+// the create) is removed while the pool runs, not only by the next daemon;
+// the files prepared for the free standbys stay.
+func TestPoolSweepsClaimedHandoffs(t *testing.T) {
+	e := startPoolEnv(t, "", 2)
+	dir := filepath.Join(e.home, "pool")
+	waitFor(t, "the standbys' files", func() bool { ents, _ := os.ReadDir(dir); return len(ents) == 2 })
+	c := exec.Command("true")
+	if err := c.Run(); err != nil {
+		t.Fatal(err)
+	}
+	orphan := filepath.Join(dir, "0123456789abcdef")
+	body := fmt.Sprintf("reservation=r\ngeneration=1\ncgroup=\npane_pid=%d\n%s\n", c.Process.Pid, handoffEnd)
+	if err := os.WriteFile(orphan, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the orphaned hand-off removed", func() bool { _, err := os.Stat(orphan); return os.IsNotExist(err) })
+	if ents, _ := os.ReadDir(dir); len(ents) != 2 {
+		t.Fatalf("pool files after the sweep: %v", ents)
+	}
 }

@@ -70,25 +70,31 @@ func (m *Manager) startNext(ctx context.Context, p fence.Published) bool {
 		restart: &restartOf{prev: p, kept: m.keptOf(sctx, p)}}
 	m.track(a)
 	defer m.untrack(a)
-	if _, err := m.saga(sctx, a); err != nil {
-		switch verdict.CodeOf(err) {
-		case verdict.CodeTmuxUnavailable, verdict.CodeFenceUnavailable, verdict.CodeIdentityFenceContended:
-			// No server yet (it died, or tmux is stuck), or a busy fence:
-			// not the agent's failure; look again.
-			m.noteStart(p, err, true)
-			return !sleepCtx(ctx, restartRetry)
-		case verdict.CodeAgentNotRunning:
-			// A kill stopped the identity while this start was under
-			// way (its failed verdict says so): nothing to count or retry.
-			m.noteStart(p, err, false)
-			return true
-		}
+	_, err = m.saga(sctx, a)
+	return m.startDone(ctx, p, err)
+}
+
+// startDone files the outcome err of a start of the generation after p's
+// and reports whether the restarter is done.
+func (m *Manager) startDone(ctx context.Context, p fence.Published, err error) bool {
+	switch verdict.CodeOf(err) {
+	case "":
+		m.noteStart(p, nil, false)
+		return true
+	case verdict.CodeTmuxUnavailable, verdict.CodeFenceUnavailable, verdict.CodeIdentityFenceContended:
+		// No server yet (it died, or tmux is stuck), or a busy fence:
+		// not the agent's failure; look again.
+		m.noteStart(p, err, true)
+		return !sleepCtx(ctx, restartRetry)
+	case verdict.CodeAgentNotRunning:
+		// A kill stopped the identity while this start was under way
+		// (its failed verdict says so): nothing to count or retry.
 		m.noteStart(p, err, false)
-		m.failedStart(ctx, p, err)
-		return false
+		return true
 	}
-	m.noteStart(p, nil, false)
-	return true
+	m.noteStart(p, err, false)
+	m.failedStart(ctx, p, err)
+	return false
 }
 
 // startFailure is a restarter's start of the generation after gen that did

@@ -399,12 +399,6 @@ func TestRebootRestarts(t *testing.T) {
 
 const proctreeBootEnv = proctree.BootIDFileEnv
 
-// execedAgent: pid runs a fake agent (its helper's exec is done).
-func execedAgent(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-	return err == nil && strings.Contains(string(b), "\x00agent\x00")
-}
-
 func tmuxtestKill(e *env) ([]byte, error) {
 	return tmuxtest.Command("-S", e.socket, "kill-server").CombinedOutput()
 }

@@ -196,12 +196,7 @@ func (c *Client) Run(ctx context.Context) error {
 	b := backoff{min: c.cfg.ReconnectMin, max: c.cfg.ReconnectMax}
 	first := true
 	for ctx.Err() == nil {
-		c.mu.Lock()
-		last := c.info.PID
-		c.mu.Unlock()
-		// Before anything could start a second server on the path: while
-		// the one there lives, its socket is recreated or nothing is dialled.
-		if c.reviveSocket(ctx, last) && socketMissing(c.cfg.Socket) {
+		if c.socketHeld(ctx) {
 			c.wait(ctx, b.failed(), false)
 			continue
 		}

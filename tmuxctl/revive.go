@@ -39,6 +39,17 @@ func socketMissing(path string) bool {
 	return errors.Is(err, fs.ErrNotExist)
 }
 
+// socketHeld runs before every dial, before anything could start a second
+// server on the path: the server last connected to, alive without its
+// socket, is asked to recreate it (reviveSocket). It reports whether that
+// server is there and its socket still is not: nothing is to be dialled.
+func (c *Client) socketHeld(ctx context.Context) bool {
+	c.mu.Lock()
+	last := c.info.PID
+	c.mu.Unlock()
+	return c.reviveSocket(ctx, last) && socketMissing(c.cfg.Socket)
+}
+
 // reviveSocket asks server pid, the one the Client was last connected to,
 // to recreate its socket when the socket is gone and pid still listens on
 // one bound to its path; it waits (bounded) for the socket to be back. It
