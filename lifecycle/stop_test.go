@@ -50,6 +50,24 @@ func (e *env) createSpec(t *testing.T, name string, wait time.Duration, stopTime
 	return e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: wait})
 }
 
+// readyWithChild waits until the agent in pane pid pane and its first
+// child are both ready, and returns their pids.
+func readyWithChild(t *testing.T, pane int) (agent, child int) {
+	t.Helper()
+	waitFor(t, "agent and its child", func() bool {
+		agent = agentPID(pane)
+		if agent == 0 || !isReady(agent) {
+			return false
+		}
+		if c := childrenOf(agent); len(c) > 0 && isReady(c[0]) {
+			child = c[0]
+			return true
+		}
+		return false
+	})
+	return agent, child
+}
+
 // TestStopSessionHoldWithoutCgroup: where no cgroup is used, the pane's session
 // holds the generation. A session killed by hand whose agent and whose agent's
 // child (in a process group of its own) ignore the hangup: both are SIGKILLed
@@ -60,18 +78,7 @@ func TestStopSessionHoldWithoutCgroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var agent, child int
-	waitFor(t, "agent and its child", func() bool {
-		agent = agentPID(res.Session.PanePID)
-		if agent == 0 || !isReady(agent) {
-			return false
-		}
-		if c := childrenOf(agent); len(c) > 0 && isReady(c[0]) {
-			child = c[0]
-			return true
-		}
-		return false
-	})
+	agent, child := readyWithChild(t, res.Session.PanePID)
 	if out, err := execTmux(e, "kill-session", "-t", res.Session.ID); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
@@ -421,18 +428,7 @@ func TestSIGKILLOfLeftoversIsNotTheAgents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var child int
-	waitFor(t, "agent and its child", func() bool {
-		agent := agentPID(res.Session.PanePID)
-		if agent == 0 || !isReady(agent) {
-			return false
-		}
-		if c := childrenOf(agent); len(c) > 0 && isReady(c[0]) {
-			child = c[0]
-			return true
-		}
-		return false
-	})
+	_, child := readyWithChild(t, res.Session.PanePID)
 	if out, err := execTmux(e, "kill-session", "-t", res.Session.ID); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}

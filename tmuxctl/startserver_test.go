@@ -113,12 +113,10 @@ func TestClientStartServerFailureFallsBack(t *testing.T) {
 	}
 }
 
-// TestClientRevivesRemovedSocket: the server's socket removed under it (a
-// cleaner of /tmp), then the control connection dropped: the reconnect asks
-// the running server to recreate its socket (SIGUSR1) and joins it again,
-// where `new-session -A` at the missing path started a second server and
-// the census took the first for dead.
-func TestClientRevivesRemovedSocket(t *testing.T) {
+// connectedClient runs a Client on a private server and waits for its
+// connection; the server is killed by pid at cleanup (its socket may be gone).
+func connectedClient(t *testing.T) (Config, *Client, ServerInfo) {
+	t.Helper()
 	cfg := testConfig(t)
 	c := NewClient(cfg)
 	runClient(t, c)
@@ -127,9 +125,13 @@ func TestClientRevivesRemovedSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(life.PID, syscall.SIGKILL); waitGone(life.PID, 10*time.Second) })
-	if err := os.Remove(cfg.Socket); err != nil {
-		t.Fatal(err)
-	}
+	return cfg, c, life
+}
+
+// dropControl kills c's control client (a dropped connection) and waits
+// for the reconnection.
+func dropControl(t *testing.T, c *Client) {
+	t.Helper()
 	c.mu.Lock()
 	client := c.conn.p.cmd.Process.Pid
 	c.mu.Unlock()
@@ -137,6 +139,19 @@ func TestClientRevivesRemovedSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "reconnected", func() bool { _, ok := c.Info(); return ok && c.Reconnects() > 0 })
+}
+
+// TestClientRevivesRemovedSocket: the server's socket removed under it (a
+// cleaner of /tmp), then the control connection dropped: the reconnect asks
+// the running server to recreate its socket (SIGUSR1) and joins it again,
+// where `new-session -A` at the missing path started a second server and
+// the census took the first for dead.
+func TestClientRevivesRemovedSocket(t *testing.T) {
+	cfg, c, life := connectedClient(t)
+	if err := os.Remove(cfg.Socket); err != nil {
+		t.Fatal(err)
+	}
+	dropControl(t, c)
 	if info, _ := c.Info(); info.PID != life.PID {
 		_ = syscall.Kill(info.PID, syscall.SIGKILL)
 		t.Fatalf("reconnected to server %d, not to the running %d", info.PID, life.PID)
@@ -157,14 +172,7 @@ func TestClientRevivesSocketWhileConnected(t *testing.T) {
 	old := socketLook
 	socketLook = 50 * time.Millisecond
 	t.Cleanup(func() { socketLook = old })
-	cfg := testConfig(t)
-	c := NewClient(cfg)
-	runClient(t, c)
-	life, err := c.WaitConnected(bg())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(life.PID, syscall.SIGKILL); waitGone(life.PID, 10*time.Second) })
+	cfg, c, _ := connectedClient(t)
 	if err := os.Remove(cfg.Socket); err != nil {
 		t.Fatal(err)
 	}
@@ -181,13 +189,7 @@ func TestClientRevivesSocketWhileConnected(t *testing.T) {
 // limit below its hard one (a login shell's 1,024) has it raised at the
 // connection, its old one recorded for its panes (AgentNofileEnv).
 func TestClientRaisesServerFiles(t *testing.T) {
-	cfg := testConfig(t)
-	c := NewClient(cfg)
-	runClient(t, c)
-	life, err := c.WaitConnected(bg())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, c, life := connectedClient(t)
 	var rl unix.Rlimit
 	if err := unix.Prlimit(life.PID, unix.RLIMIT_NOFILE, nil, &rl); err != nil || rl.Max < 200 {
 		t.Skipf("open-files limit here: %+v %v", rl, err)
@@ -196,13 +198,7 @@ func TestClientRaisesServerFiles(t *testing.T) {
 	if err := unix.Prlimit(life.PID, unix.RLIMIT_NOFILE, &low, nil); err != nil {
 		t.Fatal(err)
 	}
-	c.mu.Lock()
-	client := c.conn.p.cmd.Process.Pid
-	c.mu.Unlock()
-	if err := syscall.Kill(client, syscall.SIGKILL); err != nil { // the next connection looks again
-		t.Fatal(err)
-	}
-	waitFor(t, "reconnected", func() bool { _, ok := c.Info(); return ok && c.Reconnects() > 0 })
+	dropControl(t, c) // the next connection looks again
 	if err := unix.Prlimit(life.PID, unix.RLIMIT_NOFILE, nil, &rl); err != nil || rl.Cur != rl.Max {
 		t.Fatalf("server's limit after the connection: %+v %v", rl, err)
 	}
