@@ -92,23 +92,8 @@ func unknown(reason, msg string, err error) (Authority, *Session, error) {
 // under remain-on-exit does not change the answer: the session is live; the
 // returned Session says PaneDead.
 func (c *Census) Inspect(ctx context.Context, ev Evidence) (Authority, *Session, error) {
-	if err := checkEvidence(ev); err != nil {
-		return unknown(UnknownBadEvidence, err.Error(), nil)
-	}
-	c.mu.RLock()
-	synced, info := c.synced, c.info
-	c.mu.RUnlock()
-	if !synced {
-		return unknown(UnknownUnsynced, "the census is not synced", nil)
-	}
-	if ev.Life != (tmuxctl.ServerLife{}) && ev.Life != info.ServerLife {
-		return unknown(UnknownLifeMismatch, "the evidence was recorded in another server life", nil)
-	}
-	found, err := c.freshCandidates(ctx, info.ServerLife, ev)
-	if err != nil {
-		return unknown(UnknownTmux, "fresh read of tmux failed", err)
-	}
-	return judge(ev, found)
+	j := c.InspectMany(ctx, []Evidence{ev})[0]
+	return j.Authority, j.Session, j.Err
 }
 
 func checkEvidence(ev Evidence) error {
@@ -121,54 +106,6 @@ func checkEvidence(ev Evidence) error {
 		return errors.New("tmux id is not $N")
 	}
 	return nil
-}
-
-// freshCandidates lists live sessions and reads exactly the tags of every
-// session that could carry the evidence: the one with the id, the one with
-// the name, those whose listed identity matches, and any whose listed tags
-// cannot be trusted (shadowed, malformed, or not as the census knows them).
-func (c *Census) freshCandidates(ctx context.Context, life tmuxctl.ServerLife, ev Evidence) ([]Session, error) {
-	rows, g, _, err := c.readList(ctx, life, true)
-	if err != nil {
-		return nil, err
-	}
-	var todo []int
-	for i, r := range rows {
-		if matchesRow(ev, r) || needExact(r, r.prev, g) {
-			todo = append(todo, i)
-		}
-	}
-	out := make([]*entry, len(rows))
-	if err := c.readExact(ctx, life, rows, todo, out); err != nil {
-		return nil, err
-	}
-	var found []Session
-	stale := false
-	c.mu.RLock()
-	for _, k := range todo {
-		e := out[k]
-		if p := c.sessions[rows[k].s.ID]; e == nil || p == nil || !sameSession(p.s, e.s) {
-			stale = true
-		}
-		if e != nil && !e.control && matchesSession(ev, e.s) {
-			found = append(found, e.s.clone())
-		}
-	}
-	c.mu.RUnlock()
-	if stale { // the cache is behind live tmux: ask Run for a re-list
-		select {
-		case c.kick <- struct{}{}:
-		default:
-		}
-	}
-	return found, nil
-}
-
-// matchesRow says whether a listed row may carry the evidence.
-func matchesRow(ev Evidence, r row) bool {
-	return (ev.TmuxID != "" && ev.Life != (tmuxctl.ServerLife{}) && r.s.ID == ev.TmuxID) ||
-		(ev.AttemptName != "" && r.s.Name == ev.AttemptName) ||
-		(ev.IdentityDigest != "" && r.list[1] == ev.IdentityDigest)
 }
 
 // matchesSession says whether an exactly read session carries the evidence.

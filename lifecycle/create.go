@@ -349,13 +349,18 @@ func (m *Manager) undecided(pub fence.Published, err error) error {
 // inspectPublished asks the census (which re-reads live tmux) about a published
 // generation.
 func (m *Manager) inspectPublished(ctx context.Context, pub fence.Published) (census.Authority, *census.Session, error) {
-	return m.census.Inspect(ctx, census.Evidence{
+	return m.census.Inspect(ctx, m.publishedEvidence(pub))
+}
+
+// publishedEvidence is what the census is to look for of generation pub.
+func (m *Manager) publishedEvidence(pub fence.Published) census.Evidence {
+	return census.Evidence{
 		IdentityDigest: pub.Identity.Digest(),
 		AttemptName:    pub.SessionName,
 		TmuxID:         pub.TmuxID,
 		Life:           m.evidenceLife(pub.ServerPID, pub.ServerStart),
 		Generation:     pub.Generation,
-	})
+	}
 }
 
 // lifeOf rebuilds the server life recorded in the fence; zero when none was.
