@@ -362,3 +362,46 @@ func TestBrokenTagValues(t *testing.T) {
 		}
 	}
 }
+
+// TestInspectManyAgreesWithInspect: InspectMany, one fresh read for all of
+// them, answers each piece of evidence as Inspect does alone — authoritative,
+// orphan, absent, the unknowns of a contradiction, another life and no
+// evidence — whatever else it is asked in the same call.
+func TestInspectManyAgreesWithInspect(t *testing.T) {
+	r := newRig(t, nil)
+	ctx := context.Background()
+	d, d2 := digest(31), digest(32)
+	for _, s := range []struct{ name, ident, gen string }{
+		{"one", d, "1"}, {"two", d2, "5"}, {"two-copy", d2, "5"}, {"bare", "", ""},
+	} {
+		r.tmux("new-session", "-d", "-s", s.name, "cat")
+		if s.ident != "" {
+			r.tmux("set-option", "-t", "="+s.name+":", TagIdentity, s.ident)
+			r.tmux("set-option", "-t", "="+s.name+":", TagGeneration, s.gen)
+		}
+	}
+	if err := r.c.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	info, _ := r.c.Info()
+	one := r.tmux("display-message", "-p", "-t", "=one:", "#{session_id}")
+	evs := []Evidence{
+		{IdentityDigest: d, AttemptName: "one", TmuxID: one, Life: info.ServerLife, Generation: 1},
+		{IdentityDigest: d, Generation: 2},
+		{IdentityDigest: d2, AttemptName: "two", Generation: 5},
+		{AttemptName: "bare", Generation: 1},
+		{IdentityDigest: digest(33), AttemptName: "nowhere", Generation: 1},
+		{IdentityDigest: d, TmuxID: one, Life: tmuxctl.ServerLife{PID: 1}, Generation: 1},
+		{},
+	}
+	many := r.c.InspectMany(ctx, evs)
+	want := []Authority{Authoritative, Orphan, Unknown, Orphan, Absent, Unknown, Unknown}
+	for i, ev := range evs {
+		a, s, err := r.c.Inspect(ctx, ev)
+		m := many[i]
+		if m.Authority != a || m.Authority != want[i] || (m.Err == nil) != (err == nil) ||
+			(s == nil) != (m.Session == nil) || s != nil && s.ID != m.Session.ID {
+			t.Fatalf("evidence %d: many %v %v %v, alone %v %v %v, want %v", i, m.Authority, m.Session, m.Err, a, s, err, want[i])
+		}
+	}
+}
