@@ -5,12 +5,15 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The server's socket removed under it (a cleaner of /tmp, a person's rm):
@@ -29,34 +32,41 @@ import (
 // path, never by its name.
 
 // socketLook is how often a connected Client checks that its server's
-// socket is still there, so that a person's attach works again without
-// waiting for a reconnect: one lstat.
-var socketLook = 30 * time.Second // a var only so a test can look sooner
-
-// socketMissing reports whether nothing is at path.
-func socketMissing(path string) bool {
-	_, err := os.Lstat(path)
-	return errors.Is(err, fs.ErrNotExist)
-}
+// socket is still the one it connected through, so that a person's attach
+// works again without waiting for a reconnect: one lstat, and a connection
+// only when the path changed.
+var socketLook = 5 * time.Second // a var only so a test can look sooner
 
 // socketHeld runs before every dial, before anything could start a second
-// server on the path: the server last connected to, alive without its
-// socket, is asked to recreate it (reviveSocket). It reports whether that
-// server is there and its socket still is not: nothing is to be dialled.
+// server on the path: a server alive without a working socket at the path —
+// the one the Client was last connected to, or, at a first start, the one
+// that still listens on a socket bound to the path (an earlier daemon's) —
+// is asked to recreate it (reviveSocket). It reports whether such a server
+// is there and its socket still does not answer: nothing is to be dialled.
 func (c *Client) socketHeld(ctx context.Context) bool {
+	path := c.cfg.Socket
 	c.mu.Lock()
-	last := c.info.PID
+	pid := c.info.PID
 	c.mu.Unlock()
-	return c.reviveSocket(ctx, last) && socketMissing(c.cfg.Socket)
+	if pid <= 0 || pidGone(pid) {
+		if !serverAbsent(ctx, path) {
+			return false // a server answers there: the dial joins it
+		}
+		if pid = listenerOf(path); pid == 0 {
+			return false // no server of this path anywhere: one may be started
+		}
+	}
+	return c.reviveSocket(ctx, pid) && !connectsTo(path, pid)
 }
 
-// reviveSocket asks server pid, the one the Client was last connected to,
-// to recreate its socket when the socket is gone and pid still listens on
-// one bound to its path; it waits (bounded) for the socket to be back. It
-// reports whether it asked.
+// reviveSocket asks server pid to recreate its socket when the path does not
+// lead to it (gone, replaced by a file, or a stale socket a throw-away
+// server left: tmux unlinks the path before it binds) while pid still
+// listens on a socket bound to that path; it waits (bounded) for the path to
+// lead to pid. It reports whether it asked.
 func (c *Client) reviveSocket(ctx context.Context, pid int) bool {
 	path := c.cfg.Socket
-	if pid <= 0 || !socketMissing(path) || pidGone(pid) || !listensOn(pid, path) {
+	if pid <= 0 || pidGone(pid) || connectsTo(path, pid) || !listensOn(pid, path) {
 		return false
 	}
 	// tmux binds at the same path, which fails when its directory went too.
@@ -68,18 +78,80 @@ func (c *Client) reviveSocket(ctx context.Context, pid int) bool {
 		return true
 	}
 	deadline := time.Now().Add(c.cfg.CommandTimeout)
-	for socketMissing(path) && ctx.Err() == nil && time.Now().Before(deadline) {
+	for !connectsTo(path, pid) && ctx.Err() == nil && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	back := !socketMissing(path)
+	back := connectsTo(path, pid)
 	if back && c.cfg.SocketMode != 0 {
 		if err := chmodSocket(path, c.cfg.SocketMode); err != nil {
 			c.log.Warn().Err(err).Msg("recreated tmux socket: mode not applied")
 		}
 	}
+	c.noteSocket()
 	c.log.Warn().Int("server_pid", pid).Str("socket", path).Bool("recreated", back).
-		Msg("the tmux server's socket was removed while the server ran; asked it to recreate it (SIGUSR1)")
+		Msg("the tmux server's socket was removed or replaced while the server ran; asked it to recreate it (SIGUSR1)")
 	return true
+}
+
+// noteSocket records the file at the socket path once it is known to lead
+// to the server: the periodic look connects only when that file changed.
+func (c *Client) noteSocket() {
+	var st unix.Stat_t
+	ino := uint64(0)
+	if unix.Lstat(c.cfg.Socket, &st) == nil {
+		ino = st.Ino
+	}
+	c.sockIno.Store(ino)
+}
+
+// socketChanged reports whether the file at the socket path is not the one
+// noteSocket recorded (gone, or another).
+func (c *Client) socketChanged() bool {
+	var st unix.Stat_t
+	if unix.Lstat(c.cfg.Socket, &st) != nil {
+		return true
+	}
+	return st.Ino != c.sockIno.Load()
+}
+
+// connectsTo reports whether a connection to path reaches process pid (its
+// peer credentials: the process that listens).
+func connectsTo(path string, pid int) bool {
+	conn, err := net.DialTimeout("unix", path, time.Second)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	raw, err := conn.(*net.UnixConn).SyscallConn()
+	if err != nil {
+		return false
+	}
+	var cred *unix.Ucred
+	_ = raw.Control(func(fd uintptr) { cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) })
+	return err == nil && cred != nil && int(cred.Pid) == pid
+}
+
+// listenerOf finds the process that listens on a socket bound to path (the
+// inodes /proc/net/unix lists under it) among the processes whose files this
+// one may read: a server found by its socket path, never by its name. Only
+// asked when the path leads nowhere (a first start after the socket went),
+// so its walk of /proc is rare. 0 when there is none.
+func listenerOf(path string) int {
+	inodes := listeningInodes(path)
+	if len(inodes) == 0 {
+		return 0
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err == nil && pid > 0 && holdsSocket(pid, inodes) {
+			return pid
+		}
+	}
+	return 0
 }
 
 // listensOn reports whether process pid holds a listening unix socket
@@ -87,9 +159,11 @@ func (c *Client) reviveSocket(ctx context.Context, pid int) bool {
 // the path is unlinked), among pid's open files.
 func listensOn(pid int, path string) bool {
 	inodes := listeningInodes(path)
-	if len(inodes) == 0 {
-		return false
-	}
+	return len(inodes) > 0 && holdsSocket(pid, inodes)
+}
+
+// holdsSocket reports whether process pid has one of the socket inodes open.
+func holdsSocket(pid int, inodes map[string]bool) bool {
 	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
 	ents, err := os.ReadDir(dir)
 	if err != nil {

@@ -3,6 +3,7 @@ package tmuxctl
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"strconv"
@@ -113,6 +114,12 @@ func TestClientStartServerFailureFallsBack(t *testing.T) {
 	}
 }
 
+// socketMissing reports whether nothing is at path.
+func socketMissing(path string) bool {
+	_, err := os.Lstat(path)
+	return errors.Is(err, fs.ErrNotExist)
+}
+
 // connectedClient runs a Client on a private server and waits for its
 // connection; the server is killed by pid at cleanup (its socket may be gone).
 func connectedClient(t *testing.T) (Config, *Client, ServerInfo) {
@@ -142,27 +149,71 @@ func dropControl(t *testing.T, c *Client) {
 }
 
 // TestClientRevivesRemovedSocket: the server's socket removed under it (a
-// cleaner of /tmp), then the control connection dropped: the reconnect asks
-// the running server to recreate its socket (SIGUSR1) and joins it again,
-// where `new-session -A` at the missing path started a second server and
-// the census took the first for dead.
+// cleaner of /tmp), or replaced by another file (a stale socket a
+// throw-away server left), then the control connection dropped: the
+// reconnect asks the running server to recreate its socket (SIGUSR1) and
+// joins it again, where `new-session -A` at the path started a second
+// server and the census took the first for dead.
 func TestClientRevivesRemovedSocket(t *testing.T) {
-	cfg, c, life := connectedClient(t)
+	for _, how := range []string{"removed", "replaced"} {
+		t.Run(how, func(t *testing.T) {
+			cfg, c, life := connectedClient(t)
+			if err := os.Remove(cfg.Socket); err != nil {
+				t.Fatal(err)
+			}
+			if how == "replaced" {
+				if err := os.WriteFile(cfg.Socket, []byte("junk"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			dropControl(t, c)
+			if info, _ := c.Info(); info.PID != life.PID {
+				_ = syscall.Kill(info.PID, syscall.SIGKILL)
+				t.Fatalf("reconnected to server %d, not to the running %d", info.PID, life.PID)
+			}
+			checkSocketLeadsTo(t, cfg.Socket, life.PID)
+		})
+	}
+}
+
+// checkSocketLeadsTo: a person's tmux at path reaches server pid.
+func checkSocketLeadsTo(t *testing.T, path string, pid int) {
+	t.Helper()
+	out, err := tmuxtest.Command("-S", path, "display-message", "-p", "#{pid}").Output()
+	if err != nil || strings.TrimSpace(string(out)) != strconv.Itoa(pid) {
+		t.Fatalf("a person's tmux at the socket: %q %v, want server %d", out, err, pid)
+	}
+}
+
+// TestClientRevivesSocketOfEarlierServer: the socket removed while no
+// daemon ran (its server left running): the first dial finds the server by
+// the socket it still listens on and has it recreate the path, instead of
+// starting a second server.
+func TestClientRevivesSocketOfEarlierServer(t *testing.T) {
+	cfg := testConfig(t)
+	if out, err := tmuxtest.Command("-S", cfg.Socket, "-f", "/dev/null", "new-session", "-d", "-s", "earlier", "cat").CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	out, err := tmuxtest.Command("-S", cfg.Socket, "display-message", "-p", "#{pid}").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(out)))
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL); waitGone(pid, 10*time.Second) })
 	if err := os.Remove(cfg.Socket); err != nil {
 		t.Fatal(err)
 	}
-	dropControl(t, c)
-	if info, _ := c.Info(); info.PID != life.PID {
-		_ = syscall.Kill(info.PID, syscall.SIGKILL)
-		t.Fatalf("reconnected to server %d, not to the running %d", info.PID, life.PID)
+	c := NewClient(cfg)
+	runClient(t, c)
+	life, err := c.WaitConnected(bg())
+	if err != nil {
+		t.Fatal(err)
 	}
-	if socketMissing(cfg.Socket) {
-		t.Fatal("the socket was not recreated")
+	if life.PID != pid {
+		_ = syscall.Kill(life.PID, syscall.SIGKILL)
+		t.Fatalf("connected to server %d, not to the earlier %d", life.PID, pid)
 	}
-	if out, err := tmuxtest.Command("-S", cfg.Socket, "display-message", "-p", "#{pid}").Output(); err != nil ||
-		strings.TrimSpace(string(out)) != strconv.Itoa(life.PID) {
-		t.Fatalf("a person's tmux at the socket: %q %v", out, err)
-	}
+	checkSocketLeadsTo(t, cfg.Socket, pid)
 }
 
 // TestClientRevivesSocketWhileConnected: a connected Client notices its
@@ -172,16 +223,23 @@ func TestClientRevivesSocketWhileConnected(t *testing.T) {
 	old := socketLook
 	socketLook = 50 * time.Millisecond
 	t.Cleanup(func() { socketLook = old })
-	cfg, c, _ := connectedClient(t)
+	cfg, c, life := connectedClient(t)
 	if err := os.Remove(cfg.Socket); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the socket recreated", func() bool { return !socketMissing(cfg.Socket) })
+	checkSocketLeadsTo(t, cfg.Socket, life.PID)
+	// A stale file at the path (a throw-away server's, started by a
+	// person's attach while the socket was gone) is replaced the same way.
+	if err := os.Remove(cfg.Socket); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg.Socket, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the stale file replaced", func() bool { return connectsTo(cfg.Socket, life.PID) })
 	if c.Reconnects() != 0 {
 		t.Fatal("reconnected")
-	}
-	if _, err := tmuxtest.Command("-S", cfg.Socket, "has-session").Output(); err != nil {
-		t.Fatalf("a person's tmux at the socket: %v", err)
 	}
 }
 
