@@ -263,6 +263,7 @@ func (d *daemon) startAPI() error {
 			d.fatal <- fmt.Errorf("api: %w", err)
 		}
 	}()
+	d.goRun("api socket", d.keepAPISocket)
 	return nil
 }
 

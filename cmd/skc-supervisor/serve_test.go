@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/skc-supervisor/skc-supervisor/api"
 	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 )
 
@@ -198,4 +199,27 @@ func TestServeRefusesNewerFence(t *testing.T) {
 	if err := db.QueryRow("PRAGMA user_version").Scan(&v); err != nil || v != 99 {
 		t.Fatalf("the fence's version after the refusal: %d %v", v, err)
 	}
+}
+
+// TestServeListensAgainWhenAPISocketRemoved: api.sock removed while serve
+// runs (a cleaner of /tmp): serve listens there again, so the CLI reaches
+// it, instead of holding its home unreachable until killed; its stop leaves
+// no goroutine behind.
+func TestServeListensAgainWhenAPISocketRemoved(t *testing.T) {
+	old := apiSocketLook
+	apiSocketLook = 50 * time.Millisecond
+	t.Cleanup(func() { apiSocketLook = old })
+	before := goleak.IgnoreCurrent()
+	s := startServe(t)
+	sock := filepath.Join(s.home, "api.sock")
+	if err := os.Remove(sock); err != nil {
+		t.Fatal(err)
+	}
+	c := api.NewClient(sock)
+	waitUntil(t, "the API answering again", func() bool { return c.Ping(context.Background()) == nil })
+	if fi, err := os.Lstat(sock); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("api.sock again: %v %v, want 0600", fi, err)
+	}
+	s.stop(t)
+	goleak.VerifyNone(t, before)
 }
