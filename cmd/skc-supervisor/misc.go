@@ -3,9 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"syscall"
+	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/api"
 	"github.com/skc-supervisor/skc-supervisor/doctor"
@@ -48,12 +50,37 @@ func runAttach(cli *CLI, args []string) int {
 		return cli.fail(o, verdict.Errorf(verdict.CodeTmuxUnavailable, map[string]any{"tmux": p.Tmux},
 			"cannot find tmux (%s): %w", p.Tmux, err))
 	}
+	if !socketAnswers(p.TmuxSocket(), attachSocketWait) {
+		// attach-session at a path where no server answers starts one: a
+		// throw-away server that says "no sessions" and leaves a stale
+		// socket behind. The daemon recreates a removed socket within 5 s.
+		return cli.fail(o, verdict.Errorf(verdict.CodeTmuxUnavailable, map[string]any{"socket": p.TmuxSocket()},
+			"no tmux server answers on %s; a daemon recreates its server's removed socket within 5 s: try again", p.TmuxSocket()))
+	}
 	argv := []string{tmux, "-S", p.TmuxSocket(), "attach-session", "-t", target}
 	if os.Getenv("TMUX") != "" {
 		fmt.Fprintln(cli.stderr, "skc-supervisor: note: $TMUX is set; tmux may refuse to nest (unset TMUX to force)")
 	}
 	err = syscall.Exec(tmux, argv, os.Environ())
 	return cli.fail(o, verdict.Errorf(verdict.CodeInternal, nil, "exec %s: %w", tmux, err))
+}
+
+// attachSocketWait bounds attach's wait for the server's socket to answer:
+// a little over the daemon's look for a removed one (tmuxctl, 5 s).
+const attachSocketWait = 6 * time.Second
+
+// socketAnswers reports whether something accepts a connection at path,
+// waiting up to d for it.
+func socketAnswers(path string, d time.Duration) bool {
+	for deadline := time.Now().Add(d); ; time.Sleep(100 * time.Millisecond) {
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
 }
 
 // attachTmux is the tmux binary attach runs (and doctor checks): the one given to this command

@@ -223,3 +223,31 @@ func TestServeListensAgainWhenAPISocketRemoved(t *testing.T) {
 	s.stop(t)
 	goleak.VerifyNone(t, before)
 }
+
+// TestSocketAnswers: attach's check before it execs tmux, whose
+// attach-session at a path where nothing answers starts a throw-away server
+// and leaves a stale socket.
+func TestSocketAnswers(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "s")
+	if socketAnswers(path, 0) {
+		t.Fatal("a missing socket answers")
+	}
+	ln, err := api.Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	if !socketAnswers(path, 0) {
+		t.Fatal("a listening socket does not answer")
+	}
+}
