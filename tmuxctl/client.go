@@ -62,7 +62,7 @@ type Client struct {
 	stopped bool
 
 	reconnects atomic.Int64
-	sockIno    atomic.Uint64 // the socket file last known to lead to the server (revive.go)
+	sockFile   atomic.Pointer[sockFile] // the socket file last known to lead to the server (revive.go)
 
 	// retried, when set (tests), is told every reconnect delay the policy
 	// chose, before waiting it.
@@ -252,7 +252,7 @@ func (c *Client) startServer(ctx context.Context) {
 // lists at every Connected) or stayed up for c.healthyAfter.
 func (c *Client) serve(ctx context.Context, conn *Conn) (healthy bool) {
 	c.raiseServerFiles(ctx, conn) // before anyone can spawn a pane on this connection
-	c.noteSocket()                // the file the dial went through
+	c.noteSocket(conn.Info().PID) // the file the dial went through
 	info := conn.Info()
 	served := new(atomic.Bool)
 	began := time.Now()
@@ -275,8 +275,8 @@ forward:
 			}
 			c.events.push(Event{Kind: Notify, Note: n})
 		case <-look.C:
-			if c.socketChanged() && !c.reviveSocket(ctx, info.PID) && connectsTo(c.cfg.Socket, info.PID) {
-				c.noteSocket() // another file, leading to the server all the same
+			if c.socketChanged() && !c.reviveSocket(ctx, info.PID) {
+				c.noteSocket(info.PID) // another file, leading to the server all the same
 			}
 		case <-ctx.Done():
 			break forward

@@ -87,31 +87,51 @@ func (c *Client) reviveSocket(ctx context.Context, pid int) bool {
 			c.log.Warn().Err(err).Msg("recreated tmux socket: mode not applied")
 		}
 	}
-	c.noteSocket()
+	c.noteSocket(pid)
 	c.log.Warn().Int("server_pid", pid).Str("socket", path).Bool("recreated", back).
 		Msg("the tmux server's socket was removed or replaced while the server ran; asked it to recreate it (SIGUSR1)")
 	return true
 }
 
-// noteSocket records the file at the socket path once it is known to lead
-// to the server: the periodic look connects only when that file changed.
-func (c *Client) noteSocket() {
+// sockFile tells one file at the socket path from another: its inode
+// number alone does not, since a file made right after a removal may get
+// the same number (a stale socket, a regular file in its place).
+type sockFile struct {
+	inode uint64
+	mode  uint32
+	ctime int64
+}
+
+func statSock(path string) (sockFile, bool) {
 	var st unix.Stat_t
-	ino := uint64(0)
-	if unix.Lstat(c.cfg.Socket, &st) == nil {
-		ino = st.Ino
+	if unix.Lstat(path, &st) != nil {
+		return sockFile{}, false
 	}
-	c.sockIno.Store(ino)
+	return sockFile{inode: st.Ino, mode: st.Mode, ctime: st.Ctim.Nano()}, true
+}
+
+// noteSocket records the file at the socket path when it leads to server
+// pid — the same file before and after a connection that reached pid — so
+// that the periodic look connects only when that file changed. It reports
+// whether it did.
+func (c *Client) noteSocket(pid int) bool {
+	f, ok := statSock(c.cfg.Socket)
+	if !ok || !connectsTo(c.cfg.Socket, pid) {
+		return false
+	}
+	if g, ok := statSock(c.cfg.Socket); !ok || g != f {
+		return false
+	}
+	c.sockFile.Store(&f)
+	return true
 }
 
 // socketChanged reports whether the file at the socket path is not the one
 // noteSocket recorded (gone, or another).
 func (c *Client) socketChanged() bool {
-	var st unix.Stat_t
-	if unix.Lstat(c.cfg.Socket, &st) != nil {
-		return true
-	}
-	return st.Ino != c.sockIno.Load()
+	f, ok := statSock(c.cfg.Socket)
+	old := c.sockFile.Load()
+	return !ok || old == nil || f != *old
 }
 
 // connectsTo reports whether a connection to path reaches process pid (its

@@ -227,7 +227,7 @@ func TestClientRevivesSocketWhileConnected(t *testing.T) {
 	if err := os.Remove(cfg.Socket); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the socket recreated", func() bool { return !socketMissing(cfg.Socket) })
+	waitFor(t, "the socket recreated", func() bool { return connectsTo(cfg.Socket, life.PID) })
 	checkSocketLeadsTo(t, cfg.Socket, life.PID)
 	// A stale file at the path (a throw-away server's, started by a
 	// person's attach while the socket was gone) is replaced the same way.
