@@ -64,32 +64,9 @@ var endsOnly = map[string]bool{
 // flight; Run waits for it before returning.
 func (c *Census) Run(ctx context.Context) error {
 	events := c.cl.Events()
-	reconcile := time.NewTicker(c.cfg.reconcile)
-	defer reconcile.Stop()
-	b := newBurst()
-	defer b.timer.Stop()
-	defer b.checkTimer.Stop()
-	defer b.stuck.timer.Stop()
-	defer c.bg.Wait()
-	defer func() {
-		if b.inflight {
-			<-b.done
-		}
-		if b.reading {
-			<-b.readDone
-		}
-	}()
-	probe := time.NewTimer(time.Hour)
-	probe.Stop()
-	defer probe.Stop()
-	p := newPoller(c.cfg.pollAbove, c.cfg.pollBelow)
-	b.poll = p
-	defer p.timer.Stop()
-	defer func() {
-		if p.inflight {
-			<-p.done
-		}
-	}()
+	l := newRunLoop(c.cfg)
+	defer c.closeRunLoop(l)
+	b, p := l.b, l.p
 	for {
 		select {
 		case <-ctx.Done():
@@ -100,17 +77,17 @@ func (c *Census) Run(ctx context.Context) error {
 			}
 			c.handle(ctx, ev, b)
 			if ev.Kind == tmuxctl.Disconnected && c.awaitingDeath() {
-				probe.Reset(probeEvery)
+				l.probe.Reset(probeEvery)
 			}
-		case <-probe.C:
+		case <-l.probe.C:
 			if c.awaitingDeath() {
-				probe.Reset(probeEvery)
+				l.probe.Reset(probeEvery)
 			}
 		case <-c.kick:
 			c.trigger(ctx, b, true)
 		case <-c.lookKick:
 			c.onLooks(ctx, b)
-		case <-reconcile.C:
+		case <-l.reconcile.C:
 			if c.reconcileDue(c.now()) {
 				c.trigger(ctx, b, true)
 			}
@@ -135,6 +112,48 @@ func (c *Census) Run(ctx context.Context) error {
 			c.pollDone(ctx, b, p, r)
 		}
 	}
+}
+
+// runLoop holds Run's timers and the state of its lists and polls, so that
+// Run itself is only the dispatch of its events.
+type runLoop struct {
+	reconcile *time.Ticker
+	probe     *time.Timer // stopped until a disconnect waits for the old server's death
+	b         *burst
+	p         *poller
+}
+
+func newRunLoop(cfg config) *runLoop {
+	l := &runLoop{
+		reconcile: time.NewTicker(cfg.reconcile),
+		probe:     time.NewTimer(time.Hour),
+		b:         newBurst(),
+		p:         newPoller(cfg.pollAbove, cfg.pollBelow),
+	}
+	l.probe.Stop()
+	l.b.poll = l.p
+	return l
+}
+
+// closeRunLoop stops the timers and waits out every list, read, poll and
+// background goroutine still in flight: nothing of the census outlives Run.
+func (c *Census) closeRunLoop(l *runLoop) {
+	if l.p.inflight {
+		<-l.p.done
+	}
+	l.p.timer.Stop()
+	l.probe.Stop()
+	if l.b.inflight {
+		<-l.b.done
+	}
+	if l.b.reading {
+		<-l.b.readDone
+	}
+	c.bg.Wait()
+	l.b.stuck.timer.Stop()
+	l.b.checkTimer.Stop()
+	l.b.timer.Stop()
+	l.reconcile.Stop()
 }
 
 // reconcileShare bounds the tmux time the periodic reconcile takes: the next

@@ -107,10 +107,17 @@ func testReserveClaim(t *testing.T, h Harness) {
 	if err != nil || res.Outcome != fence.MaybeExisting || calls != 1 {
 		t.Fatalf("reserve-claim of a published identity: %+v %v (calls %d)", res, err, calls)
 	}
+	testReserveClaimRefusals(t, w, a, b, claim)
+}
+
+// testReserveClaimRefusals: a declined claim is a plain reservation, an
+// abandoned row of our own is reclaimed with the claim, and an invalid claim
+// writes nothing.
+func testReserveClaimRefusals(t *testing.T, w *World, a, b fence.Fence, claim fence.Claim) {
 	// Declined: a plain reservation at phase reserved, no start record.
 	decline := claim
 	decline.Spawned = func(fence.Reservation) (fence.Patch, bool) { return fence.Patch{}, false }
-	res, err = a.ReserveClaim(ctx, w.ID("y"), w.Spec("y"), decline)
+	res, err := a.ReserveClaim(ctx, w.ID("y"), w.Spec("y"), decline)
 	if err != nil || res.Outcome != fence.Reserved || res.Reservation.Phase != fence.PhaseReserved {
 		t.Fatalf("declined claim %+v %v", res, err)
 	}
