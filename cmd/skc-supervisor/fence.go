@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
-	"net/url"
 	"os"
 	"path/filepath"
 
@@ -33,16 +32,13 @@ type fenceConf struct {
 }
 
 // fenceName names the fence for the start's log line: "sqlite", or the
-// database's host and name (never a password: Open refuses one anyway).
+// database's user, host and name (postgres.Describe: never a password, which
+// a URL can carry in its query too, nor any other parameter).
 func fenceName(p home.Paths) string {
 	if p.FenceURL == home.FenceSQLite {
 		return home.FenceSQLite
 	}
-	if u, err := url.Parse(p.FenceURL); err == nil {
-		u.User = nil
-		return u.Redacted()
-	}
-	return "postgres"
+	return postgres.Describe(p.FenceURL)
 }
 
 // openDaemonFence opens the fence serve was told to use (--fence, SKC_FENCE;

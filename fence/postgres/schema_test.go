@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -120,14 +122,46 @@ func TestOpenRefusesNewerSchema(t *testing.T) {
 }
 
 // TestOpenRefusesPassword: a password belongs in PGPASSWORD or PGPASSFILE,
-// never in a URL that lands in argv.
+// never in a connection string that lands in argv — in whatever part of it.
 func TestOpenRefusesPassword(t *testing.T) {
-	_, err := Open("postgres://u:secret@127.0.0.1:1/db", fence.Options{}, Config{})
-	if verdict.CodeOf(err) != verdict.CodeInvalidRequest {
-		t.Fatalf("password in URL: %v, want invalid_request", err)
+	for _, s := range []string{
+		"postgres://u:secret@127.0.0.1:1/db",
+		"postgresql://u@127.0.0.1:1/db?sslmode=disable&password=secret",
+		"postgres://u@h1:1,h2:1/db?password=secret",
+		"host=127.0.0.1 port=1 password=secret",
+		"host=127.0.0.1 port=1 password = 'sec ret'",
+	} {
+		_, err := Open(s, fence.Options{}, Config{})
+		if verdict.CodeOf(err) != verdict.CodeInvalidRequest {
+			t.Fatalf("password in %q: %v, want invalid_request", s, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "secret") || strings.Contains(Describe(s), "sec") {
+			t.Fatalf("the error or the description repeats the password: %v, %s", err, Describe(s))
+		}
 	}
-	if err != nil && strings.Contains(err.Error(), "secret") {
-		t.Fatalf("the error repeats the password: %v", err)
+}
+
+// TestPasswordFromEnvironmentOrFile: a password pgx takes from PGPASSWORD or
+// the passfile is not one in the connection string (it was refused as one,
+// so a fence that needs a password could not be used at all; found outside-in).
+func TestPasswordFromEnvironmentOrFile(t *testing.T) {
+	pass := filepath.Join(t.TempDir(), "pgpass")
+	if err := os.WriteFile(pass, []byte("127.0.0.1:1:db:u:secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, env := range [][2]string{{"PGPASSWORD", "secret"}, {"PGPASSFILE", pass}} {
+		t.Run(env[0], func(t *testing.T) {
+			t.Setenv(env[0], env[1])
+			for _, s := range []string{"postgres://u@127.0.0.1:1/db", "host=127.0.0.1 port=1 user=u dbname=db connect_timeout=1"} {
+				_, err := Open(s, fence.Options{}, Config{})
+				if code := verdict.CodeOf(err); code != verdict.CodeFenceUnavailable {
+					t.Fatalf("%s set, %q: %v (%s), want fence_unavailable (nothing listens there)", env[0], s, err, code)
+				}
+				if strings.Contains(err.Error(), "secret") {
+					t.Fatalf("the error repeats the password: %v", err)
+				}
+			}
+		})
 	}
 }
 

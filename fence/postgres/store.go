@@ -86,7 +86,7 @@ func Open(url string, opt fence.Options, c Config) (*Store, error) {
 		return nil, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "fence"},
 			"fence: not a PostgreSQL connection string: %v", err)
 	}
-	if cfg.ConnConfig.Password != "" {
+	if passwordIn(url) {
 		return nil, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "fence"},
 			"fence: the connection string carries a password; pass it by PGPASSWORD or PGPASSFILE, never in argv")
 	}
