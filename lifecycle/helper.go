@@ -248,21 +248,43 @@ func recordStart(ctx context.Context, st fence.Fence, resID string, pid int, inc
 }
 
 // retryFence runs f until it succeeds or fails otherwise than with a busy or
-// unavailable fence, for up to helperReadyWait: racing creates keep the fence
-// busy, and a helper that starts while its files cannot be written (a disk
-// gone read-only for a moment) waits for them rather than failing its create.
+// unavailable fence: racing creates keep the fence busy, a helper may start
+// while its files cannot be written (a disk gone read-only for a moment), and
+// a fleet's PostgreSQL may restart or fail over right after a create was
+// answered published. Giving up would lose that agent (its create succeeded,
+// and nothing would start it), so the helper waits as long as the fence stays
+// merely unreachable — its session's kill still ends it (the hangup) — and
+// says so on its pane once it has waited fenceWaitNotice. Its retries back off
+// to fenceRetryMax, so a long outage costs a waiting helper next to nothing.
 func retryFence(ctx context.Context, f func() error) error {
-	deadline := time.Now().Add(helperReadyWait)
+	began, said := time.Now(), false
+	delay := 10 * time.Millisecond
 	for {
 		err := f()
 		if verdict.CodeOf(err) != verdict.CodeIdentityFenceContended && verdict.CodeOf(err) != verdict.CodeFenceUnavailable {
+			if said && err == nil {
+				fmt.Fprintln(fenceWaitOut, "skc-supervisor helper: the fence answers again")
+			}
 			return err
 		}
-		if time.Now().After(deadline) || !sleepCtx(ctx, 10*time.Millisecond) {
+		if !said && time.Since(began) >= fenceWaitNotice {
+			fmt.Fprintln(fenceWaitOut, "skc-supervisor helper: waiting for the fence:", err)
+			said = true
+		}
+		if !sleepCtx(ctx, delay) {
 			return err
 		}
+		delay = min(2*delay, fenceRetryMax)
 	}
 }
+
+// How a helper waits for an unreachable fence (retryFence); variables so that
+// tests need not wait out real outages.
+var (
+	fenceWaitNotice           = helperReadyWait
+	fenceRetryMax             = time.Second
+	fenceWaitOut    io.Writer = os.Stderr
+)
 
 // waitPublished re-reads the fence until this reservation's generation is the
 // identity's published one (true), or the reservation is gone without publishing —

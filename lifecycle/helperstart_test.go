@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
@@ -68,5 +69,45 @@ func TestExecFailedIsRecorded(t *testing.T) {
 	}
 	if !strings.Contains(rec.OutputTail, "exec format error") {
 		t.Errorf("output tail %q: want the helper's reason", rec.OutputTail)
+	}
+}
+
+// TestHelperWaitsOutAnUnreachableFence: a pane helper whose fence is
+// unreachable (a fleet's PostgreSQL restarting right after the create was
+// answered published) keeps waiting for it, says so on its pane, and goes on
+// once it answers; it used to give up after 10 s, and the published agent
+// never ran (found outside-in). Other errors end the wait at once, and so
+// does the helper's context.
+func TestHelperWaitsOutAnUnreachableFence(t *testing.T) {
+	var out strings.Builder
+	notice, retryMax, w := fenceWaitNotice, fenceRetryMax, fenceWaitOut
+	fenceWaitNotice, fenceRetryMax, fenceWaitOut = 20*time.Millisecond, 2*time.Millisecond, &out
+	t.Cleanup(func() { fenceWaitNotice, fenceRetryMax, fenceWaitOut = notice, retryMax, w })
+
+	down := verdict.Errorf(verdict.CodeFenceUnavailable, nil, "fence down")
+	calls, afterNotice := 0, 0
+	err := retryFence(context.Background(), func() error {
+		calls++
+		if strings.Contains(out.String(), "waiting for the fence") {
+			afterNotice++
+		}
+		if afterNotice < 20 { // well past the notice: the old deadline's place
+			return down
+		}
+		return nil
+	})
+	if err != nil || !strings.Contains(out.String(), "the fence answers again") {
+		t.Fatalf("retryFence = %v after %d calls; pane said %q", err, calls, out.String())
+	}
+
+	other := verdict.Errorf(verdict.CodeInvalidRequest, nil, "bad")
+	calls = 0
+	if err := retryFence(context.Background(), func() error { calls++; return other }); err != other || calls != 1 {
+		t.Fatalf("another error: %v after %d calls", err, calls)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := retryFence(ctx, func() error { return down }); verdict.CodeOf(err) != verdict.CodeFenceUnavailable {
+		t.Fatalf("cancelled: %v", err)
 	}
 }

@@ -89,7 +89,7 @@ const (
 	// fenceUndoTimeout bounds each release or abandon write, on a context of
 	// its own (fenceCtx), never what is left of the compensation's.
 	fenceUndoTimeout = 5 * time.Second
-	helperReadyWait  = 10 * time.Second // the helper's retries of its start record
+	helperReadyWait  = 10 * time.Second // a standby's warm-up reads; a helper says it waits for its fence after it
 	killConfirmWait  = 10 * time.Second
 	pollInterval     = 50 * time.Millisecond
 
