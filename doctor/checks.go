@@ -154,7 +154,7 @@ func resolve(p string) string {
 
 func checkFiles(_ context.Context, cfg Config) []Result {
 	var out []Result
-	for _, name := range []string{home.FenceFile, home.VerdictsFile, home.LockFile} {
+	for _, name := range homeFiles(cfg.Home) {
 		p := filepath.Join(cfg.Home, name)
 		fi, err := os.Lstat(p)
 		switch {

@@ -38,6 +38,9 @@ func roDSN(path string, busyMillis int64) string {
 }
 
 func checkDatabase(ctx context.Context, cfg Config) []Result {
+	if url, ok := fleetFence(cfg.Home); ok {
+		return checkFleetFence(ctx, cfg, url)
+	}
 	p := filepath.Join(cfg.Home, home.FenceFile)
 	fi, err := os.Lstat(p)
 	switch {

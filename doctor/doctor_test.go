@@ -16,6 +16,9 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/fence/postgres"
+	"github.com/skc-supervisor/skc-supervisor/internal/pgtest"
 	"github.com/skc-supervisor/skc-supervisor/internal/testwatch"
 	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
 )
@@ -374,4 +377,40 @@ func TestProcessHold(t *testing.T) {
 		!strings.Contains(rs[0].Message, "held by") {
 		t.Fatalf("process_hold: %+v", rs)
 	}
+}
+
+// TestDatabaseFleet: a home whose daemon uses a fleet's PostgreSQL fence (its
+// fence.conf) is checked against that database — no schema yet, one it can
+// use, the server down — and not against a fence.sqlite that serve never
+// makes there (doctor said "serve creates it" and passed while the fleet's
+// database was down; found outside-in).
+func TestDatabaseFleet(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	url, err := srv.CreateDB(ctx, "doctorfleet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := shortDir(t)
+	conf, _ := json.Marshal(map[string]string{"fence": url, "host": "h1"})
+	if err := os.WriteFile(filepath.Join(dir, "fence.conf"), conf, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := cfgFor(dir)
+	one(t, checkDatabase(ctx, c), Skip, "no fence schema yet")
+	st, err := postgres.Open(url, fence.Options{Host: fence.Host{Name: "h1"}}, postgres.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	one(t, checkDatabase(ctx, c), OK, "schema version")
+	for _, r := range checkFiles(ctx, c) {
+		if strings.Contains(r.Message, "fence.sqlite") {
+			t.Fatalf("a fleet home's files: %+v", r)
+		}
+	}
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	one(t, checkDatabase(ctx, c), Fail, "postgres://")
 }
