@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -42,16 +43,23 @@ func (fl *file) openLocked() (int64, error) {
 	if fl.f != nil {
 		return fl.seq, nil
 	}
-	f, err := os.OpenFile(fl.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	// O_NOFOLLOW and the checks below hold a reopen (SIGHUP, after a
+	// rotation) to what serve's start checks of the home's files: a symlink
+	// or a second hard link put in the file's place would have the daemon
+	// write its verdicts wherever they lead.
+	f, err := os.OpenFile(fl.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if errors.Is(err, syscall.ELOOP) {
+		return fl.seq, fmt.Errorf("verdict: %s is a symlink; the verdict log must be a file of its own", fl.path)
+	}
 	if err != nil {
 		return fl.seq, err
 	}
 	st, err := f.Stat()
-	if err != nil || !st.Mode().IsRegular() {
+	if err == nil {
+		err = ownFile(fl.path, st)
+	}
+	if err != nil {
 		f.Close()
-		if err == nil {
-			err = fmt.Errorf("verdict: %s is not a regular file", fl.path)
-		}
 		return fl.seq, err
 	}
 	if st.Mode().Perm()&0o077 != 0 {
@@ -72,6 +80,18 @@ func (fl *file) openLocked() (int64, error) {
 		fl.seq, fl.tailTS = tail.Sequence, tail.Timestamp
 	}
 	return fl.seq, nil
+}
+
+// ownFile refuses what open found at the path unless it is a regular file
+// of ours with no other name.
+func ownFile(path string, st os.FileInfo) error {
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("verdict: %s is not a regular file", path)
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Nlink > 1 {
+		return fmt.Errorf("verdict: %s has %d hard links; the verdict log must be a file of its own", path, sys.Nlink)
+	}
+	return nil
 }
 
 // reopen closes the file and opens the path again (SIGHUP after logrotate).

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -487,4 +488,41 @@ func TestReopenFailsThenRecovers(t *testing.T) {
 	flush(t, w)
 	assertContiguous(t, fileSeqs(t, path+".1", 0), 1, 2)
 	assertContiguous(t, fileSeqs(t, path, 0), 3, 5)
+}
+
+// TestReopenRefusesALinkInItsPlace: a symlink or a second hard link put in the
+// log's place before a SIGHUP is refused as serve's start refuses it — the
+// daemon wrote its verdicts wherever the link led (found outside-in) — and
+// the records written meanwhile reach the file once it is the log's own again.
+func TestReopenRefusesALinkInItsPlace(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "verdicts.jsonl")
+	target := filepath.Join(dir, "elsewhere")
+	w := newTestWriter(t, newMemJournal(), path)
+	defer w.Close()
+	emitN(t, w, 2)
+	os.Rename(path, path+".1")
+	if err := os.Symlink(target, path); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Reopen(); err == nil || !strings.Contains(err.Error(), "symlink") {
+		t.Fatalf("reopen onto a symlink: %v", err)
+	}
+	emitN(t, w, 1)
+	if _, err := os.Lstat(target); !os.IsNotExist(err) {
+		t.Fatalf("the symlink's target was written: %v", err)
+	}
+	os.Remove(path)
+	if err := os.WriteFile(target, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(target, path); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Reopen(); err == nil || !strings.Contains(err.Error(), "hard links") {
+		t.Fatalf("reopen onto a second hard link: %v", err)
+	}
+	os.Remove(path)
+	flush(t, w)
+	assertContiguous(t, fileSeqs(t, path, 0), 3, 3)
 }
