@@ -200,6 +200,10 @@ func New(cfg Config) (*Manager, error) {
 		base, err := proctree.DetectCgroupBase(cfg.Home)
 		if err != nil {
 			log.Info().Err(err).Msg("no cgroup per generation; generations are held by their pane's session")
+		} else {
+			// Named for whoever removes a home for good (scripts/demo.sh): the
+			// base outlives the daemon, as the sessions it holds do.
+			log.Info().Str("cgroup_base", base).Msg("a cgroup per generation")
 		}
 		m.cgroupBase = base
 	}

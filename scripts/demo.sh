@@ -61,12 +61,29 @@ cleanup() {
 	if [ -n "$pid" ]; then
 		kill -TERM "$pid" 2>/dev/null || true
 	fi
+	remove_cgroups
 	if [ "$rc" -ne 0 ] && [ -s "$SKC_HOME/serve.log" ]; then
 		echo "demo: failed (exit $rc); the daemon's log:" >&2
 		tail -n 40 "$SKC_HOME/serve.log" >&2
 	fi
 	rm -rf "$SKC_HOME"
 	exit "$rc"
+}
+# remove_cgroups removes the cgroups the demo daemon made for its generations
+# (their base, named in its log, outlives a daemon as its sessions do, and the
+# demo's home is thrown away): only empty ones, once the killed server's agents
+# have left them (rmdir refuses a cgroup that still holds a process).
+remove_cgroups() {
+	local base dir
+	base=$(grep -o '"cgroup_base":"[^"]*"' "$SKC_HOME/serve.log" 2>/dev/null | head -n 1 | sed 's/.*:"\(.*\)"$/\1/')
+	case "$base" in /sys/fs/cgroup/*/skc-*|/sys/fs/cgroup/skc-*) ;; *) return 0 ;; esac
+	for _ in $(seq 50); do
+		for dir in "$base"/*/; do [ -d "$dir" ] && { rmdir "$dir" 2>/dev/null || true; }; done
+		rmdir "$base" 2>/dev/null && return 0
+		[ -d "$base" ] || return 0
+		sleep 0.1
+	done
+	echo "demo: cgroup $base still holds processes; left in place" >&2
 }
 trap cleanup EXIT
 trap 'exit 130' INT
