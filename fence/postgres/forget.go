@@ -12,6 +12,11 @@ import (
 // machine id, boot id, when its daemon last started): the daemon does it at start, so
 // `fence forget` and the fleet views can name the hosts.
 func (s *Store) RegisterHost(ctx context.Context) error {
+	if s.hostStop == nil {
+		if err := s.lockHostName(ctx); err != nil {
+			return err
+		}
+	}
 	_, err := s.pool.Exec(ctx, `INSERT INTO hosts (name, machine_id, boot_id, seen_at) VALUES ($1, $2, $3, $4)
 		ON CONFLICT (name) DO UPDATE SET machine_id = excluded.machine_id, boot_id = excluded.boot_id,
 		seen_at = excluded.seen_at, forgotten_at = 0`, s.host.Name, s.host.MachineID, s.host.BootID, fence.Nanos(s.now()))

@@ -30,6 +30,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -59,6 +60,11 @@ type Store struct {
 	last  lastReads        // show's last answers, for when the database is unreachable
 	watch *watcher         // the version rows' local copies (watch.go)
 	key   string           // the watcher's key: the connection string
+
+	connCfg  *pgx.ConnConfig // for connections of its own: the host name's lock (hostlock.go)
+	hostConn *pgx.Conn       // holds the host name's lock, after RegisterHost
+	hostStop chan struct{}
+	hostDone chan struct{}
 
 	closeOnce sync.Once
 }
@@ -91,7 +97,7 @@ func Open(url string, opt fence.Options, c Config) (*Store, error) {
 			"fence: the connection string carries a password; pass it by PGPASSWORD or PGPASSFILE, never in argv")
 	}
 	configure(cfg, opt, c)
-	s := &Store{url: redact(cfg), opt: opt, cfg: c, host: host, own: own}
+	s := &Store{url: redact(cfg), opt: opt, cfg: c, host: host, own: own, connCfg: cfg.ConnConfig.Copy()}
 	s.cache = newPubCache(s)
 	s.rc = fence.NewReadCache(readSource{s})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -152,6 +158,7 @@ func (s *Store) Close() error {
 	s.own.Forget()
 	s.rc.Drop()
 	s.closeOnce.Do(func() {
+		s.unlockHostName()
 		releaseWatcher(s.key, s.watch)
 		s.pool.Close()
 	})

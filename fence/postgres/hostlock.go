@@ -1,0 +1,155 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/skc-supervisor/skc-supervisor/verdict"
+)
+
+// A host name is one daemon's in a fleet: every row and verdict it writes
+// carries the name, and its recovery judges the name's generations by its
+// own tmux server. A second daemon under the same name — two homes on one
+// machine both keeping the default, the hostname — took the first one's
+// generations for its own, found them missing from its server and stopped
+// every one of them (found outside-in). So a daemon holds its name for its
+// life: a session-level advisory lock on a connection of its own, which
+// PostgreSQL releases when that connection ends — the daemon's exit, even by
+// SIGKILL (the kernel closes its socket), or the server's notice that the
+// peer is gone (the keepalives below) — never by a timeout of ours.
+
+// hostLockSpace is the first key of the two-key advisory locks on host names
+// (the second is the name's hashtext); the migration lock uses the one-key
+// form, another key space.
+const hostLockSpace int32 = 0x736b6368
+
+// hostLockWait is how long a start waits for a name's holder to go (a daemon
+// just killed); a variable for tests.
+var hostLockWait = 10 * time.Second
+
+// hostLockCheck is how often the holding connection is checked, and taken
+// again once lost.
+const hostLockCheck = 5 * time.Second
+
+// lockHostName takes this daemon's host name, waiting up to hostLockWait for
+// a holder that is going (a daemon just killed: PostgreSQL ends its backend
+// once it reads the closed socket). A holder left from an earlier boot of
+// this very machine is over (its boot ended), so its backend is ended. A
+// name still held after the wait is refused: invalid_request, field host.
+func (s *Store) lockHostName(ctx context.Context) error {
+	deadline := time.Now().Add(hostLockWait)
+	for {
+		conn, held, err := s.tryHostLock(ctx)
+		if err != nil {
+			return s.unavailable("host_lock", err)
+		}
+		if held {
+			s.hostConn = conn
+			s.hostStop, s.hostDone = make(chan struct{}), make(chan struct{})
+			go s.keepHostLock()
+			return nil
+		}
+		if s.endStaleHolder(ctx) {
+			continue
+		}
+		if time.Now().After(deadline) {
+			return verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "host", "host": s.host.Name},
+				"host name %q is held by another running daemon on this fleet's database (another home on this "+
+					"machine, or another machine of the same name): give each daemon a name of its own "+
+					"(serve --host-name, SKC_HOST)", s.host.Name)
+		}
+		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
+			return s.unavailable("host_lock", err)
+		}
+	}
+}
+
+// tryHostLock opens the holding connection and tries the name's lock on it;
+// the connection is closed again when the lock is another's.
+func (s *Store) tryHostLock(ctx context.Context) (*pgx.Conn, bool, error) {
+	conn, err := pgx.ConnectConfig(ctx, s.connCfg.Copy())
+	if err != nil {
+		return nil, false, err
+	}
+	// A holder whose machine died without closing its connection is seen
+	// gone by the server within ~25 s (ignored on unix sockets, where the
+	// server's machine is the host's).
+	var held bool
+	_, err = conn.Exec(ctx, `SET tcp_keepalives_idle = 10; SET tcp_keepalives_interval = 5; SET tcp_keepalives_count = 3`)
+	if err == nil {
+		err = conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, hashtext($2))`, hostLockSpace, s.host.Name).Scan(&held)
+	}
+	if err != nil || !held {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, false, err
+	}
+	return conn, true, nil
+}
+
+// endStaleHolder ends the backends holding the name's lock when the fleet's
+// record of the name is this machine's in an earlier boot: the daemon that
+// took it cannot be running any more. It reports whether it ended any.
+func (s *Store) endStaleHolder(ctx context.Context) bool {
+	var machine, boot string
+	err := s.pool.QueryRow(ctx, `SELECT machine_id, boot_id FROM hosts WHERE name = $1`, s.host.Name).Scan(&machine, &boot)
+	if err != nil || machine != s.host.MachineID || boot == s.host.BootID || s.host.MachineID == "" {
+		return false
+	}
+	var ended int
+	err = s.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_locks
+		WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND classid = $1::int4::oid
+		AND objid = hashtext($2)::oid`, hostLockSpace, s.host.Name).Scan(&ended)
+	return err == nil && ended > 0
+}
+
+// keepHostLock checks the holding connection every hostLockCheck and takes
+// the lock again on a new one when it was lost (the database restarted or
+// failed over). Taken meanwhile by a daemon of the same name, it goes on
+// trying: the newcomer's start was not refused, and nothing here can stop it.
+func (s *Store) keepHostLock() {
+	defer close(s.hostDone)
+	t := time.NewTicker(hostLockCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.hostStop:
+			if s.hostConn != nil {
+				_ = s.hostConn.Close(context.Background())
+			}
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), hostLockCheck)
+		if s.hostConn != nil && s.hostConn.Ping(ctx) != nil {
+			_ = s.hostConn.Close(ctx)
+			s.hostConn = nil
+		}
+		if s.hostConn == nil {
+			if conn, held, err := s.tryHostLock(ctx); err == nil && held {
+				s.hostConn = conn
+			}
+		}
+		cancel()
+	}
+}
+
+// unlockHostName ends the holding connection (Close).
+func (s *Store) unlockHostName() {
+	if s.hostStop != nil {
+		close(s.hostStop)
+		<-s.hostDone
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
