@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,15 +12,40 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
+// TestHelperMissingIsRefused: a pane helper binary that is gone (removed under
+// a running daemon) refuses the create spawn_failed (helper_missing) before
+// anything is made, instead of a tag_failed naming tmux.
+func TestHelperMissingIsRefused(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	e.m.cfg.HelperPath = filepath.Join(e.home, "no-such-helper")
+	id, spec := e.identity("nohelper")
+	_, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec})
+	var ve *verdict.Error
+	if !errors.As(err, &ve) || ve.Code != verdict.CodeSpawnFailed || ve.Details["reason"] != SpawnHelperMissing ||
+		ve.Details["field"] != "helper" {
+		t.Fatalf("create with the helper gone: %#v", err)
+	}
+	if len(e.sessions(id.Digest())) != 0 {
+		t.Fatal("a session was made")
+	}
+	if rows, err := e.store.Reservations(context.Background()); err != nil || len(rows) != 0 {
+		t.Fatalf("rows left %+v %v", rows, err)
+	}
+}
+
 // TestHelperThatCannotStartIsAnEnd: the saga no longer waits for the pane helper,
-// so a helper that cannot start (here: no such binary) is not a failed create but
+// so a helper that cannot start (here: a binary that exits at once) is not a failed create but
 // the session's end — end detection writes the generation's ended verdict. (If the
 // pane is gone before the tags land, the create fails tag_failed and compensates
 // instead, and spawn_failed if it is gone before the census admits it.) Either
 // way no reservation row is left behind.
 func TestHelperThatCannotStartIsAnEnd(t *testing.T) {
 	e := startEnv(t, "", "", false)
-	e.m.cfg.HelperPath = filepath.Join(e.home, "no-such-helper")
+	broken := filepath.Join(t.TempDir(), "broken-helper")
+	if err := os.WriteFile(broken, []byte("#!/bin/sh\nexit 3\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	e.m.cfg.HelperPath = broken
 	id, spec := e.identity("nohelper")
 	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec})
 	switch {

@@ -40,6 +40,9 @@ func (m *Manager) saga(ctx context.Context, a *attempt) (res CreateResult, retEr
 		if err := checkCommand(a.req.Spec, os.Getenv("PATH"), a.restart != nil); err != nil {
 			return res, err
 		}
+		if err := m.checkHelper(); err != nil {
+			return res, err
+		}
 	}
 	a.name = attemptName(a.digest, a.res.ID)
 	invoked := fence.Patch{AttemptName: a.name}

@@ -19,7 +19,22 @@ const (
 	SpawnExecutableNotFound = "executable_not_found"
 	SpawnNotExecutable      = "not_executable"
 	SpawnCwdMissing         = "cwd_missing"
+	SpawnHelperMissing      = "helper_missing"
 )
+
+// checkHelper refuses a start whose pane command cannot run: the pane helper
+// is this daemon's own binary, by the path it was started from, and a binary
+// removed or replaced by something unexecutable under a running daemon (a
+// `make clean`, an upgrade half done) made tmux start nothing — the create
+// failed tag_failed naming a session tmux no longer had (found outside-in).
+func (m *Manager) checkHelper() error {
+	if err := unix.Access(m.cfg.HelperPath, unix.X_OK); err != nil {
+		return spawnRefused(SpawnHelperMissing, "helper", m.cfg.HelperPath,
+			"the pane helper %s (this daemon's own binary) cannot be run: %s; restart the daemon from an installed binary",
+			m.cfg.HelperPath, errorText(err))
+	}
+	return nil
+}
 
 // checkCommand refuses, before anything is started, a command that cannot
 // start: a cwd that is missing or not a directory, or an argv[0] that is not

@@ -48,7 +48,8 @@ const (
 	// CodeFenceLost: the reservation row is no longer ours; no tmux mutation follows.
 	CodeFenceLost Code = "fence_lost"
 	// CodeSpawnFailed: the command could not be started: details.reason is
-	// executable_not_found, not_executable or cwd_missing when it was refused
+	// executable_not_found, not_executable, cwd_missing or helper_missing (the
+	// daemon's own binary, the pane command, cannot be run) when it was refused
 	// before anything started, absent when tmux refused or failed new-session.
 	// HTTP 422: as a rule the request names something that cannot run.
 	CodeSpawnFailed Code = "spawn_failed"
