@@ -185,3 +185,42 @@ func TestFleetListAndVerdicts(t *testing.T) {
 		d.Stop(t)
 	}
 }
+
+// TestFleetRemoteBetweenStarts: an identity that host B keeps between two
+// starts (its agent exited, its restart due later) is shown from host A as
+// host-b's, with the attach hint (A said it was its own, with none), and a
+// wait --exit on A for the ended session's name is not_found, as for any
+// name no generation of A wore (it answered B's ended verdict) (found outside-in).
+func TestFleetRemoteBetweenStarts(t *testing.T) {
+	url := fleetDB(t)
+	a := NewHome(t).Start(t, DaemonOpts{Env: []string{"SKC_FENCE=" + url, "SKC_HOST=host-a"}})
+	b := NewHome(t).Start(t, DaemonOpts{Env: []string{"SKC_FENCE=" + url, "SKC_HOST=host-b"}})
+	spec := NewSpec(t, "fleet-between")
+	spec.Argv = []string{"sh", "-c", "exit 3"}
+	args := spec.Args()
+	args = append(args[:len(args)-4:len(args)-4], append([]string{"--restart", "always", "--restart-delay", "60s"}, args[len(args)-4:]...)...)
+	r := b.CLI(t, args...)
+	if r.Code != 0 {
+		t.Fatalf("create on host-b\n%s", r)
+	}
+	var created struct {
+		Session Session `json:"session"`
+	}
+	mustJSON(t, r, &created)
+	ident := []string{"--state-dir", spec.StateDir, "--session-id", spec.SessionID}
+	var show struct {
+		Session *Session `json:"session"`
+	}
+	waitFor(t, "host-b's identity waits for its next start", func() bool {
+		mustJSON(t, b.CLI(t, append([]string{"show", "--json"}, ident...)...), &show)
+		return show.Session != nil && show.Session.State == "exited"
+	})
+	r = a.CLI(t, append([]string{"show", "--json"}, ident...)...)
+	mustJSON(t, r, &show)
+	if show.Session == nil || show.Session.Host != "host-b" || show.Session.AttachHint == "" {
+		t.Fatalf("show on host-a of host-b's waiting identity\n%s", r)
+	}
+	expectError(t, a.CLI(t, "wait", "--json", created.Session.Name, "--exit", "--timeout", "5s"), 4, "error", "not_found", "")
+	a.Stop(t)
+	b.Stop(t)
+}

@@ -171,8 +171,8 @@ func (m *Manager) endedNamed(ctx context.Context, name string) (fence.Published,
 	if i := strings.LastIndexByte(name, '-'); strings.HasPrefix(name, "skc-") && i > 0 &&
 		fence.CheckReservationID(name[i+1:]) == nil {
 		pub, ok, err := m.fence.PublishedByReservation(ctx, name[i+1:])
-		if ok && err == nil && pub.Ended && pub.SessionName == name {
-			return pub, true, nil
+		if ok && err == nil && pub.Ended && pub.SessionName == name && !m.remote(&pub) {
+			return pub, true, nil // another host's name is not one this host's generations wore
 		}
 	}
 	pubs, err := m.fence.Identities(ctx)

@@ -486,7 +486,13 @@ func (m *Manager) showParts(ctx context.Context, ref Ref) (v *View, reads fence.
 		v = new(View)
 		*v = stoppingView(*t.Published)
 	}
-	if v != nil && !t.Remote {
+	switch {
+	case v == nil || t.Remote:
+	case t.Session == nil && t.Published != nil && m.remote(t.Published):
+		// Another host's generation between two starts (its session kept on
+		// that host): that host's, with how to reach it, never this one's.
+		v.Host, v.AttachHint = t.Published.Host, "skc-supervisor attach "+shellQuote(t.Published.SessionName)
+	default:
 		v.Host = m.host.Name
 	}
 	none := fence.IdentityReads{ReservationJSON: []byte("null"), VerdictsJSON: []byte("[]")}
