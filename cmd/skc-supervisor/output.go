@@ -17,7 +17,9 @@ import (
 
 // The human formats below are for people and may change; scripts use --json.
 
-func printCreate(w io.Writer, res api.CreateResponse) {
+// printCreate prints a create's answer; cmd is how to invoke the CLI again
+// to reach the same daemon (attachPrefix), for the attach line.
+func printCreate(w io.Writer, res api.CreateResponse, cmd string) {
 	s := res.Session
 	fmt.Fprintf(w, "%s: session %s (%s), generation %d, pane pid %d\n",
 		res.Status, printable(s.Name), s.ID, s.Generation, s.PanePID)
@@ -25,7 +27,7 @@ func printCreate(w io.Writer, res api.CreateResponse) {
 		fmt.Fprintf(w, "runs on host %s; attach there: %s\n", printable(s.Host), printable(s.AttachHint))
 		return
 	}
-	fmt.Fprintf(w, "attach: skc-supervisor attach %s\n", printable(s.Name))
+	fmt.Fprintf(w, "attach: %s attach %s\n", printable(cmd), shellQuote(s.Name))
 }
 
 func printList(w io.Writer, res api.ListResponse) {

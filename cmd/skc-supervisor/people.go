@@ -125,6 +125,21 @@ func serveLogger(w io.Writer) (zerolog.Logger, bool) {
 	return zerolog.New(cw).Level(zerolog.InfoLevel).With().Timestamp().Logger(), true
 }
 
+// attachPrefix is the CLI invocation that reaches the daemon this command
+// reached: the --home and --runtime-dir it was given on its command line
+// (the environment's reach a new command from the same shell as they are),
+// so that a printed attach line works when pasted.
+func attachPrefix(o opts) string {
+	cmd := "skc-supervisor"
+	if o.o.Home != "" {
+		cmd += " --home " + shellQuote(o.o.Home)
+	}
+	if o.o.RuntimeDir != "" {
+		cmd += " --runtime-dir " + shellQuote(o.o.RuntimeDir)
+	}
+	return cmd
+}
+
 // tryIt is what serve tells a person once it is ready: where it listens and
 // the commands to try — as prog was invoked (./bin/skc-supervisor when not
 // installed), with --home and --runtime-dir when this serve got them from a

@@ -268,3 +268,17 @@ func TestFenceNameHidesPassword(t *testing.T) {
 		}
 	}
 }
+
+// TestCreateAttachLineReachesTheSameDaemon: the attach line a create prints
+// carries the --home and --runtime-dir the create was given, so that pasted
+// it reaches the daemon that made the session (it reached the default one;
+// found outside-in).
+func TestCreateAttachLineReachesTheSameDaemon(t *testing.T) {
+	var o opts
+	o.o.Home, o.o.RuntimeDir = "/tmp/my home", "/run/x"
+	var b bytes.Buffer
+	printCreate(&b, api.CreateResponse{Status: "published", Session: api.Session{Name: "skc-1-2"}}, attachPrefix(o))
+	if want := "attach: skc-supervisor --home '/tmp/my home' --runtime-dir /run/x attach skc-1-2\n"; !strings.HasSuffix(b.String(), want) {
+		t.Fatalf("printed %q, want the line %q", b.String(), want)
+	}
+}

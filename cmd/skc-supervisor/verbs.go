@@ -117,7 +117,7 @@ func runCreate(cli *CLI, args []string) int {
 		cli.printJSON(res)
 		return verdict.ExitOK
 	}
-	printCreate(cli.stdout, res)
+	printCreate(cli.stdout, res, attachPrefix(o))
 	return verdict.ExitOK
 }
 
