@@ -224,3 +224,49 @@ func TestFleetRemoteBetweenStarts(t *testing.T) {
 	a.Stop(t)
 	b.Stop(t)
 }
+
+// TestFleetCreateMeetsRemoteStop: a create on host A that meets host B's
+// generation while B stops it (a kill in its grace) is not answered existing
+// — that agent is about to end — but waits for B's proof within its wait:
+// refused identity_reserved_live with details.stopping past it, published on
+// A once B's stop has ended the generation (found outside-in: existing, exit
+// 0, and no agent a moment later).
+func TestFleetCreateMeetsRemoteStop(t *testing.T) {
+	url := fleetDB(t)
+	a := NewHome(t).Start(t, DaemonOpts{Env: []string{"SKC_FENCE=" + url, "SKC_HOST=host-a"}})
+	b := NewHome(t).Start(t, DaemonOpts{Env: []string{"SKC_FENCE=" + url, "SKC_HOST=host-b"}})
+	spec := NewSpec(t, "fleet-remote-stop")
+	spec.Argv = []string{"sh", "-c", "trap '' TERM; echo ready; while :; do sleep 1; done"}
+	args := spec.Args()
+	args = append(args[:len(args)-4:len(args)-4], append([]string{"--stop-timeout", "6s"}, args[len(args)-4:]...)...)
+	if r := b.CLI(t, args...); r.Code != 0 {
+		t.Fatalf("create on host-b\n%s", r)
+	}
+	ident := []string{"--state-dir", spec.StateDir, "--session-id", spec.SessionID}
+	if r := b.CLI(t, append([]string{"wait", "--json", "--text", "ready", "--timeout", "30s"}, ident...)...); r.Code != 0 {
+		t.Fatalf("wait for the agent's trap\n%s", r)
+	}
+	killed := make(chan Result, 1)
+	go func() { killed <- b.CLI(t, append([]string{"kill", "--json"}, ident...)...) }()
+	var show struct {
+		Session *Session `json:"session"`
+	}
+	waitFor(t, "host-b stopping it", func() bool {
+		mustJSON(t, a.CLI(t, append([]string{"show", "--json"}, ident...)...), &show)
+		return show.Session != nil && show.Session.State == "stopping"
+	})
+	spec.Wait = "500ms"
+	ans := expectError(t, a.CLI(t, spec.Args()...), 3, "refused", "identity_reserved_live", "")
+	if ans.Error != nil && ans.Error.Details["stopping"] != true {
+		t.Fatalf("refusal details %v, want stopping", ans.Error.Details)
+	}
+	spec.Wait = "60s"
+	if got := a.MustCreate(t, spec, "published"); got.Host != "host-a" {
+		t.Fatalf("host-a's create after host-b's stop: %+v", got)
+	}
+	if r := <-killed; r.Code != 0 {
+		t.Fatalf("kill on host-b\n%s", r)
+	}
+	a.Stop(t)
+	b.Stop(t)
+}

@@ -201,7 +201,19 @@ func (m *Manager) admit(ctx context.Context, req CreateRequest, start time.Time,
 			m.fault.hit(FaultReserved)
 			return rr.Reservation, nil, nil
 		case fence.PublishedElsewhere:
-			return fence.Reservation{}, m.existingElsewhere(ctx, req, rr.Published, start), nil
+			if rr.Published.Stopping == nil {
+				return fence.Reservation{}, m.existingElsewhere(ctx, req, rr.Published, start), nil
+			}
+			// Being stopped on its host: not an existing agent (it is about to
+			// end). Wait for that host's proof as for one of ours, by the
+			// fence, within the create's wait.
+			if time.Now().Before(deadline) && sleepCtx(ctx, pollInterval) {
+				round--
+				continue
+			}
+			return m.refuse(ctx, req, stoppingError(rr.Published, verdict.CodeIdentityReservedLive,
+				"generation %d is stopping on host %s: its processes are not proven gone yet (waited %v)",
+				rr.Published.Host, req.Wait), start)
 		case fence.MaybeExisting:
 			out, again, err := m.maybeExisting(ctx, req, rr.Published, waited, start)
 			if !again {
