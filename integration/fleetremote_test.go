@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -267,6 +268,50 @@ func TestFleetCreateMeetsRemoteStop(t *testing.T) {
 	if r := <-killed; r.Code != 0 {
 		t.Fatalf("kill on host-b\n%s", r)
 	}
+	a.Stop(t)
+	b.Stop(t)
+}
+
+// TestFleetCreateWinsAWaitingIdentity: host A creates an identity that host
+// B keeps between two starts: A wins it (one agent in the fleet), and B,
+// at its due start, removes its kept session and says so (stopped, reason
+// published_elsewhere, naming host-a) instead of keeping it forever with its
+// dead pane (found outside-in).
+func TestFleetCreateWinsAWaitingIdentity(t *testing.T) {
+	url := fleetDB(t)
+	a := NewHome(t).Start(t, DaemonOpts{Env: []string{"SKC_FENCE=" + url, "SKC_HOST=host-a"}})
+	hb := NewHome(t)
+	b := hb.Start(t, DaemonOpts{Env: []string{"SKC_FENCE=" + url, "SKC_HOST=host-b"}})
+	spec := NewSpec(t, "fleet-wins-waiting")
+	argv := spec.Argv
+	spec.Argv = []string{"sh", "-c", "exit 0"}
+	args := spec.Args()
+	args = append(args[:len(args)-4:len(args)-4], append([]string{"--restart", "always", "--restart-delay", "4s"}, args[len(args)-4:]...)...)
+	r := hb.CLI(t, args...)
+	var created struct {
+		Session Session `json:"session"`
+	}
+	mustJSON(t, r, &created)
+	ident := []string{"--state-dir", spec.StateDir, "--session-id", spec.SessionID}
+	var show struct {
+		Session *Session `json:"session"`
+	}
+	waitFor(t, "host-b's identity waits for its next start", func() bool {
+		mustJSON(t, hb.CLI(t, append([]string{"show", "--json"}, ident...)...), &show)
+		return show.Session != nil && show.Session.State == "exited"
+	})
+	spec.Argv = argv
+	if got := a.MustCreate(t, spec, "published"); got.Host != "host-a" {
+		t.Fatalf("host-a's create: %+v", got)
+	}
+	waitFor(t, "host-b's kept session removed", func() bool {
+		out, err := hb.Tmux("list-sessions", "-F", "#{session_id}")
+		return err == nil && !slices.Contains(strings.Fields(out), created.Session.ID)
+	})
+	waitFor(t, "host-b's stopped verdict", func() bool {
+		r := hb.CLI(t, "verdicts", "--json")
+		return strings.Contains(r.Stdout, `"reason":"published_elsewhere"`) && strings.Contains(r.Stdout, `"verdict":"stopped"`)
+	})
 	a.Stop(t)
 	b.Stop(t)
 }

@@ -239,8 +239,9 @@ func (m *Manager) scheduleWaiting(ctx context.Context) {
 // (by it, or by a create that got there first), stopped, or gave up.
 func (m *Manager) restartLoop(ctx context.Context, id fence.Identity, wake chan struct{}) {
 	d := id.Digest()
+	var last fence.Published // the ended generation last seen waiting here
 	for {
-		if m.restartStep(ctx, id, wake) {
+		if m.restartStep(ctx, id, wake, &last) {
 			m.mu.Lock()
 			select {
 			case <-wake: // a schedule arrived meanwhile: look again
@@ -261,16 +262,23 @@ func (m *Manager) restartLoop(ctx context.Context, id fence.Identity, wake chan 
 	}
 }
 
-// restartStep makes one step of the restarter and reports whether it is done.
-func (m *Manager) restartStep(ctx context.Context, id fence.Identity, wake chan struct{}) bool {
+// restartStep makes one step of the restarter and reports whether it is
+// done. last is the ended generation it saw waiting at its previous step:
+// when another host's create has taken the identity since (its generation
+// in the fence in place of ours), the kept session here is that one's.
+func (m *Manager) restartStep(ctx context.Context, id fence.Identity, wake chan struct{}, last *fence.Published) bool {
 	p, ok, err := m.fence.PublishedFor(ctx, id)
 	switch {
 	case err != nil:
 		m.log.Warn().Err(err).Msg("restart: fence unreadable")
 		return !sleepCtx(ctx, restartRetry)
+	case ok && !p.Ended && m.remote(&p) && last.Generation != 0:
+		m.yieldKept(ctx, *last, p)
+		return true
 	case !ok || !p.Ended || p.Restart.State != fence.RestartExited:
 		return true
 	}
+	*last = p
 	if wait := time.Until(p.Restart.Due); wait > 0 {
 		t := time.NewTimer(wait)
 		defer t.Stop()

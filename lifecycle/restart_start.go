@@ -58,6 +58,9 @@ func (m *Manager) startNext(ctx context.Context, p fence.Published) bool {
 			return !sleepCtx(ctx, restartRetry)
 		}
 		res = *r
+	case fence.PublishedElsewhere: // published since the restarter's look
+		m.yieldKept(ctx, p, rr.Published)
+		return true
 	default:
 		return true // a generation was published meanwhile (a create got there first)
 	}
@@ -319,6 +322,22 @@ func restartRecord(rec *verdict.Record, r *restartOf) {
 		// Both times are the fence's own, of one transaction (MarkEndedNext).
 		rec.Evidence["delay_ms"] = max(r.prev.Restart.Due.Sub(r.prev.EndedAt).Milliseconds(), 0)
 	}
+}
+
+// yieldKept: another host's create won the identity while this host waited
+// out its delay (the fence holds that host's generation, won, in place of
+// p): the start p's ended verdict announced will not come here, and its kept
+// session would stay forever with its dead pane (found outside-in). It is
+// removed, and a stopped verdict (reason published_elsewhere, naming the
+// host) tells the feed's readers.
+func (m *Manager) yieldKept(ctx context.Context, p, won fence.Published) {
+	rec := stoppedRecord(p, verdict.ActionEnd, verdict.ReasonPublishedElsewhere)
+	rec.Evidence["host"] = won.Host
+	rec.Evidence["published_generation"] = won.Generation
+	if err := m.removeKept(ctx, p, killReason{reason: verdict.ReasonPublishedElsewhere, byKill: true}); err != nil {
+		m.log.Warn().Err(err).Str("tmux_id", p.TmuxID).Msg("kept session of an identity another host runs not removed")
+	}
+	m.emit(ctx, rec)
 }
 
 // killWaiting is a kill of an identity whose generation has ended and waits
