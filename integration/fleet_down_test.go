@@ -83,3 +83,51 @@ func TestFleetLookupsWhileDatabaseDown(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestFleetKillAcrossAnOutage: a kill whose grace spans the database's
+// outage SIGKILLs the agent and removes its session, and answers
+// fence_unavailable (it could not write the end); once the database is back
+// the ended verdict filed is the one the stop assembled — SIGKILL,
+// sigkill_sent — not one rebuilt from what was left (it said sigkill_sent
+// false, no exit; found outside-in).
+func TestFleetKillAcrossAnOutage(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	url, err := srv.CreateDB(ctx, "fleet")
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := NewHome(t).Start(t, DaemonOpts{Env: []string{"SKC_FENCE=" + url, "SKC_HOST=host-a"}})
+	spec := NewSpec(t, "down-kill")
+	spec.Argv = []string{"sh", "-c", "trap '' TERM; echo ready; while :; do sleep 1; done"}
+	args := spec.Args()
+	args = append(args[:len(args)-4:len(args)-4], append([]string{"--stop-timeout", "3s"}, args[len(args)-4:]...)...)
+	r := a.CLI(t, args...)
+	var created struct {
+		Session Session `json:"session"`
+	}
+	mustJSON(t, r, &created)
+	if r := a.CLI(t, "wait", "--json", created.Session.Name, "--text", "ready", "--timeout", "30s"); r.Code != 0 {
+		t.Fatalf("wait for the agent's trap\n%s", r)
+	}
+	killed := make(chan Result, 1)
+	go func() { killed <- a.CLI(t, "kill", "--json", created.Session.Name) }()
+	time.Sleep(time.Second) // inside the 3 s grace: the stop has begun (no check: the database goes next)
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-killed; r.Code == 0 {
+		t.Logf("the kill filed its end before the outage (a slow machine): nothing to check\n%s", r)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	v := a.WaitVerdict(t, "the killed agent's ended verdict", func(v Verdict) bool {
+		return v.SKC.Verdict == "ended" && v.SessionName() == created.Session.Name
+	})
+	if v.SKC.Exit == nil || v.SKC.Exit.Signal != "SIGKILL" || v.SKC.Evidence["sigkill_sent"] != true {
+		t.Fatalf("ended verdict after the outage: %s", v)
+	}
+	a.Stop(t)
+}

@@ -60,8 +60,16 @@ func TestOwnTransitionsWaitOutABusyFence(t *testing.T) {
 // PostgreSQL restarts. missed counts the calls it failed.
 type downFence struct {
 	fence.Fence
-	down   atomic.Bool
-	missed atomic.Int64
+	down     atomic.Bool
+	downMark atomic.Bool // only the ended verdict's write fails
+	missed   atomic.Int64
+}
+
+func (f *downFence) MarkEndedNext(ctx context.Context, id fence.Identity, gen uint64, rec verdict.Record, next fence.RestartNext, also *verdict.Record) (bool, verdict.Record, error) {
+	if f.down.Load() || f.downMark.Load() {
+		return false, verdict.Record{}, f.unavailable()
+	}
+	return f.Fence.MarkEndedNext(ctx, id, gen, rec, next, also)
 }
 
 func (f *downFence) unavailable() error {
@@ -112,5 +120,40 @@ func TestEndMissedWhileFenceDown(t *testing.T) {
 	rec := e.ended(t, id)
 	if rec.Reason != verdict.ReasonAgentExited || rec.Exit == nil || rec.Exit.Signal != "SIGTERM" {
 		t.Fatalf("ended verdict after the fence came back: %+v", rec)
+	}
+}
+
+// TestStopFiledAfterTheFenceReturns: a kill whose ended verdict the fence
+// cannot take (down while the agent, ignoring SIGTERM, waits out its grace)
+// SIGKILLs the agent and removes its session; once the fence answers, the
+// retry files the end the stop assembled — SIGKILL, sigkill_sent — not one
+// rebuilt from what is left (it said sigkill_sent false, no exit; found
+// outside-in with PostgreSQL stopped during a kill).
+func TestStopFiledAfterTheFenceReturns(t *testing.T) {
+	df := &downFence{}
+	e := startEnvWith(t, &env{wrapFence: func(f fence.Fence) fence.Fence { df.Fence = f; return df }}, "", false)
+	res, err := e.createSpec(t, "downkill", time.Second, 300*time.Millisecond, "agent", "ignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := res.Session.PanePID
+	waitFor(t, "agent ready", func() bool { return isReady(pid) })
+	df.downMark.Store(true)
+	_, err = e.m.Kill(context.Background(), Ref{Name: res.Session.Name})
+	if verdict.CodeOf(err) != verdict.CodeFenceUnavailable || pidAlive(pid) {
+		t.Fatalf("kill with the fence down: %v (agent alive %v)", err, pidAlive(pid))
+	}
+	// Down for every read too until the session is gone from tmux, so the
+	// retry meets what a longer outage leaves: no session, no process.
+	df.down.Store(true)
+	id := fence.Identity{StateDir: res.Session.StateDir, SessionID: res.Session.SessionID}
+	waitFor(t, "the session gone", func() bool { return len(e.sessions(id.Digest())) == 0 })
+	missed := df.missed.Load()
+	waitFor(t, "a retry meeting the fence down", func() bool { return df.missed.Load() > missed })
+	df.down.Store(false)
+	df.downMark.Store(false)
+	rec := e.ended(t, id)
+	if rec.Exit == nil || rec.Exit.Signal != "SIGKILL" || rec.Evidence["sigkill_sent"] != true {
+		t.Fatalf("ended verdict filed after the fence returned: %+v exit %+v", rec, rec.Exit)
 	}
 }

@@ -122,15 +122,16 @@ type Manager struct {
 
 	mu           sync.Mutex
 	closing      bool
-	inflight     map[string]*attempt      // by reservation id: creates between Reserve and their verdict
-	killing      map[killKey]killMark     // by tmux id: sessions we are removing ourselves (killmarks.go)
-	killSwept    time.Time                // when killing was last swept of marks outlived
-	stops        map[string]*stopRun      // by stopKey: generations stopping (stop.go)
-	unprovenSaid map[string]error         // by stopKey: an unresolved verdict was written (once per generation), and its refusal
-	restarters   map[string]chan struct{} // by identity digest: the restarter running (restart.go), its wake
-	startFails   map[string]startFailure  // by identity digest: its restarter's last start that did not publish
-	retry        endRetry                 // ends missed while the fence or tmux was unavailable (endretry.go)
-	killAsked    map[string]int           // by stopKey: kills waiting for a stop that is not theirs (kill.go)
+	inflight     map[string]*attempt       // by reservation id: creates between Reserve and their verdict
+	killing      map[killKey]killMark      // by tmux id: sessions we are removing ourselves (killmarks.go)
+	killSwept    time.Time                 // when killing was last swept of marks outlived
+	stops        map[string]*stopRun       // by stopKey: generations stopping (stop.go)
+	unprovenSaid map[string]error          // by stopKey: an unresolved verdict was written (once per generation), and its refusal
+	restarters   map[string]chan struct{}  // by identity digest: the restarter running (restart.go), its wake
+	startFails   map[string]startFailure   // by identity digest: its restarter's last start that did not publish
+	unfiled      map[unfiledKey]unfiledEnd // ends assembled whose MarkEnded the fence refused (unfiled.go)
+	retry        endRetry                  // ends missed while the fence or tmux was unavailable (endretry.go)
+	killAsked    map[string]int            // by stopKey: kills waiting for a stop that is not theirs (kill.go)
 	creates      sync.WaitGroup
 	slots        chan struct{} // admission: one token per create in flight (maxInflightCreates)
 

@@ -263,6 +263,9 @@ func stoppingError(p fence.Published, code, format string, args ...any) error {
 // verdict. A session that cannot be removed leaves the generation stopping:
 // the next look (a create, a kill, the reconcile) tries again.
 func (m *Manager) finishEnd(ctx context.Context, p fence.Published, cause endCause, killed bool, res proctree.Result) (verdict.Record, error) {
+	if rec, ok, err := m.fileUnfiled(ctx, p); ok {
+		return rec, err // assembled before, when the fence could not take it (unfiled.go)
+	}
 	sess, present := m.sessionOf(p)
 	if cause.exit != nil && !present {
 		// Read from the exited process, but its session is gone already: the
@@ -316,6 +319,7 @@ func (m *Manager) fileEnd(ctx context.Context, p fence.Published, rec verdict.Re
 	ok, filed, err := m.fence.MarkEndedNext(context.WithoutCancel(ctx), p.Identity, p.Generation, rec, next, gaveUp)
 	m.met.fenceOp(fenceOpEnd, start)
 	if err != nil {
+		m.keepUnfiled(p, unfiledEnd{rec: rec, next: next, gaveUp: gaveUp, keep: keep})
 		return verdict.Record{}, err
 	}
 	if ok {
