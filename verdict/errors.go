@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Error is every typed refusal or failure that crosses a package boundary. Its
@@ -23,7 +24,11 @@ type Error struct {
 // stays reachable through errors.Is and errors.As.
 func Errorf(code Code, details map[string]any, format string, args ...any) *Error {
 	formatted := fmt.Errorf(format, args...)
-	e := &Error{Code: code, Message: formatted.Error(), Details: details}
+	// A cause of the same code, formatted with its Error(), would say the
+	// code again inside the message ("fence_unavailable: … fence_unavailable:
+	// …"): the code is said once, by the outer error.
+	msg := strings.ReplaceAll(formatted.Error(), code+": ", "")
+	e := &Error{Code: code, Message: msg, Details: details}
 	if u, ok := formatted.(interface{ Unwrap() error }); ok {
 		e.Err = u.Unwrap()
 	} else if u, ok := formatted.(interface{ Unwrap() []error }); ok {
