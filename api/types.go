@@ -187,6 +187,10 @@ type Info struct {
 	// path): attach runs the same one, since a client of another tmux
 	// version cannot talk to that server.
 	Tmux string `json:"tmux,omitempty"`
+	// TmuxConfig is the config file the daemon's server was started with
+	// (SKC_TMUX_CONFIG, --tmux-config), "" for tmux's default: doctor checks
+	// the one the server reads, not its own environment's.
+	TmuxConfig string `json:"tmux_config,omitempty"`
 }
 
 // EncodedReads is optional for a Service: one that implements it answers

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -120,4 +121,33 @@ func TestDoctor(t *testing.T) {
 	if p := rep.problems(t); len(p) != 1 || p["daemon"] == "" || r.Code != 1 || !strings.Contains(r.Stdout, "fix: ") {
 		t.Errorf("daemon killed: problems %v, want only daemon (unreachable), exit 1, a fix line\n%s", p, r)
 	}
+}
+
+// TestDoctorChecksTheDaemonsTmuxConfig: beside a running daemon whose server
+// reads a config file (SKC_TMUX_CONFIG in the daemon's environment only),
+// doctor from a shell without it checks that file — it said "not set: the
+// supervised server reads tmux's default config" (found outside-in).
+func TestDoctorChecksTheDaemonsTmuxConfig(t *testing.T) {
+	t.Parallel()
+	conf := filepath.Join(t.TempDir(), "skc.tmux.conf")
+	if err := os.WriteFile(conf, []byte("set -g history-limit 4321\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := StartDaemon(t, DaemonOpts{Env: []string{"SKC_TMUX_CONFIG=" + conf}})
+	r := d.CLIWith(t, CLIOpts{Env: []string{"SKC_TMUX_CONFIG="}}, "doctor", "--json")
+	var rep doctorReport
+	mustJSON(t, r, &rep)
+	found := false
+	for _, c := range rep.Checks {
+		if c.Check == "tmux_config" {
+			found = true
+			if c.Status != "ok" || !strings.Contains(c.Message, conf) {
+				t.Fatalf("doctor beside a daemon started with %s: %+v", conf, c)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no tmux_config check: %+v", rep.Checks)
+	}
+	d.Stop(t)
 }

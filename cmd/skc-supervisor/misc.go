@@ -184,12 +184,18 @@ func runDoctor(cli *CLI, args []string) int {
 	if err != nil {
 		return cli.fail(o, err)
 	}
-	bin := p.Tmux
+	bin, conf := p.Tmux, p.TmuxConfig
 	if c, err := cli.client(o); err == nil {
-		// A running daemon's tmux is the one that matters (attachTmux).
+		// A running daemon's tmux and config are the ones that matter
+		// (attachTmux), unless this command names its own.
 		bin = attachTmux(cli, c, o, p.Tmux)
+		if o.o.TmuxConfig == "" && cli.getenv(home.EnvTmuxConfig) == "" {
+			if info, err := c.Info(cli.ctx); err == nil {
+				conf = info.TmuxConfig
+			}
+		}
 		c.Close()
 	}
 	return doctor.Run(cli.ctx, doctor.Config{Home: p.Home, RuntimeDir: p.RuntimeDir,
-		TmuxPath: bin, TmuxConfig: p.TmuxConfig}, cli.stdout, o.json)
+		TmuxPath: bin, TmuxConfig: conf}, cli.stdout, o.json)
 }

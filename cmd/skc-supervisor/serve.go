@@ -248,9 +248,10 @@ func (d *daemon) startAPI() error {
 	d.srv, err = api.New(api.Config{
 		Service:  &backend.Service{Manager: d.mgr, Store: d.store, Verdicts: d.writer},
 		AllowUID: os.Geteuid(),
-		Info:     api.Info{Version: versionString(), PID: os.Getpid(), StartedAt: time.Now().UTC(), Home: d.paths.Home, Tmux: tmuxPath(d.paths.Tmux)},
-		Metrics:  d.reg,
-		Log:      &d.log,
+		Info: api.Info{Version: versionString(), PID: os.Getpid(), StartedAt: time.Now().UTC(), Home: d.paths.Home, Tmux: tmuxPath(d.paths.Tmux),
+			TmuxConfig: d.paths.TmuxConfig},
+		Metrics: d.reg,
+		Log:     &d.log,
 	})
 	if err != nil {
 		ln.Close()
