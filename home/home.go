@@ -125,7 +125,9 @@ func checkFenceURL(u string) error {
 	if u == FenceSQLite || strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://") {
 		return nil
 	}
-	return fmt.Errorf("fence %q is neither %q nor a postgres:// URL", u, FenceSQLite)
+	// The value is not repeated: a libpq key=value string given here may
+	// carry a password, and this refusal lands in logs (found outside-in).
+	return fmt.Errorf("the fence is neither %q nor a postgres:// or postgresql:// URL (a libpq key=value string is not taken; the value given is not repeated here, as it may hold a password)", FenceSQLite)
 }
 
 // FenceConf is the path of FenceConfFile in the home.

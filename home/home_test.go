@@ -300,10 +300,14 @@ func TestResolveFence(t *testing.T) {
 	if err != nil || p.FenceURL != "postgresql://db/fence" {
 		t.Fatalf("flags: %+v %v", p, err)
 	}
-	for _, bad := range []string{"mysql://x", "fence.sqlite", "SQLITE"} {
+	for _, bad := range []string{"mysql://x", "fence.sqlite", "SQLITE", "host=db user=u password=S3cret"} {
 		_, err := Resolve(Overrides{Home: "/h", Fence: bad}, envOf(nil))
 		if e := verdict.AsError(err); e == nil || e.Code != verdict.CodeInvalidRequest || e.Details["field"] != "fence" {
 			t.Errorf("fence %q: %v, want invalid_request field fence", bad, err)
+		}
+		// Never repeated: a key=value string may carry a password (found outside-in).
+		if err != nil && strings.Contains(err.Error(), "S3cret") {
+			t.Errorf("the refusal repeats the value: %v", err)
 		}
 	}
 }

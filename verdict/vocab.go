@@ -79,9 +79,12 @@ const (
 	VerdictGaveUp = "gave_up"
 	// VerdictStopped: an identity waiting out its restart delay (its
 	// generation ended, its next start due) was stopped for good before that
-	// start: by a kill request (reason killed_by_request), or its kept
-	// session was killed by hand (tmux_session_missing). Its generation's
-	// ended verdict came before; nothing starts it again until a create.
+	// start: by a kill request (reason killed_by_request, action kill), its
+	// kept session was killed by hand (tmux_session_missing, action end), or
+	// another host of the fleet created the identity meanwhile
+	// (published_elsewhere, action end: the kept session is removed,
+	// evidence.host names that host). Its generation's ended verdict came
+	// before; nothing starts it again here until a create.
 	VerdictStopped = "stopped"
 )
 
@@ -157,7 +160,9 @@ const (
 	// verdict; its evidence lists them).
 	ReasonHostForgotten = "host_forgotten"
 	// ReasonPublishedElsewhere: the identity's generation runs on another
-	// host of the fleet (an existing verdict; evidence.host names it).
+	// host of the fleet (an existing verdict; or a stopped one, when it was
+	// created there while this host waited to restart it; evidence.host
+	// names it).
 	ReasonPublishedElsewhere = "published_elsewhere"
 	// ReasonRestart: a generation started by the restart policy after its
 	// predecessor's agent exited.
