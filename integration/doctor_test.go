@@ -151,3 +151,24 @@ func TestDoctorChecksTheDaemonsTmuxConfig(t *testing.T) {
 	}
 	d.Stop(t)
 }
+
+// TestPGPasswordIsTheDaemonsAlone: a PGPASSWORD in the daemon's environment
+// (how the README says a fleet's password may reach it) reaches neither the
+// supervised tmux server's environment nor any agent (found outside-in: an
+// agent running env printed it).
+func TestPGPasswordIsTheDaemonsAlone(t *testing.T) {
+	t.Parallel()
+	d := StartDaemon(t, DaemonOpts{Env: []string{"PGPASSWORD=S3cretPw"}})
+	spec := NewSpec(t, "pgpassword")
+	spec.Argv = []string{"sh", "-c", "env; echo env-done; exec sleep 60"}
+	sess := d.MustCreate(t, spec, "published")
+	if r := d.CLI(t, "wait", "--json", sess.Name, "--text", "env-done", "--timeout", "30s"); r.Code != 0 {
+		t.Fatalf("wait for the agent's env\n%s", r)
+	}
+	r := d.CLI(t, "screen", "--lines", "200", sess.Name)
+	out, err := d.Tmux("show-environment", "-g")
+	if err != nil || strings.Contains(out, "S3cretPw") || strings.Contains(r.Stdout, "S3cretPw") {
+		t.Fatalf("PGPASSWORD reached the server or the agent (%v):\n%s\n%s", err, out, r.Stdout)
+	}
+	d.Stop(t)
+}

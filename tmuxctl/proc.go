@@ -37,7 +37,9 @@ func controlArgs(cfg *Config) []string {
 func clientEnv(extra []string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "TMUX=") || strings.HasPrefix(kv, "TMUX_PANE=") {
+		// PGPASSWORD is the daemon's alone (a fleet's password): a server
+		// started by this client would hand it to every agent.
+		if strings.HasPrefix(kv, "TMUX=") || strings.HasPrefix(kv, "TMUX_PANE=") || strings.HasPrefix(kv, "PGPASSWORD=") {
 			continue
 		}
 		env = append(env, kv)

@@ -215,7 +215,7 @@ func (d *daemon) scopedStarter() func(context.Context) error {
 func envWithoutTmux() []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "TMUX=") && !strings.HasPrefix(kv, "TMUX_PANE=") {
+		if !strings.HasPrefix(kv, "TMUX=") && !strings.HasPrefix(kv, "TMUX_PANE=") && !strings.HasPrefix(kv, "PGPASSWORD=") {
 			env = append(env, kv)
 		}
 	}
