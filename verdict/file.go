@@ -47,7 +47,10 @@ func (fl *file) openLocked() (int64, error) {
 	// rotation) to what serve's start checks of the home's files: a symlink
 	// or a second hard link put in the file's place would have the daemon
 	// write its verdicts wherever they lead.
-	f, err := os.OpenFile(fl.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	// O_NONBLOCK: a FIFO put there must not hold the open (and the daemon
+	// with it, deaf to SIGTERM) until something reads it; Fd below makes
+	// the descriptor blocking again, as the writes expect.
+	f, err := os.OpenFile(fl.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
 	if errors.Is(err, syscall.ELOOP) {
 		return fl.seq, fmt.Errorf("verdict: %s is a symlink; the verdict log must be a file of its own", fl.path)
 	}

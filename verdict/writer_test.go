@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -525,4 +526,25 @@ func TestReopenRefusesALinkInItsPlace(t *testing.T) {
 	os.Remove(path)
 	flush(t, w)
 	assertContiguous(t, fileSeqs(t, path, 0), 3, 3)
+}
+
+// TestReopenOntoAFIFOReturns: a FIFO put in the log's place before a SIGHUP
+// is refused at once; the open waited for a reader, and the daemon with it
+// (deaf to SIGTERM until something read the FIFO; found outside-in).
+func TestReopenOntoAFIFOReturns(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "verdicts.jsonl")
+	w := newTestWriter(t, newMemJournal(), path)
+	defer w.Close()
+	emitN(t, w, 1)
+	os.Remove(path)
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Reopen(); err == nil {
+		t.Fatal("reopen onto a FIFO succeeded")
+	}
+	os.Remove(path)
+	emitN(t, w, 1)
+	flush(t, w)
+	assertContiguous(t, fileSeqs(t, path, 0), 2, 2)
 }
