@@ -2,9 +2,15 @@ package postgres
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"net"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sys/unix"
 
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
@@ -31,7 +37,7 @@ var hostLockWait = 10 * time.Second
 
 // hostLockCheck is how often the holding connection is checked, and taken
 // again once lost.
-const hostLockCheck = 5 * time.Second
+const hostLockCheck = time.Second
 
 // lockHostName takes this daemon's host name, waiting up to hostLockWait for
 // a holder that is going (a daemon just killed: PostgreSQL ends its backend
@@ -41,6 +47,15 @@ const hostLockCheck = 5 * time.Second
 func (s *Store) lockHostName(ctx context.Context) error {
 	deadline := time.Now().Add(hostLockWait)
 	for {
+		if err := s.holdLocalName(); err != nil {
+			if time.Now().After(deadline) {
+				return err
+			}
+			if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
+				return s.unavailable("host_lock", err)
+			}
+			continue
+		}
 		conn, held, err := s.tryHostLock(ctx)
 		if err != nil {
 			return s.unavailable("host_lock", err)
@@ -135,12 +150,77 @@ func (s *Store) keepHostLock() {
 	}
 }
 
-// unlockHostName ends the holding connection (Close).
+// unlockHostName ends the holding connection and the machine's hold (Close).
 func (s *Store) unlockHostName() {
 	if s.hostStop != nil {
 		close(s.hostStop)
 		<-s.hostDone
 	}
+	if s.localName != nil {
+		_ = s.localName.Close()
+	}
+}
+
+// holdLocalName holds the host name on this machine: a listening socket in
+// the abstract unix namespace, named for the name and the fleet's database,
+// which the kernel releases when the daemon exits (SIGKILL included). The
+// database's lock alone vanishes while PostgreSQL restarts: a second daemon
+// of the name started in that moment took it before the first took it back,
+// and stopped every agent of the first (found outside-in). Two daemons of one
+// name on one machine are the usual collision (two homes keeping the default
+// hostname), and this hold does not depend on the database. A holder is
+// named by its pid (the listener's credentials, read by a connection). Where
+// no abstract socket can be bound for another reason, the database's lock
+// is the only one.
+func (s *Store) holdLocalName() error {
+	if s.localName != nil {
+		return nil
+	}
+	sum := sha256.Sum256([]byte(s.url + "\x00" + s.host.Name))
+	addr := &net.UnixAddr{Name: "@skc-supervisor/host/" + hex.EncodeToString(sum[:16]), Net: "unix"}
+	ln, err := net.ListenUnix("unix", addr)
+	if err == nil {
+		s.localName = ln
+		go func() { // probes only: each is closed at once
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+		return nil
+	}
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return nil
+	}
+	details := map[string]any{"field": "host", "host": s.host.Name}
+	if pid := listenerPID(addr); pid > 0 {
+		details["pid"] = pid
+	}
+	return verdict.Errorf(verdict.CodeInvalidRequest, details,
+		"host name %q is held by another running daemon on this machine (pid %v) for this fleet's database: "+
+			"give each daemon a name of its own (serve --host-name, SKC_HOST)", s.host.Name, details["pid"])
+}
+
+// listenerPID is the pid of the process listening at addr (0: unknown).
+func listenerPID(addr *net.UnixAddr) int {
+	c, err := net.DialUnix("unix", nil, addr)
+	if err != nil {
+		return 0
+	}
+	defer c.Close()
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var cred *unix.Ucred
+	_ = raw.Control(func(fd uintptr) { cred, _ = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) })
+	if cred == nil {
+		return 0
+	}
+	return int(cred.Pid)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

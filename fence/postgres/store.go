@@ -61,10 +61,11 @@ type Store struct {
 	watch *watcher         // the version rows' local copies (watch.go)
 	key   string           // the watcher's key: the connection string
 
-	connCfg  *pgx.ConnConfig // for connections of its own: the host name's lock (hostlock.go)
-	hostConn *pgx.Conn       // holds the host name's lock, after RegisterHost
-	hostStop chan struct{}
-	hostDone chan struct{}
+	connCfg   *pgx.ConnConfig // for connections of its own: the host name's lock (hostlock.go)
+	hostConn  *pgx.Conn       // holds the host name's lock, after RegisterHost
+	hostStop  chan struct{}
+	hostDone  chan struct{}
+	localName *net.UnixListener // holds the host name on this machine (hostlock.go)
 
 	closeOnce sync.Once
 }
