@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -132,12 +133,21 @@ func serveLogger(w io.Writer) (zerolog.Logger, bool) {
 func attachPrefix(o opts) string {
 	cmd := "skc-supervisor"
 	if o.o.Home != "" {
-		cmd += " --home " + shellQuote(o.o.Home)
+		cmd += " --home " + shellQuote(printedPath(o.o.Home))
 	}
 	if o.o.RuntimeDir != "" {
-		cmd += " --runtime-dir " + shellQuote(o.o.RuntimeDir)
+		cmd += " --runtime-dir " + shellQuote(printedPath(o.o.RuntimeDir))
 	}
 	return cmd
+}
+
+// printedPath is p made absolute against the working directory (a printed line
+// may be pasted elsewhere), or p when that cannot be done.
+func printedPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
 }
 
 // tryIt is what serve tells a person once it is ready: where it listens and
