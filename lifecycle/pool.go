@@ -125,9 +125,11 @@ func (p *pool) take(life tmuxctl.ServerLife) (standby, bool) {
 		if sb.life == life && proctree.LifeRunning(sb.panePID, sb.paneStart) {
 			return sb, true
 		}
-		if sb.life == life {
-			p.dead = append(p.dead, sb) // fill removes its session
-		}
+		// fill removes its session (of this life: one of a server that died
+		// went with it), its hand-off file and its cgroup. Dropped here
+		// without it, a dead server's standbys left both behind (found
+		// outside-in: a create right after the server's death).
+		p.dead = append(p.dead, sb)
 	}
 	return standby{}, false
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/internal/tmuxtest"
+	"github.com/skc-supervisor/skc-supervisor/tmuxctl"
 )
 
 // TestPoolCreatedAt: a session served by a standby is dated by its create,
@@ -258,5 +259,22 @@ func TestPoolSweepsClaimedHandoffs(t *testing.T) {
 	waitFor(t, "the orphaned hand-off removed", func() bool { _, err := os.Stat(orphan); return os.IsNotExist(err) })
 	if ents, _ := os.ReadDir(dir); len(ents) != 2 {
 		t.Fatalf("pool files after the sweep: %v", ents)
+	}
+}
+
+// TestPoolTakeKeepsDeadServersStandbysForRemoval: a create right after the
+// server died takes no standby of the dead server, and hands every one it
+// passes over to the refill's removal (hand-off file and cgroup): they were
+// dropped from the free list without it, and both stayed behind (found
+// outside-in).
+func TestPoolTakeKeepsDeadServersStandbysForRemoval(t *testing.T) {
+	old := tmuxctl.ServerLife{PID: 1, StartTime: 1}
+	now := tmuxctl.ServerLife{PID: 2, StartTime: 2}
+	p := &pool{free: []standby{{token: "a", life: old}, {token: "b", life: old}}}
+	if sb, ok := p.take(now); ok {
+		t.Fatalf("took %+v of a dead server", sb)
+	}
+	if len(p.free) != 0 || len(p.dead) != 2 || p.dead[0].token != "a" || p.dead[1].token != "b" {
+		t.Fatalf("free %+v, dead %+v: want both for removal", p.free, p.dead)
 	}
 }
