@@ -101,8 +101,7 @@ func TestFleetKillAcrossAnOutage(t *testing.T) {
 	a := NewHome(t).Start(t, DaemonOpts{Env: []string{"SKC_FENCE=" + url, "SKC_HOST=host-a"}})
 	spec := NewSpec(t, "down-kill")
 	spec.Argv = []string{"sh", "-c", "trap '' TERM; echo ready; while :; do sleep 1; done"}
-	args := spec.Args()
-	args = append(args[:len(args)-4:len(args)-4], append([]string{"--stop-timeout", "3s"}, args[len(args)-4:]...)...)
+	args := createArgs(spec, "--stop-timeout", "3s")
 	r := a.CLI(t, args...)
 	var created struct {
 		Session Session `json:"session"`

@@ -194,12 +194,10 @@ func TestFleetListAndVerdicts(t *testing.T) {
 // name no generation of A wore (it answered B's ended verdict) (found outside-in).
 func TestFleetRemoteBetweenStarts(t *testing.T) {
 	url := fleetDB(t)
-	a := NewHome(t).Start(t, DaemonOpts{Env: []string{"SKC_FENCE=" + url, "SKC_HOST=host-a"}})
-	b := NewHome(t).Start(t, DaemonOpts{Env: []string{"SKC_FENCE=" + url, "SKC_HOST=host-b"}})
+	a, b := fleetHost(t, url, "host-a"), fleetHost(t, url, "host-b")
 	spec := NewSpec(t, "fleet-between")
 	spec.Argv = []string{"sh", "-c", "exit 3"}
-	args := spec.Args()
-	args = append(args[:len(args)-4:len(args)-4], append([]string{"--restart", "always", "--restart-delay", "60s"}, args[len(args)-4:]...)...)
+	args := createArgs(spec, "--restart", "always", "--restart-delay", "60s")
 	r := b.CLI(t, args...)
 	if r.Code != 0 {
 		t.Fatalf("create on host-b\n%s", r)
@@ -234,12 +232,10 @@ func TestFleetRemoteBetweenStarts(t *testing.T) {
 // 0, and no agent a moment later).
 func TestFleetCreateMeetsRemoteStop(t *testing.T) {
 	url := fleetDB(t)
-	a := NewHome(t).Start(t, DaemonOpts{Env: []string{"SKC_FENCE=" + url, "SKC_HOST=host-a"}})
-	b := NewHome(t).Start(t, DaemonOpts{Env: []string{"SKC_FENCE=" + url, "SKC_HOST=host-b"}})
+	a, b := fleetHost(t, url, "host-a"), fleetHost(t, url, "host-b")
 	spec := NewSpec(t, "fleet-remote-stop")
 	spec.Argv = []string{"sh", "-c", "trap '' TERM; echo ready; while :; do sleep 1; done"}
-	args := spec.Args()
-	args = append(args[:len(args)-4:len(args)-4], append([]string{"--stop-timeout", "6s"}, args[len(args)-4:]...)...)
+	args := createArgs(spec, "--stop-timeout", "6s")
 	if r := b.CLI(t, args...); r.Code != 0 {
 		t.Fatalf("create on host-b\n%s", r)
 	}
@@ -279,15 +275,12 @@ func TestFleetCreateMeetsRemoteStop(t *testing.T) {
 // dead pane (found outside-in).
 func TestFleetCreateWinsAWaitingIdentity(t *testing.T) {
 	url := fleetDB(t)
-	a := NewHome(t).Start(t, DaemonOpts{Env: []string{"SKC_FENCE=" + url, "SKC_HOST=host-a"}})
-	hb := NewHome(t)
-	b := hb.Start(t, DaemonOpts{Env: []string{"SKC_FENCE=" + url, "SKC_HOST=host-b"}})
+	a, b := fleetHost(t, url, "host-a"), fleetHost(t, url, "host-b")
 	spec := NewSpec(t, "fleet-wins-waiting")
 	argv := spec.Argv
 	spec.Argv = []string{"sh", "-c", "exit 0"}
-	args := spec.Args()
-	args = append(args[:len(args)-4:len(args)-4], append([]string{"--restart", "always", "--restart-delay", "4s"}, args[len(args)-4:]...)...)
-	r := hb.CLI(t, args...)
+	args := createArgs(spec, "--restart", "always", "--restart-delay", "4s")
+	r := b.CLI(t, args...)
 	var created struct {
 		Session Session `json:"session"`
 	}
@@ -297,7 +290,7 @@ func TestFleetCreateWinsAWaitingIdentity(t *testing.T) {
 		Session *Session `json:"session"`
 	}
 	waitFor(t, "host-b's identity waits for its next start", func() bool {
-		mustJSON(t, hb.CLI(t, append([]string{"show", "--json"}, ident...)...), &show)
+		mustJSON(t, b.CLI(t, append([]string{"show", "--json"}, ident...)...), &show)
 		return show.Session != nil && show.Session.State == "exited"
 	})
 	spec.Argv = argv
@@ -305,13 +298,26 @@ func TestFleetCreateWinsAWaitingIdentity(t *testing.T) {
 		t.Fatalf("host-a's create: %+v", got)
 	}
 	waitFor(t, "host-b's kept session removed", func() bool {
-		out, err := hb.Tmux("list-sessions", "-F", "#{session_id}")
+		out, err := b.Tmux("list-sessions", "-F", "#{session_id}")
 		return err == nil && !slices.Contains(strings.Fields(out), created.Session.ID)
 	})
 	waitFor(t, "host-b's stopped verdict", func() bool {
-		r := hb.CLI(t, "verdicts", "--json")
+		r := b.CLI(t, "verdicts", "--json")
 		return strings.Contains(r.Stdout, `"reason":"published_elsewhere"`) && strings.Contains(r.Stdout, `"verdict":"stopped"`)
 	})
 	a.Stop(t)
 	b.Stop(t)
+}
+
+// fleetHost starts a daemon of host name on the fleet's database url.
+func fleetHost(t *testing.T, url, name string) *Daemon {
+	t.Helper()
+	return NewHome(t).Start(t, DaemonOpts{Env: []string{"SKC_FENCE=" + url, "SKC_HOST=" + name}})
+}
+
+// createArgs is spec's create command line with flags before its argv.
+func createArgs(spec Spec, flags ...string) []string {
+	args := spec.Args()
+	n := len(args) - len(spec.Argv) - 1 // before the "--"
+	return append(append(args[:n:n], flags...), args[n:]...)
 }
