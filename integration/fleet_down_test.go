@@ -101,7 +101,7 @@ func TestFleetKillAcrossAnOutage(t *testing.T) {
 	a := NewHome(t).Start(t, DaemonOpts{Env: []string{"SKC_FENCE=" + url, "SKC_HOST=host-a"}})
 	spec := NewSpec(t, "down-kill")
 	spec.Argv = []string{"sh", "-c", "trap '' TERM; echo ready; while :; do sleep 1; done"}
-	args := createArgs(spec, "--stop-timeout", "3s")
+	args := createArgs(spec, "--stop-timeout", "5s")
 	r := a.CLI(t, args...)
 	var created struct {
 		Session Session `json:"session"`
@@ -112,7 +112,13 @@ func TestFleetKillAcrossAnOutage(t *testing.T) {
 	}
 	killed := make(chan Result, 1)
 	go func() { killed <- a.CLI(t, "kill", "--json", created.Session.Name) }()
-	time.Sleep(time.Second) // inside the 3 s grace: the stop has begun (no check: the database goes next)
+	var show struct {
+		Session *Session `json:"session"`
+	}
+	waitFor(t, "the stop begun", func() bool { // then the database goes, inside the grace
+		mustJSON(t, a.CLI(t, "show", "--json", created.Session.Name), &show)
+		return show.Session != nil && show.Session.State == "stopping"
+	})
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -235,7 +235,7 @@ func TestFleetCreateMeetsRemoteStop(t *testing.T) {
 	a, b := fleetHost(t, url, "host-a"), fleetHost(t, url, "host-b")
 	spec := NewSpec(t, "fleet-remote-stop")
 	spec.Argv = []string{"sh", "-c", "trap '' TERM; echo ready; while :; do sleep 1; done"}
-	args := createArgs(spec, "--stop-timeout", "6s")
+	args := createArgs(spec, "--stop-timeout", "10s") // the refusal below comes well within it
 	if r := b.CLI(t, args...); r.Code != 0 {
 		t.Fatalf("create on host-b\n%s", r)
 	}
@@ -279,7 +279,7 @@ func TestFleetCreateWinsAWaitingIdentity(t *testing.T) {
 	spec := NewSpec(t, "fleet-wins-waiting")
 	argv := spec.Argv
 	spec.Argv = []string{"sh", "-c", "exit 0"}
-	args := createArgs(spec, "--restart", "always", "--restart-delay", "4s")
+	args := createArgs(spec, "--restart", "always", "--restart-delay", "10s") // time for host-a's create
 	r := b.CLI(t, args...)
 	var created struct {
 		Session Session `json:"session"`
