@@ -2,7 +2,6 @@ package doctor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -20,14 +19,8 @@ import (
 // only while the home's fence is a fleet's. ok false: the embedded SQLite
 // fence (or a record that cannot be read, which checkFiles reports).
 func fleetFence(homeDir string) (string, bool) {
-	b, err := os.ReadFile(filepath.Join(homeDir, home.FenceConfFile))
-	if err != nil {
-		return "", false
-	}
-	var c struct {
-		Fence string `json:"fence"`
-	}
-	if json.Unmarshal(b, &c) != nil || c.Fence == "" || c.Fence == home.FenceSQLite {
+	c, ok, err := home.ReadFenceConf(homeDir)
+	if !ok || err != nil || c.Fence == home.FenceSQLite {
 		return "", false
 	}
 	return c.Fence, true

@@ -58,11 +58,16 @@ func remoteView(p fence.Published) View {
 		StateFile: p.StateFile, Label: p.Label, Generation: p.Generation, Authoritative: !p.Ended,
 		PanePID: p.PanePID, CreatedAt: p.PublishedAt.UTC(), State: StateRunning,
 		StopTimeoutMS: p.StopTimeoutMS, Restart: restartPolicy(p), Restarts: p.Restart.Restarts,
-		Host: p.Host, AttachHint: "skc-supervisor attach " + shellQuote(p.SessionName)}
+		Host: p.Host, AttachHint: attachHint(p)}
 	if p.Stopping != nil {
 		v.State = StateStopping
 	}
 	return v
+}
+
+// attachHint is the command to attach to p's session, to run on its host.
+func attachHint(p fence.Published) string {
+	return "skc-supervisor attach " + shellQuote(p.SessionName)
 }
 
 // shellQuote quotes s for a POSIX shell (single quotes, ' as '\”).

@@ -491,7 +491,7 @@ func (m *Manager) showParts(ctx context.Context, ref Ref) (v *View, reads fence.
 	case t.Session == nil && t.Published != nil && m.remote(t.Published):
 		// Another host's generation between two starts (its session kept on
 		// that host): that host's, with how to reach it, never this one's.
-		v.Host, v.AttachHint = t.Published.Host, "skc-supervisor attach "+shellQuote(t.Published.SessionName)
+		v.Host, v.AttachHint = t.Published.Host, attachHint(*t.Published)
 	default:
 		v.Host = m.host.Name
 	}

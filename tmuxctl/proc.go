@@ -34,6 +34,11 @@ func controlArgs(cfg *Config) []string {
 
 // clientEnv is our environment without TMUX/TMUX_PANE (a daemon started from
 // inside tmux must not look nested to its own server), plus cfg.Env.
+// ServerEnviron is the environment a tmux server of ours is started with
+// (clientEnv: without TMUX, TMUX_PANE and PGPASSWORD), for a server started
+// by another way than a control client (a systemd scope).
+func ServerEnviron() []string { return clientEnv(nil) }
+
 func clientEnv(extra []string) []string {
 	var env []string
 	for _, kv := range os.Environ() {

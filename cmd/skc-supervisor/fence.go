@@ -19,18 +19,6 @@ import (
 // flag is `serve --host-name`. The default is the hostname.
 const envHost = "SKC_HOST"
 
-// fenceConf is home.FenceConfFile: which fence the daemon of a home uses, and
-// as which host, for the processes it starts. The pane helper is given only
-// --home (it runs in a tmux pane, with tmux's environment, and outlives the
-// daemon), so this file is how it finds the fleet's fence; without it the
-// helper opens the embedded one. The URL never carries a password
-// (postgres.Open refuses one): helpers authenticate as the daemon does, by
-// PGPASSFILE (~/.pgpass) or a trusted local socket.
-type fenceConf struct {
-	Fence string `json:"fence"`
-	Host  string `json:"host"`
-}
-
 // fenceName names the fence for the start's log line: "sqlite", or the
 // database's user, host and name (postgres.Describe: never a password, which
 // a URL can carry in its query too, nor any other parameter).
@@ -59,7 +47,7 @@ func openDaemonFence(ctx context.Context, p home.Paths, host fence.Host) (fence.
 	}
 	err = st.RegisterHost(ctx)
 	if err == nil {
-		err = writeFenceConf(p.FenceConf(), fenceConf{Fence: p.FenceURL, Host: st.Host().Name})
+		err = writeFenceConf(p.FenceConf(), home.FenceConf{Fence: p.FenceURL, Host: st.Host().Name})
 	}
 	if err != nil {
 		st.Close()
@@ -70,7 +58,7 @@ func openDaemonFence(ctx context.Context, p home.Paths, host fence.Host) (fence.
 
 // writeFenceConf writes the record 0600, atomically (a helper starting at
 // that moment reads the old one or the new one).
-func writeFenceConf(path string, c fenceConf) error {
+func writeFenceConf(path string, c home.FenceConf) error {
 	b, err := json.Marshal(c)
 	if err != nil {
 		return err
@@ -96,20 +84,13 @@ func writeFenceConf(path string, c fenceConf) error {
 }
 
 // openFence opens the fence of the home directory homeDir as its daemon
-// recorded it (fenceConf), as the pane helper does: the helper opens it on its
+// recorded it (home.FenceConf), as the pane helper does: the helper opens it on its
 // own and writes no owner rows; its postmortems carry the daemon's host name.
 func openFence(homeDir string) (fence.Fence, error) {
 	p := home.Paths{Home: homeDir}
-	b, err := os.ReadFile(p.FenceConf())
-	if errors.Is(err, fs.ErrNotExist) {
+	c, ok, err := home.ReadFenceConf(homeDir)
+	if !ok {
 		return openFenceAs(homeDir, fence.Host{})
-	}
-	var c fenceConf
-	if err == nil {
-		err = json.Unmarshal(b, &c)
-	}
-	if err == nil && c.Fence == "" {
-		err = errors.New("it names no fence")
 	}
 	if err != nil {
 		return nil, verdict.Errorf(verdict.CodeFenceUnavailable, map[string]any{"path": p.FenceConf()},

@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -206,20 +205,10 @@ func (d *daemon) scopedStarter() func(context.Context) error {
 	}
 	b := scope.ControlBootstrap(d.paths.Tmux, d.paths.TmuxSocket(), d.paths.TmuxConfig, controlSession)
 	return func(ctx context.Context) error {
-		scoped, err := scope.Start(ctx, runner, b, envWithoutTmux())
+		scoped, err := scope.Start(ctx, runner, b, tmuxctl.ServerEnviron())
 		d.log.Info().Bool("scoped", scoped).AnErr("scope_error", err).Msg("started the tmux server")
 		return nil
 	}
-}
-
-func envWithoutTmux() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "TMUX=") && !strings.HasPrefix(kv, "TMUX_PANE=") && !strings.HasPrefix(kv, "PGPASSWORD=") {
-			env = append(env, kv)
-		}
-	}
-	return env
 }
 
 func (d *daemon) startLifecycle(ctx context.Context) error {

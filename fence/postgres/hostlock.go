@@ -47,33 +47,27 @@ const hostLockCheck = time.Second
 func (s *Store) lockHostName(ctx context.Context) error {
 	deadline := time.Now().Add(hostLockWait)
 	for {
-		if err := s.holdLocalName(); err != nil {
-			if time.Now().After(deadline) {
-				return err
-			}
-			if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
+		refusal := s.holdLocalName()
+		if refusal == nil {
+			conn, held, err := s.tryHostLock(ctx)
+			switch {
+			case err != nil:
 				return s.unavailable("host_lock", err)
+			case held:
+				s.hostConn = conn
+				s.hostStop, s.hostDone = make(chan struct{}), make(chan struct{})
+				go s.keepHostLock()
+				return nil
+			case s.endStaleHolder(ctx):
+				continue
 			}
-			continue
-		}
-		conn, held, err := s.tryHostLock(ctx)
-		if err != nil {
-			return s.unavailable("host_lock", err)
-		}
-		if held {
-			s.hostConn = conn
-			s.hostStop, s.hostDone = make(chan struct{}), make(chan struct{})
-			go s.keepHostLock()
-			return nil
-		}
-		if s.endStaleHolder(ctx) {
-			continue
-		}
-		if time.Now().After(deadline) {
-			return verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "host", "host": s.host.Name},
+			refusal = verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "host", "host": s.host.Name},
 				"host name %q is held by another running daemon on this fleet's database (another home on this "+
 					"machine, or another machine of the same name): give each daemon a name of its own "+
 					"(serve --host-name, SKC_HOST)", s.host.Name)
+		}
+		if time.Now().After(deadline) {
+			return refusal
 		}
 		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
 			return s.unavailable("host_lock", err)
