@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -46,6 +47,9 @@ func execAgent(argv, env []string, cwd string) agentExit {
 	if err == nil {
 		path, err = agentPath(argv, env)
 	}
+	if err == nil {
+		hupDefault()
+	}
 	if err == nil && ttyHungUp(0) {
 		err = dieOfHangup()
 	}
@@ -82,18 +86,44 @@ var errHungUp = errors.New("the terminal hung up before the agent started")
 
 // ttyHungUp reports whether fd is a terminal that was hung up: its tmux server
 // died (or closed the pane) and the kernel swapped its file operations for
-// ones that fail with EIO. The hangup's SIGHUP can be lost to an exec: the
-// runtime takes it on a thread of the helper's, and the exec ends that
-// thread before its handler ends the process, so the agent started with no
-// hangup pending and outlived its server beside a dead terminal (seen once in
-// a full test run). The swap happens before the signal is sent, so a terminal
-// that is not hung up at this look leaves only the exec's own few
-// microseconds for a SIGHUP to be lost in, instead of the time a loaded
-// machine takes to schedule the thread the signal went to. A stdin that is no
-// terminal (ENOTTY) is not hung up.
+// ones that fail with EIO. The swap happens before the hangup's SIGHUP is
+// sent, so a hangup whose signal reached the Go runtime's handler before
+// hupDefault (a handler an exec can cut short) shows here; one after it is
+// the kernel's to act on. A stdin that is no terminal (ENOTTY) is not hung up.
 func ttyHungUp(fd int) bool {
 	_, err := unix.IoctlGetTermios(fd, unix.TCGETS)
 	return errors.Is(err, unix.EIO)
+}
+
+// kSigaction is the kernel's struct sigaction as rt_sigaction(2) takes it on
+// the architectures this runs on (amd64, arm64): handler, flags, restorer,
+// mask. All zero is SIG_DFL with no flags.
+type kSigaction struct{ handler, flags, restorer, mask uint64 }
+
+// sigIgn is SIG_IGN's handler value.
+const sigIgn = 1
+
+// hupDefault gives SIGHUP the kernel's own default action, behind the Go
+// runtime's back, for the last steps before the exec: the runtime's handler
+// ends the process by SIGHUP too, but from a thread of its own, and an exec
+// on another thread destroys that thread mid-way, so a hangup in the exec's
+// window was lost and the agent outlived its server beside a dead terminal
+// (a rare CI flake, and a real agent running with no pane). With SIG_DFL the
+// kernel ends every thread at the signal's sending, before or after the
+// exec (a default disposition survives it), so no window is left; a hangup
+// from before this call is the terminal's EIO, which ttyHungUp reads after
+// it. A SIGHUP ignored by inheritance (nohup) stays ignored, as a shell
+// would leave it for its command.
+func hupDefault() {
+	var old kSigaction
+	_, _, e := syscall.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(unix.SIGHUP), 0,
+		uintptr(unsafe.Pointer(&old)), unsafe.Sizeof(old.mask), 0, 0)
+	if e != 0 || old.handler == sigIgn {
+		return
+	}
+	var dfl kSigaction
+	_, _, _ = syscall.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(unix.SIGHUP),
+		uintptr(unsafe.Pointer(&dfl)), 0, unsafe.Sizeof(dfl.mask), 0, 0)
 }
 
 // dieOfHangup ends the helper as its agent would have ended, by the hangup's

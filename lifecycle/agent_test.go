@@ -2,8 +2,11 @@ package lifecycle
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -73,5 +76,60 @@ func TestAgentGetsServersOpenFilesLimit(t *testing.T) {
 	out, err := c.Output()
 	if err != nil || string(out) != "321\nunset\n" {
 		t.Fatalf("agent's limit and variable: %q %v", out, err)
+	}
+}
+
+// hupDefaultChild reports SIGHUP's disposition as the kernel holds it
+// ("caught", "ignored" or "default"), after hupDefault when args[0] is "set".
+func hupDefaultChild(args []string) int {
+	if len(args) > 0 && args[0] == "set" {
+		hupDefault()
+	}
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 1
+	}
+	bit := func(field string) bool {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, field+":"); ok {
+				m, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+				return err == nil && m&(1<<(uint(syscall.SIGHUP)-1)) != 0
+			}
+		}
+		return false
+	}
+	switch {
+	case bit("SigCgt"):
+		fmt.Println("caught")
+	case bit("SigIgn"):
+		fmt.Println("ignored")
+	default:
+		fmt.Println("default")
+	}
+	return 0
+}
+
+// TestHupDefaultBeforeExec: right before its exec the helper leaves SIGHUP to
+// the kernel's default action — not the Go runtime's handler, which an exec on
+// another thread can cut short and so lose the hangup — and a SIGHUP ignored
+// by inheritance (nohup) stays ignored for the agent.
+func TestHupDefaultBeforeExec(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		cmd  *exec.Cmd
+		want string
+	}{
+		{"runtime's handler", exec.Command(exe, "hupdefault"), "caught"},
+		{"after hupDefault", exec.Command(exe, "hupdefault", "set"), "default"},
+		{"ignored by inheritance", exec.Command("/bin/sh", "-c", `trap "" HUP; exec "$0" hupdefault set`, exe), "ignored"},
+	} {
+		out, err := tc.cmd.Output()
+		if got := strings.TrimSpace(string(out)); err != nil || got != tc.want {
+			t.Errorf("%s: SIGHUP %q (%v), want %q", tc.name, got, err, tc.want)
+		}
 	}
 }

@@ -50,6 +50,8 @@ func TestMain(m *testing.M) {
 			os.Exit(fakeAgent(os.Args[2:]))
 		case "execagent":
 			os.Exit(execAgent(os.Args[2:], agentEnv(os.Environ(), nil, ""), "").Status)
+		case "hupdefault":
+			os.Exit(hupDefaultChild(os.Args[2:]))
 		case "createchild":
 			os.Exit(createChild(os.Args[2:]))
 		case "faultchild":
