@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/skc-supervisor/skc-supervisor/census"
 	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/proctree"
@@ -72,6 +74,58 @@ type standby struct {
 	// generation's, so the agent is born inside without a move on the
 	// create's path (a move waits for an RCU grace period, ~15 ms).
 	cgroup string
+	// confirmed is cgroup once /proc showed the standby inside it, read at
+	// its spawn ("" otherwise): the claim's start record names it (see
+	// standbyStart). Only root or the daemon moves a process between
+	// cgroups, so a look on the claim's path (a cold /proc read, ~0.1 ms of
+	// a pooled create) would tell nothing more.
+	confirmed string
+	// pidfd refers to the pane process itself, opened at its spawn once its
+	// start time was read (nil without pidfds, kernels before 5.3): take
+	// asks it whether the standby still runs with one poll(2) instead of a
+	// cold /proc read on the create's path. Copies of a standby share it;
+	// it is closed when the standby is claimed or removed (and by the
+	// runtime's finalizer for a copy that was dropped).
+	pidfd *os.File
+}
+
+// running reports whether the standby's process has not exited — not even
+// as a zombie tmux has yet to reap, which kill(pid, 0) would call alive: a
+// create would publish a generation whose agent never starts.
+func (sb standby) running() bool {
+	if sb.pidfd != nil {
+		fds := []unix.PollFd{{Fd: int32(sb.pidfd.Fd()), Events: unix.POLLIN}}
+		if n, err := unix.Poll(fds, 0); err == nil {
+			return n == 0 // readable once the process exited
+		}
+	}
+	return proctree.LifeRunning(sb.panePID, sb.paneStart)
+}
+
+// closePidfd closes the standby's pidfd (claimed, or being removed).
+func (sb standby) closePidfd() {
+	if sb.pidfd != nil {
+		_ = sb.pidfd.Close()
+	}
+}
+
+// openPidfd opens a pidfd for pid and keeps it only if pid is still the
+// process that started at start (read before the open): the pidfd then
+// names that process for good, whatever later reuses the pid.
+func openPidfd(pid int, start uint64) *os.File {
+	if start == 0 {
+		return nil
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return nil
+	}
+	f := os.NewFile(uintptr(fd), "pidfd")
+	if !proctree.LifeRunning(pid, start) {
+		_ = f.Close()
+		return nil
+	}
+	return f
 }
 
 // pool keeps up to size standbys spawned. It is nil when the pool is off, so
@@ -119,10 +173,7 @@ func (p *pool) take(life tmuxctl.ServerLife) (standby, bool) {
 	for len(p.free) > 0 {
 		sb := p.free[0]
 		p.free = p.free[1:]
-		// A standby killed a moment ago is a zombie until tmux reaps it:
-		// kill(pid, 0) would call it alive and the create would publish a
-		// generation whose agent never starts.
-		if sb.life == life && proctree.LifeRunning(sb.panePID, sb.paneStart) {
+		if sb.life == life && sb.running() {
 			return sb, true
 		}
 		// fill removes its session (of this life: one of a server that died
@@ -173,6 +224,7 @@ func (p *pool) discard(sb standby) {
 // next daemon's sweep, which removes every standby.
 func (p *pool) removeDead(ctx context.Context, life tmuxctl.ServerLife, dead []standby) {
 	for _, sb := range dead {
+		sb.closePidfd()
 		if sb.life == life {
 			_, _ = p.m.commandIn(ctx, life, "kill-session", "-t", sb.tmuxID)
 		}
@@ -286,7 +338,7 @@ func (p *pool) fill(ctx context.Context) bool {
 			switch {
 			case sb.life != life: // its server is gone, and the session with it
 				dead = append(dead, sb) // removeDead kills no session of another life
-			case proctree.LifeRunning(sb.panePID, sb.paneStart):
+			case sb.running():
 				kept = append(kept, sb)
 			default:
 				dead = append(dead, sb)
@@ -376,7 +428,11 @@ func (p *pool) spawn(ctx context.Context, life tmuxctl.ServerLife) (standby, err
 	if sb.paneStart != 0 {
 		sb.incarnation, _ = fence.IncarnationOf(sb.panePID, sb.paneStart)
 	}
+	sb.pidfd = openPidfd(sb.panePID, sb.paneStart)
 	sb.cgroup = p.place(sb)
+	if sb.cgroup != "" && proctree.InCgroup(sb.panePID, sb.cgroup) {
+		sb.confirmed = sb.cgroup
+	}
 	p.prepareHandoff(sb.token)
 	return sb, nil
 }
@@ -518,6 +574,7 @@ const closeCgroupWait = time.Second
 // next start's sweep.
 func (p *pool) kill(ctx context.Context, sbs []standby) {
 	for _, sb := range sbs {
+		sb.closePidfd()
 		_, _ = p.m.commandIn(ctx, sb.life, "kill-session", "-t", sb.tmuxID)
 		p.dropHandoff(sb.token)
 		p.forgetCgroup(sb.cgroup)

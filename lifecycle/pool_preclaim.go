@@ -52,13 +52,13 @@ func (m *Manager) takePreclaim(req CreateRequest) *preclaim {
 	if !ok {
 		return nil
 	}
-	inc, cgroup, err := standbyStart(sb.panePID, sb.paneStart, sb.incarnation, sb.cgroup)
+	inc, err := standbyIncarnation(sb.panePID, sb.paneStart, sb.incarnation)
 	if err != nil {
 		m.pool.giveBack(sb)
 		return nil
 	}
-	pc := &preclaim{sb: sb, startCgroup: cgroup}
-	pc.claim = fence.Claim{HelperPID: sb.panePID, Incarnation: inc, Cgroup: cgroup,
+	pc := &preclaim{sb: sb, startCgroup: sb.confirmed} // seen inside at its spawn
+	pc.claim = fence.Claim{HelperPID: sb.panePID, Incarnation: inc, Cgroup: sb.confirmed,
 		Spawned: func(r fence.Reservation) (fence.Patch, bool) {
 			if r.Generation != 1 {
 				return fence.Patch{}, false
@@ -81,18 +81,26 @@ func spawnedPatch(name string, sb standby) fence.Patch {
 // cgroup it was placed in — "" unless /proc confirms it is there: the end's
 // proof trusts that cgroup to hold the generation, and a standby not where
 // it was placed (never seen; a process of ours moved it?) is held by its
-// pane's session instead.
+// pane's session instead. A create's first generation takes the cgroup
+// confirmed at the spawn (standby.confirmed) instead of looking again.
 func standbyStart(pid int, paneStart uint64, inc, cgroup string) (string, string, error) {
-	if inc == "" {
-		var err error
-		if inc, err = fence.IncarnationOf(pid, paneStart); err != nil {
-			return "", "", err
-		}
+	inc, err := standbyIncarnation(pid, paneStart, inc)
+	if err != nil {
+		return "", "", err
 	}
 	if cgroup != "" && !proctree.InCgroup(pid, cgroup) {
 		cgroup = ""
 	}
 	return inc, cgroup, nil
+}
+
+// standbyIncarnation is the standby pid's incarnation: inc, read at its
+// spawn, or read now when that failed.
+func standbyIncarnation(pid int, paneStart uint64, inc string) (string, error) {
+	if inc != "" {
+		return inc, nil
+	}
+	return fence.IncarnationOf(pid, paneStart)
 }
 
 // reserve is the fence's Reserve, or ReserveClaim with pc's claim.
@@ -125,6 +133,7 @@ func (m *Manager) settlePreclaim(pc *preclaim, res fence.Reservation, err error)
 // bindStandby makes the claimed standby sb the attempt's pane: from here
 // undo kills it by id, and the pool refills once the create answered.
 func (a *attempt) bindStandby(sb standby) {
+	sb.closePidfd() // claimed: never on the free list again
 	a.pooled = true
 	a.claimed, a.sent, a.sbCgroup, a.sbIncarnation = sb.token, true, sb.cgroup, sb.incarnation
 	a.life, a.tmuxID, a.panePID, a.paneID, a.created, a.paneStart =

@@ -310,7 +310,13 @@ func (c *Conn) Command(ctx context.Context, args ...string) (Reply, error) {
 // FIFO order is the wire order; then it writes the queue unless another
 // caller is already doing so (that caller writes our line too). Writing from
 // the caller saves a goroutine hand-off per command.
-func (c *Conn) enqueue(p *pending) error {
+func (c *Conn) enqueue(p *pending) error { return c.enqueueAll([]*pending{p}) }
+
+// enqueueAll is enqueue for several commands at once: their lines are queued
+// together and so reach the control client in one write, and tmux in one
+// read, instead of a write (and a wake of the client and of the server) each.
+// Either all are queued or, the connection being over, none.
+func (c *Conn) enqueueAll(ps []*pending) error {
 	c.mu.Lock()
 	if c.ended != nil || c.stdinDone {
 		err := c.ended
@@ -322,8 +328,10 @@ func (c *Conn) enqueue(p *pending) error {
 		// ErrServerExited, which means "sent, outcome unknown".
 		return fmt.Errorf("%w (%v)", ErrNotConnected, err)
 	}
-	c.fifo = append(c.fifo, p)
-	c.wbuf = append(append(c.wbuf, p.line...), '\n')
+	for _, p := range ps {
+		c.fifo = append(c.fifo, p)
+		c.wbuf = append(append(c.wbuf, p.line...), '\n')
+	}
 	if c.writing {
 		c.mu.Unlock()
 		return nil

@@ -6,9 +6,9 @@ import (
 	"fmt"
 )
 
-// Pipeline sends cmds in this order, each on its own line, without waiting
-// for a reply in between, and then waits for every reply: one round trip for
-// all of them, and tmux runs them in the order given (its one thread takes
+// Pipeline sends cmds in this order, each on its own line, in one write,
+// without waiting for a reply in between, and then waits for every reply: one
+// round trip for all of them, and tmux runs them in the order given (its one thread takes
 // the lines as they come). Each command is its own line, so one that fails
 // does not stop the next (unlike a `a ; b` list, where tmux drops what follows
 // a failure without a reply block: docs/tmux-facts.md §2). replies[i] and errs[i] are what
@@ -53,12 +53,9 @@ func (c *Conn) Pipeline(ctx context.Context, cmds [][]string) ([]Reply, []error)
 	ps := make([]*pending, len(cmds))
 	for i, line := range lines {
 		ps[i] = &pending{line: line, done: make(chan result, 1)}
-		if err := c.enqueue(ps[i]); err != nil {
-			// This one and the rest were never written; those before were.
-			fail(i, err)
-			ps = ps[:i]
-			break
-		}
+	}
+	if err := c.enqueueAll(ps); err != nil {
+		return fail(0, err) // none was written
 	}
 	for i, p := range ps {
 		select {
