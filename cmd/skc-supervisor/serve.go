@@ -23,6 +23,7 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/api/backend"
 	"github.com/skc-supervisor/skc-supervisor/census"
 	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/fence/sqlite"
 	"github.com/skc-supervisor/skc-supervisor/home"
 	"github.com/skc-supervisor/skc-supervisor/lifecycle"
 	"github.com/skc-supervisor/skc-supervisor/metrics"
@@ -141,6 +142,9 @@ func (d *daemon) start(ctx context.Context, wireLog string) error {
 	if d.store, err = openDaemonFence(d.runCtx, d.paths, d.host); err != nil {
 		return err
 	}
+	if err := d.takeOverRenamed(); err != nil {
+		return err
+	}
 	if d.writer, err = verdict.NewWriter(d.store, d.paths.Verdicts(), d.log); err != nil {
 		return err
 	}
@@ -151,6 +155,26 @@ func (d *daemon) start(ctx context.Context, wireLog string) error {
 		return err
 	}
 	return d.startAPI()
+}
+
+// takeOverRenamed makes this daemon, on the SQLite fence, the owner of the
+// rows an earlier name of this machine left in the home
+// (sqlite.Store.TakeOverRenamed): the sessions of that name are in this
+// home's tmux server, and this daemon adopts them.
+func (d *daemon) takeOverRenamed() error {
+	st, ok := d.store.(*sqlite.Store)
+	if !ok {
+		return nil
+	}
+	names, err := st.TakeOverRenamed(d.runCtx)
+	if err != nil {
+		return err
+	}
+	if len(names) > 0 {
+		d.log.Info().Strs("from_hosts", names).Str("host", d.host.Name).
+			Msg("took over the fence rows of this machine's earlier host names")
+	}
+	return nil
 }
 
 // startTmux starts (or joins) the supervised server and waits for the

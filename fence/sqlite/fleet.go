@@ -126,3 +126,54 @@ func forgetGenerations(ctx context.Context, q queryer, host string, at time.Time
 	}
 	return pubs, nil
 }
+
+// TakeOverRenamed makes this host the owner of the rows an earlier name of
+// this very machine wrote into this home's fence: reservation rows, and the
+// generations that are not over (running, or between two starts). A daemon
+// started under a new name (SKC_HOST or --host-name changed, the same home)
+// adopts the sessions of the old one from its own tmux server — they are its
+// sessions — but the rows kept the old name, so `fence forget` of that name
+// ended generations this daemon supervised while their agents ran (found
+// outside-in), and an owner row of the old name was never probed. Only rows
+// whose machine id is this machine's are taken: a fence moved from another
+// machine keeps its rows for `fence forget`. It returns the names taken over
+// from; serve calls it once at its start, before recovery reads anything.
+func (s *Store) TakeOverRenamed(ctx context.Context) ([]string, error) {
+	here := s.Host()
+	if here.Name == "" || here.MachineID == "" {
+		return nil, nil
+	}
+	var names []string
+	err := s.write(ctx, "take_over_renamed", func(q queryer) error {
+		names = names[:0]
+		rs, err := q.QueryContext(ctx, `SELECT host FROM reservations WHERE host <> '' AND host <> ? AND host_machine_id = ?
+			UNION SELECT host FROM identities WHERE host <> '' AND host <> ? AND host_machine_id = ?
+				AND (ended = 0 OR restart_state = 'exited') ORDER BY 1`,
+			here.Name, here.MachineID, here.Name, here.MachineID)
+		if err != nil {
+			return err
+		}
+		names, err = fence.ScanEach(rs, names, func(r fence.Scanner) (string, error) {
+			var n string
+			return n, r.Scan(&n)
+		})
+		rs.Close()
+		if err != nil || len(names) == 0 {
+			return err
+		}
+		if _, err := q.ExecContext(ctx, `UPDATE reservations SET host = ? WHERE host <> '' AND host <> ? AND host_machine_id = ?`,
+			here.Name, here.Name, here.MachineID); err != nil {
+			return err
+		}
+		_, err = q.ExecContext(ctx, `UPDATE identities SET host = ? WHERE host <> '' AND host <> ? AND host_machine_id = ?
+			AND (ended = 0 OR restart_state = 'exited')`, here.Name, here.Name, here.MachineID)
+		return err
+	})
+	if err != nil {
+		return nil, s.dbErr("take_over_renamed", err)
+	}
+	if len(names) > 0 {
+		s.cache.Reset() // the cached rows name the old host
+	}
+	return names, nil
+}
