@@ -40,6 +40,7 @@ func TestIdentityTagRemovedByHand(t *testing.T) {
 			if by == "identity" {
 				ref = Ref{Identity: &id}
 			}
+			wantStripped(t, e, ref, id)
 			kr, err := e.m.Kill(boundedCtx(t), ref)
 			if err != nil || kr.Verdict.Verdict != verdict.VerdictEnded {
 				t.Fatalf("kill by %s: %+v %v", by, kr, err)
@@ -48,6 +49,30 @@ func TestIdentityTagRemovedByHand(t *testing.T) {
 				t.Fatalf("create after the kill: %v", err)
 			}
 		})
+	}
+}
+
+// wantStripped: show (by ref) and ls name the generation living in a session
+// whose identity tag was removed by hand — managed, its identity and
+// generation from the record — not as an unmanaged session, and not as
+// authoritative: the session no longer carries it exactly (found outside-in:
+// both showed managed false, no identity, generation 0).
+func wantStripped(t *testing.T, e *env, ref Ref, id fence.Identity) {
+	t.Helper()
+	sr, err := e.m.Show(context.Background(), ref)
+	if err != nil || sr.Session == nil {
+		t.Fatalf("show: %+v %v", sr, err)
+	}
+	v := *sr.Session
+	if !v.Managed || v.StateDir != id.StateDir || v.SessionID != id.SessionID || v.Generation != 1 || v.Authoritative {
+		t.Fatalf("show of the untagged session: %+v", v)
+	}
+	lr, err := e.m.List(context.Background())
+	if err != nil || len(lr.Sessions) != 1 {
+		t.Fatalf("ls: %+v %v", lr, err)
+	}
+	if l := lr.Sessions[0]; !l.Managed || l.SessionID != id.SessionID || l.Generation != 1 || l.Authoritative {
+		t.Fatalf("ls of the untagged session: %+v", l)
 	}
 }
 

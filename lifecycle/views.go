@@ -281,8 +281,8 @@ func (m *Manager) listView(ctx context.Context, s *census.Session, byTmux map[st
 		if m.inFlightSession(d, s.Name) {
 			return View{}, true, nil
 		}
-	} else if p, ok := byTmux[s.ID]; ok && staleTags(s) {
-		v := publishedView(s, p)
+	} else if p, ok := byTmux[s.ID]; ok {
+		v := strippedView(s, p)
 		v.Host = m.host.Name
 		return v, false, nil
 	}
@@ -316,7 +316,7 @@ func (m *Manager) liveInLife(ctx context.Context, snap census.Snapshot, sc *list
 	clear(sc.ids)
 	for i := range snap.Sessions {
 		s := &snap.Sessions[i]
-		sc.ids[s.ID] = s.Identity() == "" && staleTags(s)
+		sc.ids[s.ID] = s.Identity() == "" // listed before its tags, or its identity tag removed by hand
 	}
 	var byTmux map[string]fence.Published
 	behind := false
@@ -368,6 +368,22 @@ func publishedView(s *census.Session, p fence.Published) View {
 		State: stateOf(p, s.PaneDead), StopTimeoutMS: p.StopTimeoutMS,
 		ActivityAt: activityAt(s, createdAt(s, p), s.PaneDead || restartedInSession(createdAt(s, p), p)),
 		Restart:    restartPolicy(p), Restarts: p.Restart.Restarts}
+}
+
+// strippedView is the View of session s, listed without an @skc-identity
+// tag, as the published generation p that lives in it (p's tmux id in the
+// census's server life: ids are never reused within one). Listed with no
+// @skc-* tag at all, it is publishedView (the census has not read the tags
+// the saga set yet); with others but not the identity's, that tag was removed
+// by hand: the $id and the record still name the generation (the contract),
+// but the session does not carry it exactly, so it is not authoritative — as
+// a create of the identity, refused identity_orphan_unresolved, says.
+func strippedView(s *census.Session, p fence.Published) View {
+	v := publishedView(s, p)
+	if !staleTags(s) {
+		v.Authoritative = false
+	}
+	return v
 }
 
 // inCensusLife: p was published in the server life the census lists, by
@@ -473,9 +489,9 @@ func (m *Manager) showParts(ctx context.Context, ref Ref) (v *View, reads fence.
 		return nil, fence.IdentityReads{}, false, err
 	}
 	switch {
-	case t.Session != nil && t.Live && staleTags(t.Session):
+	case t.Session != nil && t.Live && t.Session.Identity() == "":
 		v = new(View)
-		*v = publishedView(t.Session, *t.Published) // published in it, tags not listed yet
+		*v = strippedView(t.Session, *t.Published) // published in it: tags not listed yet, or removed by hand
 	case t.Session != nil:
 		v = new(View)
 		*v = m.viewOf(t.Session, t.Published) // as `ls` shows it
