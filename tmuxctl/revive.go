@@ -83,7 +83,7 @@ func (c *Client) reviveSocket(ctx context.Context, pid int) bool {
 	}
 	back := connectsTo(path, pid)
 	if back && c.cfg.SocketMode != 0 {
-		if err := chmodSocket(path, c.cfg.SocketMode); err != nil {
+		if err := chmodSocketAttached(path, c.cfg.SocketMode); err != nil {
 			c.log.Warn().Err(err).Msg("recreated tmux socket: mode not applied")
 		}
 	}

@@ -41,7 +41,18 @@ var errNotSocket = errors.New("not a socket (refusing to chmod it)")
 // has no fchmod on O_PATH descriptors). tmux keeps the execute bits as its
 // "a client is attached" marker (server_update_socket); they are kept for
 // each class that mode lets read.
-func chmodSocket(path string, mode os.FileMode) error {
+func chmodSocket(path string, mode os.FileMode) error { return chmodSocketAs(path, mode, false) }
+
+// chmodSocketAttached is chmodSocket that also sets the execute bits as tmux
+// does while a client is attached: for a socket tmux recreated (SIGUSR1),
+// which it makes without them and marks again only when a client attaches
+// or detaches — our control client is attached all along, so without this
+// the socket read 0600 instead of 0700 while serve ran (found outside-in).
+func chmodSocketAttached(path string, mode os.FileMode) error {
+	return chmodSocketAs(path, mode, true)
+}
+
+func chmodSocketAs(path string, mode os.FileMode, attached bool) error {
 	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return &SocketModeError{Path: path, Err: err}
@@ -56,6 +67,9 @@ func chmodSocket(path string, mode os.FileMode) error {
 	}
 	perm := uint32(mode.Perm())
 	x := st.Mode & 0o111 & (perm >> 2)
+	if attached {
+		x = (perm & 0o444) >> 2
+	}
 	if err := unix.Chmod("/proc/self/fd/"+strconv.Itoa(fd), perm|x); err != nil {
 		return &SocketModeError{Path: path, Err: fmt.Errorf("chmod %o: %w", perm|x, err)}
 	}

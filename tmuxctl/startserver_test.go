@@ -265,3 +265,36 @@ func TestClientRaisesServerFiles(t *testing.T) {
 		t.Fatalf("recorded for the panes: %q %v", out, err)
 	}
 }
+
+// TestRevivedSocketReadsAttached: a socket tmux recreated (SIGUSR1) for a
+// daemon that sets its mode reads as one with a client attached (0700: our
+// control client is), as before its removal — tmux makes it without the
+// execute bits and marks it again only at the next attach or detach, so it
+// read 0600 while serve ran (found outside-in).
+func TestRevivedSocketReadsAttached(t *testing.T) {
+	old := socketLook
+	socketLook = 50 * time.Millisecond
+	t.Cleanup(func() { socketLook = old })
+	cfg := testConfig(t)
+	cfg.SocketMode = 0o600
+	c := NewClient(cfg)
+	runClient(t, c)
+	life, err := c.WaitConnected(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(life.PID, syscall.SIGKILL); waitGone(life.PID, 10*time.Second) })
+	mode := func() os.FileMode {
+		fi, err := os.Lstat(cfg.Socket)
+		if err != nil {
+			return 0
+		}
+		return fi.Mode().Perm()
+	}
+	waitFor(t, "the socket reads 0700", func() bool { return mode() == 0o700 })
+	if err := os.Remove(cfg.Socket); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the socket recreated", func() bool { return connectsTo(cfg.Socket, life.PID) })
+	waitFor(t, "the recreated socket reads 0700", func() bool { return mode() == 0o700 })
+}
