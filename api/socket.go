@@ -39,6 +39,13 @@ func Listen(path string) (*net.UnixListener, error) {
 	return ln, nil
 }
 
+// Precheck is Listen's check of what is at path, without listening: serve
+// runs it before it starts or joins its tmux server, so that a start refused
+// for the API socket's path (not a socket, or another daemon answering)
+// leaves no server behind (found outside-in: a tmux server stayed running
+// after such a refusal). Listen checks again.
+func Precheck(path string) error { return clearStale(path) }
+
 func clearStale(path string) error {
 	fi, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {

@@ -86,19 +86,20 @@ func runServe(cli *CLI, args []string) int {
 	defer signal.Stop(hup)
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	var o opts
+	logger, forPeople := serveLogger(cli.stderr)
+	fail := func(err error) int { return serveRefused(cli, o, logger, err) }
 	fs := newFlags("serve", &o, false)
 	wireLog := fs.String("wire-log", "", "append every control-mode line to FILE")
 	hostName := fs.String("host-name", "", "SKC_HOST")
 	fs.StringVar(&o.o.Fence, "fence", "", "SKC_FENCE")
 	pool := decimalVar(fs, "pool", defaultPool) // standby panes kept ready for creates (0: off)
 	if err := parseServeFlags(fs, args); err != nil {
-		return cli.fail(o, err)
+		return fail(err)
 	}
 	host, err := cli.host(*hostName)
 	if err != nil {
-		return cli.fail(o, err)
+		return fail(err)
 	}
-	logger, forPeople := serveLogger(cli.stderr)
 	p, err := cli.paths(o)
 	if err == nil {
 		err = p.PrepareNoting(func(path string, from, to os.FileMode) {
@@ -107,11 +108,11 @@ func runServe(cli *CLI, args []string) int {
 		})
 	}
 	if err != nil {
-		return cli.fail(o, err)
+		return fail(err)
 	}
 	lock, err := home.Acquire(p.Lock())
 	if err != nil {
-		return cli.fail(o, err)
+		return fail(err)
 	}
 	defer lock.Release()
 	d := &daemon{paths: p, host: host, pool: int(*pool), fatal: make(chan error, 4), reg: metrics.NewRegistry(), log: logger}
@@ -123,8 +124,7 @@ func runServe(cli *CLI, args []string) int {
 			d.log.Info().Msg("signal received while starting: stopped")
 			return verdict.ExitOK
 		}
-		d.log.Error().Err(err).Msg("start failed")
-		return cli.fail(o, err)
+		return fail(err)
 	}
 	if forPeople {
 		tryIt(cli.stderr, os.Args[0], p, o.o.Home != "" || cli.getenv(home.EnvHome) != "",
@@ -139,6 +139,9 @@ func (d *daemon) start(ctx context.Context, wireLog string) error {
 	var err error
 	d.log.Info().Str("host", d.host.Name).Str("machine_id", d.host.MachineID).Str("boot_id", d.host.BootID).
 		Str("fence", fenceName(d.paths)).Msg("host")
+	if err = api.Precheck(d.paths.APISocket()); err != nil {
+		return err
+	}
 	if d.store, err = openDaemonFence(d.runCtx, d.paths, d.host); err != nil {
 		return err
 	}
@@ -155,6 +158,20 @@ func (d *daemon) start(ctx context.Context, wireLog string) error {
 		return err
 	}
 	return d.startAPI()
+}
+
+// serveRefused reports a refused or failed start: the log line carries the
+// error's code and details (details.field, details.path, details.reason — a
+// daemon's refusal is read from its log, and its one text line on stderr
+// named neither: found outside-in), then the CLI's own line and exit status.
+func serveRefused(cli *CLI, o opts, logger zerolog.Logger, err error) int {
+	var help helpRequest
+	if !errors.As(err, &help) {
+		body := api.NewErrorBody(err)
+		logger.Error().Str("code", body.Error.Code).Interface("details", body.Error.Details).
+			Msg("start refused: " + body.Error.Message)
+	}
+	return cli.fail(o, err)
 }
 
 // takeOverRenamed makes this daemon, on the SQLite fence, the owner of the

@@ -282,3 +282,34 @@ func TestCreateAttachLineReachesTheSameDaemon(t *testing.T) {
 		t.Fatalf("printed %q, want the line %q", b.String(), want)
 	}
 }
+
+// TestServeRefusalLeavesNoServerAndSaysWhy: a start refused for what is at
+// the API socket's path (here a directory) is refused before any tmux server
+// is started or joined — it left one running (found outside-in) — and the
+// refusal's log line carries the error's code and details, which serve's one
+// text line does not.
+func TestServeRefusalLeavesNoServerAndSaysWhy(t *testing.T) {
+	tmuxtest.Need(t)
+	dir, err := os.MkdirTemp("", "skcs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "tmux.sock")
+	defer killTmux(sock)
+	if err := os.Mkdir(filepath.Join(dir, "api.sock"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"SKC_HOME": dir, "SKC_TMUX": tmuxtest.Bin(), "SKC_TMUX_CONFIG": "/dev/null", "HOME": dir, "INVOCATION_ID": ""}
+	stderr := &syncBuffer{}
+	cli := &CLI{ctx: context.Background(), stdout: &syncBuffer{}, stderr: stderr, getenv: func(k string) string { return env[k] }}
+	if code := cli.Main([]string{"serve"}); code != 2 {
+		t.Fatalf("serve with a directory at api.sock: exit %d\n%s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), `"code":"invalid_request","details":{"field":"runtime_dir","path":"`) {
+		t.Fatalf("the refusal's log line has no code and details:\n%s", stderr.String())
+	}
+	if _, err := os.Lstat(sock); err == nil {
+		t.Fatalf("a refused start made a tmux server at %s", sock)
+	}
+}
