@@ -17,7 +17,13 @@ import (
 	"github.com/skc-supervisor/skc-supervisor/home"
 )
 
-const startFix = "start it: systemctl --user start skc-supervisor (with the user unit) or skc-supervisor serve"
+// startFix is how to start the daemon of cfg's home: the user unit serves
+// the default home only, so the command names the home doctor looked at
+// (found outside-in: a custom SKC_HOME was told to start the unit).
+func startFix(cfg Config) string {
+	return "start it: skc-supervisor serve --home " + strconv.Quote(cfg.Home) +
+		" (for the default home, with the user unit: systemctl --user start skc-supervisor)"
+}
 
 func checkDaemon(ctx context.Context, cfg Config) []Result {
 	sock := filepath.Join(cfg.RuntimeDir, home.APISocket)
@@ -30,15 +36,20 @@ func checkDaemon(ctx context.Context, cfg Config) []Result {
 	}
 	holder := lockHolder(filepath.Join(cfg.Home, home.LockFile))
 	switch {
+	case errors.Is(err, fs.ErrNotExist) && holder == 0 && !exists(cfg.Home):
+		// A fresh home: nothing was started yet, which doctor's exit 0
+		// allows (README: checks that do not apply yet).
+		return []Result{{Check: "daemon", Status: Skip,
+			Message: "not started yet: " + cfg.Home + " does not exist (serve creates it)", Fix: startFix(cfg)}}
 	case errors.Is(err, fs.ErrNotExist) && holder == 0:
-		return []Result{{Check: "daemon", Status: Fail, Message: "not running: " + sock + " does not exist", Fix: startFix}}
+		return []Result{{Check: "daemon", Status: Fail, Message: "not running: " + sock + " does not exist", Fix: startFix(cfg)}}
 	case errors.Is(err, fs.ErrNotExist):
 		return []Result{{Check: "daemon", Status: Fail,
 			Message: fmt.Sprintf("pid %d holds %s but %s does not exist (another runtime dir?)", holder, home.LockFile, sock),
 			Fix:     "give doctor the daemon's --runtime-dir / SKC_RUNTIME_DIR, or restart the daemon"}}
 	case holder == 0:
 		return []Result{{Check: "daemon", Status: Fail,
-			Message: fmt.Sprintf("not reachable on %s: %v (a stale socket from a daemon that died?)", sock, err), Fix: startFix}}
+			Message: fmt.Sprintf("not reachable on %s: %v (a stale socket from a daemon that died?)", sock, err), Fix: startFix(cfg)}}
 	}
 	return []Result{{Check: "daemon", Status: Fail,
 		Message: fmt.Sprintf("pid %d is running but does not answer on %s: %v", holder, sock, err),
@@ -95,4 +106,10 @@ func lockHolder(path string) int {
 		return 0
 	}
 	return pid
+}
+
+// exists reports whether path names anything (a dangling link included).
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
 }

@@ -268,9 +268,13 @@ func TestDaemon(t *testing.T) {
 	ctx := context.Background()
 	dir := shortDir(t)
 	r := one(t, checkDaemon(ctx, cfgFor(dir)), Fail, "not running")
-	if !strings.Contains(r.Fix, "systemctl --user start") {
+	if !strings.Contains(r.Fix, "systemctl --user start") || !strings.Contains(r.Fix, "serve --home \""+dir+"\"") {
 		t.Fatalf("fix %q", r.Fix)
 	}
+	// A fresh home (not made yet): nothing to run yet, not a problem.
+	fresh := cfgFor(dir)
+	fresh.Home = filepath.Join(dir, "fresh")
+	one(t, checkDaemon(ctx, fresh), Skip, "not started yet")
 
 	serveAPI(t, dir, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1/ping" {
