@@ -153,6 +153,37 @@ func TestSubVerbUsage(t *testing.T) {
 	}
 }
 
+// TestFenceSubVerbsTakeGlobalFlags: the global flags may come before
+// "fence", between it and its sub-verb, or after the sub-verb's own flags;
+// the sub-verb's flags are parsed by the sub-verb (found outside-in: `--home
+// DIR fence release --reservation X` was refused "flag provided but not
+// defined: -reservation").
+func TestFenceSubVerbsTakeGlobalFlags(t *testing.T) {
+	const h = "/nonexistent-skc/h"
+	for _, args := range [][]string{
+		{"--home", h, "fence", "release", "--reservation", "X", "--json"},
+		{"--home", h, "fence", "forget", "--host", "h", "--json"},
+		{"--json", "--home", h, "fence", "release", "--reservation", "X"},
+		{"fence", "--home", h, "release", "--reservation", "X", "--json"},
+		{"fence", "--json", "--home=" + h, "forget", "--host", "h"},
+		{"fence", "forget", "--host", "h", "--home", h, "--json"},
+	} {
+		code, stdout, _ := run(t, args...)
+		a := oneJSON(t, stdout)
+		if code != 69 || a.Error == nil || a.Error.Code != "daemon_unreachable" || !strings.Contains(a.Error.Message, h+"/api.sock") {
+			t.Errorf("%q: exit %d %s; want 69, daemon_unreachable at %s", args, code, stdout, h)
+		}
+	}
+	code, stdout, _ := run(t, "--json", "fence", "release", "--reservation", "X")
+	if a := oneJSON(t, stdout); code != 69 || a.Error == nil || a.Error.Code != "daemon_unreachable" {
+		t.Errorf("--json fence release (SKC_HOME): exit %d %s; want 69", code, stdout)
+	}
+	code, stdout, _ = run(t, "--home", h, "fence", "--json", "release")
+	if a := oneJSON(t, stdout); code != 2 || a.Error == nil || a.Error.Details["field"] != "reservation" {
+		t.Errorf("fence release without --reservation: exit %d %s; want 2 naming reservation", code, stdout)
+	}
+}
+
 // TestVerbHelp: VERB --help (or -h) prints that verb's usage on stdout and
 // exits 0, as the bare --help does; it is not a refusal. After "--" it is the
 // command's word, not ours.
