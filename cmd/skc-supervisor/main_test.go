@@ -271,6 +271,46 @@ func TestGlobalFlagsBeforeTheVerb(t *testing.T) {
 	}
 }
 
+// TestJSONBeforeEveryVerb: --json before the verb is accepted by every verb
+// (found outside-in: `--json output NAME`, `--json attach NAME` and `--json
+// tmuxctl decode` were refused "flag provided but not defined: -json"). A verb
+// with a JSON answer answers one JSON document; one without ignores it there,
+// and refuses it after the verb, where it asks that verb for JSON — which
+// also checks verbs[…].json against each verb's flag set.
+func TestJSONBeforeEveryVerb(t *testing.T) {
+	const h = "/nonexistent-skc/h"
+	rest := map[string][]string{
+		"create": {"--state-dir", "/tmp/x", "--session-id", "a", "--", "true"},
+		"show":   {"x"}, "kill": {"x"}, "restart": {"x"}, "attach": {"x"}, "screen": {"x"},
+		"send": {"x", "--", "hi"}, "output": {"x"}, "wait": {"x", "--exit"},
+		"tmuxctl": {"bogus"},        // a usage error after the flags parsed: stdin is not read
+		"serve":   {"--pool", "-1"}, // refused after the flags parsed: nothing starts
+	}
+	for name, v := range verbs {
+		if v.hidden {
+			continue
+		}
+		args := append([]string{"--json", "--home", h, name}, rest[name]...)
+		code, stdout, stderr := run(t, args...)
+		if strings.Contains(stdout+stderr, "not defined") {
+			t.Errorf("%q: exit %d, %s%s", args, code, stdout, stderr)
+		}
+		if v.json {
+			oneJSON(t, stdout)
+			continue
+		}
+		if stdout != "" {
+			t.Errorf("%q: stdout %q; want nothing (the error on stderr, not as JSON)", args, stdout)
+		}
+		if _, _, stderr := run(t, append([]string{name, "--json"}, rest[name]...)...); !strings.Contains(stderr, "not defined: -json") {
+			t.Errorf("%s --json: %q; want it refused after a verb with no JSON answer", name, stderr)
+		}
+	}
+	if code, _, stderr := run(t, "--json=maybe", "output", "x"); code != 2 || !strings.Contains(stderr, "want true or false") {
+		t.Errorf("--json=maybe output x: exit %d %q; want 2", code, stderr)
+	}
+}
+
 func TestVersion(t *testing.T) {
 	code, stdout, _ := run(t, "version")
 	if code != 0 || !strings.HasPrefix(stdout, "skc-supervisor ") || strings.Count(stdout, "\n") != 1 {
