@@ -455,6 +455,32 @@ func TestWaitRefusesZeroDurations(t *testing.T) {
 	}
 }
 
+// TestBadDurationsSayWhatTheyWant: every duration flag refuses a value that
+// is not one with the same words, naming its field (found outside-in: `wait
+// --idle soon` said only "not a valid value", `create --wait soon` what it
+// wants).
+func TestBadDurationsSayWhatTheyWant(t *testing.T) {
+	create := []string{"create", "--json", "--state-dir", "/tmp/x", "--session-id", "a"}
+	for _, tc := range []struct {
+		args  []string
+		field string
+	}{
+		{[]string{"wait", "x", "--idle", "soon", "--json"}, "idle"},
+		{[]string{"wait", "x", "--exit", "--timeout", "soon", "--json"}, "timeout"},
+		{append(create, "--wait", "soon", "--", "true"), "wait"},
+		{append(create, "--stop-timeout", "soon", "--", "true"), "stop_timeout"},
+		{append(create, "--restart-delay", "soon", "--", "true"), "restart_delay"},
+		{append(create, "--restart-interval", "soon", "--", "true"), "restart_interval"},
+	} {
+		code, stdout, _ := run(t, tc.args...)
+		a := oneJSON(t, stdout)
+		if code != 2 || a.Error == nil || a.Error.Details["field"] != tc.field ||
+			!strings.HasSuffix(a.Error.Message, `"soon": want a duration such as 5s, 500ms or 1m30s`) {
+			t.Errorf("%q: exit %d %s; want 2, field %s and what a duration looks like", tc.args, code, stdout, tc.field)
+		}
+	}
+}
+
 // TestUnknownVerbAndTwiceEnv: with --json an unknown verb is the one JSON
 // document (field verb); `--env A=1 --env A=2` is refused (field env), not
 // the last value silently.

@@ -162,9 +162,11 @@ func runWait(cli *CLI, args []string) int {
 	var req api.WaitRequest
 	fs := newFlags("wait", &o, true)
 	fs.BoolVar(&req.Exit, "exit", false, "")
-	fs.DurationVar(&req.Idle, "idle", 0, "")
+	// durationFlag, not the flag package's: its refusal says what a
+	// duration looks like, as every duration flag's does.
+	fs.Var((*durationFlag)(&req.Idle), "idle", "")
 	fs.StringVar(&req.Text, "text", "", "")
-	fs.DurationVar(&req.Timeout, "timeout", 0, "")
+	fs.Var((*durationFlag)(&req.Timeout), "timeout", "")
 	ref, rest, err := talkRef("wait", fs, args)
 	if err == nil && len(rest) > 0 {
 		err = usageError("wait", errors.New("one session NAME expected"))
