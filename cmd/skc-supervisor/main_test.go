@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -478,6 +479,20 @@ func TestBadDurationsSayWhatTheyWant(t *testing.T) {
 			!strings.HasSuffix(a.Error.Message, `"soon": want a duration such as 5s, 500ms or 1m30s`) {
 			t.Errorf("%q: exit %d %s; want 2, field %s and what a duration looks like", tc.args, code, stdout, tc.field)
 		}
+	}
+}
+
+// TestSendTooMuchStdin: text on stdin over the limit is refused with the
+// limit, not with the size of the capped read (found outside-in: 1 MiB on
+// stdin was "text is 65537 bytes, more than 65536").
+func TestSendTooMuchStdin(t *testing.T) {
+	defer func(r io.Reader) { cliStdin = r }(cliStdin)
+	cliStdin = strings.NewReader(strings.Repeat("x", 1<<20))
+	code, stdout, _ := run(t, "send", "x", "--json")
+	a := oneJSON(t, stdout)
+	if code != 2 || a.Error == nil || a.Error.Details["field"] != "text" ||
+		!strings.Contains(a.Error.Message, "more than 65536 bytes") || strings.Contains(a.Error.Message, "65537") {
+		t.Fatalf("1 MiB on stdin: exit %d %s; want 2, field text, more than 65536 bytes", code, stdout)
 	}
 }
 

@@ -100,6 +100,13 @@ func runSend(cli *CLI, args []string) int {
 		if err != nil {
 			return cli.fail(o, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "text"}, "reading stdin: %v", err))
 		}
+		if len(b) > api.MaxInputText {
+			// Only the limit and one byte were read: the size is not
+			// known, and the daemon would report the read's as the text's.
+			return cli.fail(o, verdict.Errorf(verdict.CodeInvalidRequest,
+				map[string]any{"field": "text", "max_bytes": api.MaxInputText},
+				"text on stdin is more than %d bytes (64 KiB): send it in parts", api.MaxInputText))
+		}
 		in.Text = string(b)
 	}
 	// JSON would turn invalid UTF-8 into U+FFFD silently: refuse it here.
