@@ -5,6 +5,7 @@ import (
 	"context"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
@@ -51,8 +52,11 @@ func ValidateWait(req WaitRequest) error {
 	return nil
 }
 
+// validText: valid UTF-8 without control characters — C0, DEL and C1
+// (U+0080-U+009F) alike, as a label's rule (unicode.IsControl): a C1 such as
+// U+0085 (NEL) is a line end to some terminals, and was let through.
 func validText(s string) bool {
-	return strings.ToValidUTF8(s, "\uFFFD") == s && strings.IndexFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) < 0
+	return strings.ToValidUTF8(s, "\uFFFD") == s && strings.IndexFunc(s, unicode.IsControl) < 0
 }
 
 // Wait blocks until the condition holds (nil error), the session is gone

@@ -447,6 +447,7 @@ func TestWaitRefusesZeroDurations(t *testing.T) {
 		{[]string{"wait", "x", "--exit", "--timeout", "0s", "--json"}, `"field":"timeout"`},
 		{[]string{"wait", "x", "--exit", "--timeout", "-1s", "--json"}, `"field":"timeout"`},
 		{[]string{"wait", "x", "--idle", "0s", "--json"}, `"field":"idle"`},
+		{[]string{"wait", "x", "--text", "a\u0085b", "--json"}, `"field":"text"`}, // C1: a control character too
 	} {
 		var out, errb bytes.Buffer
 		cli := &CLI{ctx: context.Background(), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/skc-supervisor/skc-supervisor/api"
+	"github.com/skc-supervisor/skc-supervisor/lifecycle"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
@@ -193,6 +194,11 @@ func runWait(cli *CLI, args []string) int {
 			err = verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": f.name},
 				"wait: --%s %v: must be a positive duration", f.name, f.d)
 		}
+	}
+	if err == nil {
+		// The daemon's own check, here too: bad input is exit 2 also when
+		// the daemon is down, as create's is.
+		err = lifecycle.ValidateWait(lifecycle.WaitRequest(req))
 	}
 	if err != nil {
 		return cli.fail(o, err)
