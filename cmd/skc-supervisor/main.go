@@ -384,6 +384,28 @@ func wantJSON(fs *flag.FlagSet, args []string) {
 	}
 }
 
+// explicitEmpty refuses a flag among names given with an empty value
+// (`--host-name ""`, `create --restart ""`): unset, it falls back to its
+// variable or its default, but a value written and empty is not a host name,
+// a path or a policy, and going on with the fallback would hide the mistake.
+// The refusal names the field as the value's own check does (host for
+// --host-name, state_file for --state-file).
+func explicitEmpty(fs *flag.FlagSet, names ...string) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if err != nil || f.Value.String() != "" || !slices.Contains(names, f.Name) {
+			return
+		}
+		field := strings.ReplaceAll(f.Name, "-", "_")
+		if field == "host_name" {
+			field = "host"
+		}
+		err = verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": field},
+			"%s: --%s is empty: give a value, or leave the flag out for its default", fs.Name(), f.Name)
+	})
+	return err
+}
+
 // badValue matches the flag package's error for a value its flag refused.
 var badValue = regexp.MustCompile(`^invalid value (".*") for flag -([a-z-]+): (.*)$`)
 

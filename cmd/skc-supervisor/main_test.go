@@ -497,6 +497,23 @@ func TestSendTooMuchStdin(t *testing.T) {
 	}
 }
 
+// TestCreateRefusesExplicitEmpty: --restart "", --cwd "" and --state-file ""
+// are refused naming the field, not taken for the flag left out (found
+// outside-in: `create --restart ""` created with restart never).
+func TestCreateRefusesExplicitEmpty(t *testing.T) {
+	for flag, field := range map[string]string{"restart": "restart", "cwd": "cwd", "state-file": "state_file"} {
+		args := []string{"create", "--json", "--state-dir", "/tmp/x", "--session-id", "a", "--" + flag, "", "--", "true"}
+		code, stdout, _ := run(t, args...)
+		if a := oneJSON(t, stdout); code != 2 || a.Error == nil || a.Error.Details["field"] != field {
+			t.Errorf("%q: exit %d %s; want 2 naming %s", args, code, stdout, field)
+		}
+	}
+	code, stdout, _ := run(t, "create", "--json", "--state-dir", "/tmp/x", "--session-id", "a", "--label", "", "--", "true")
+	if a := oneJSON(t, stdout); code != 69 || a.Error == nil || a.Error.Code != "daemon_unreachable" {
+		t.Errorf("--label \"\" (no label): exit %d %s; want the create sent (69: no daemon here)", code, stdout)
+	}
+}
+
 // TestUnknownVerbAndTwiceEnv: with --json an unknown verb is the one JSON
 // document (field verb); `--env A=1 --env A=2` is refused (field env), not
 // the last value silently.

@@ -80,6 +80,9 @@ func runCreate(cli *CLI, args []string) int {
 	fs.Var(wholeFlag{&stopTimeout, time.Millisecond, "milliseconds"}, "stop-timeout", "")
 	rf := restartFlags(fs, &req)
 	argv, err := commandArgs(fs, args)
+	if err == nil {
+		err = explicitEmpty(fs, "state-file", "cwd", "restart") // written empty is not absent
+	}
 	if err != nil {
 		return cli.fail(o, err)
 	}
