@@ -119,7 +119,7 @@ func (m *Manager) waitExit(ctx context.Context, ref Ref) (WaitResult, error) {
 			map[string]any{"state_dir": ref.Identity.StateDir, "session_id": ref.Identity.SessionID},
 			"identity %s %s has no generation to wait for", ref.Identity.StateDir, ref.Identity.SessionID)
 	case !ok:
-		return WaitResult{}, notFoundName(ref.Name) // nothing of this host ever wore it
+		return WaitResult{}, m.noGenerationNamed(ctx, ref.Name) // nothing of this host ever wore it
 	case pub.Ended:
 		recs, err := m.verdictsOf(ctx, pub.Identity)
 		if err != nil {
@@ -189,6 +189,17 @@ func (m *Manager) endedNamed(ctx context.Context, name string) (fence.Published,
 		}
 	}
 	return fence.Published{}, false, nil
+}
+
+// noGenerationNamed is not_found for a name no generation of this host wore:
+// a session tmux lists under it (made by hand) is called not supervised, as
+// kill and the other talk verbs call it (found outside-in: wait --exit said
+// "no session named" of a session ls lists).
+func (m *Manager) noGenerationNamed(ctx context.Context, name string) error {
+	if t, err := m.Resolve(ctx, Ref{Name: name}); err == nil && t.Published == nil && t.Session != nil {
+		return notSupervised(*t.Session)
+	}
+	return notFoundName(name)
 }
 
 func endsGeneration(rec verdict.Record, pub fence.Published) bool {
