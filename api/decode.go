@@ -22,13 +22,38 @@ func DecodeCreate(body []byte) (CreateRequest, error) {
 		return req, invalid("body", "is not valid UTF-8")
 	}
 	targets := map[string]any{
-		"state_dir": &req.StateDir, "session_id": &req.SessionID, "state_file": &req.StateFile,
-		"argv": &req.Argv, "cwd": &req.Cwd, "env": &req.Env, "label": &req.Label, "wait_ms": &req.WaitMS,
-		"stop_timeout_ms": &req.StopTimeoutMS, "restart": &req.Restart, "resume_argv": &req.ResumeArgv,
+		"state_dir": &req.StateDir, "session_id": &req.SessionID, "state_file": &givenString{&req.StateFile},
+		"argv": &req.Argv, "cwd": &givenString{&req.Cwd}, "env": &req.Env, "label": &req.Label, "wait_ms": &req.WaitMS,
+		"stop_timeout_ms": &req.StopTimeoutMS, "restart": &givenString{&req.Restart}, "resume_argv": &req.ResumeArgv,
 		"restart_delay_ms": &req.RestartDelayMS, "restart_burst": &req.RestartBurst,
 		"restart_interval_s": &req.RestartIntervalS,
 	}
 	return req, decodeObject(body, targets)
+}
+
+// errEmptyString is givenString's refusal of "".
+var errEmptyString = errors.New("empty string")
+
+// givenString is the decode target of an optional string field whose
+// absence means its default (state_file, cwd, restart): absent or null it
+// stays "", but "" written is refused (errEmptyString). An empty path is no
+// path and an empty policy no policy: taking either for "absent" hid the
+// mistake behind the default (found outside-in: "restart": "" created
+// with restart never, "cwd": "" in the daemon's directory).
+type givenString struct{ s *string }
+
+// UnmarshalJSON decodes a JSON string into g, refusing "".
+func (g *givenString) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil // a null field is an absent one
+	}
+	if err := json.Unmarshal(b, g.s); err != nil {
+		return err
+	}
+	if *g.s == "" {
+		return errEmptyString
+	}
+	return nil
 }
 
 // decodeObject decodes body, one JSON object, into targets strictly: keys
@@ -64,7 +89,9 @@ func decodeObject(body []byte, targets map[string]any) error {
 			// encoding/json would make it U+FFFD: refused, as raw bad bytes are.
 			return invalid(key, "contains an unpaired surrogate escape (not valid UTF-8)")
 		}
-		if err := json.Unmarshal(raw, target); err != nil {
+		if err := json.Unmarshal(raw, target); errors.Is(err, errEmptyString) {
+			return invalid(key, "is empty: give a value, or leave the field out for its default")
+		} else if err != nil {
 			return invalid(key, "has the wrong type (%s)", typeName(err))
 		}
 		if at, ok := nullMember(raw); ok {

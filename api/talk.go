@@ -245,11 +245,7 @@ func (s *Server) handleOutput(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	follow, err := flag01(r.URL.Query().Get("follow"), "follow")
-	if err == nil && !follow {
-		err = invalid("follow", "only follow=1 is served: the daemon keeps no pane output (GET …/screen shows what the pane shows now)")
-	}
-	if err != nil {
+	if err := outputFollow(r.URL.Query().Get("follow")); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -303,6 +299,16 @@ func (s *Server) endOutput(enc *json.Encoder, w http.ResponseWriter, r *http.Req
 	if enc.Encode(line) == nil {
 		flush(w)
 	}
+}
+
+// outputFollow checks output's follow parameter: exactly "1", the one form
+// the contract documents. Any other value is refused, with the value: "true"
+// was served while "0" was told "only follow=1 is served" (found outside-in).
+func outputFollow(v string) error {
+	if v == "1" {
+		return nil
+	}
+	return invalid("follow", "only follow=1 is served, got %q: the daemon keeps no pane output (GET …/screen shows what the pane shows now)", v)
 }
 
 func flush(w http.ResponseWriter) {

@@ -2,8 +2,10 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -82,6 +84,21 @@ func TestParseWait(t *testing.T) {
 	}
 	if p := talkPath(Ref{StateDir: "/s d", SessionID: "x"}, "wait", url.Values{"exit": {"1"}}); p != "/v1/identity/wait?exit=1&session_id=x&state_dir=%2Fs+d" {
 		t.Error(p)
+	}
+}
+
+// TestOutputFollowIsOne: output serves follow=1 alone; anything else is
+// refused naming follow and the value (follow=true was served, follow=0
+// told "only follow=1 is served").
+func TestOutputFollowIsOne(t *testing.T) {
+	if err := outputFollow("1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"", "0", "true", "false", "yes", "01"} {
+		err := outputFollow(v)
+		if fieldOf(err) != "follow" || !strings.Contains(err.Error(), fmt.Sprintf("got %q", v)) {
+			t.Errorf("follow=%q: %v; want refused, naming the value", v, err)
+		}
 	}
 }
 

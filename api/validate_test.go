@@ -282,6 +282,26 @@ func TestDecodeCreateNulls(t *testing.T) {
 	}
 }
 
+// TestDecodeCreateEmptyStrings: state_file, cwd and restart given as ""
+// are refused naming the field (found outside-in: each was taken for absent,
+// its default silently used); absent or null they keep their defaults.
+func TestDecodeCreateEmptyStrings(t *testing.T) {
+	base := `"state_dir":"/tmp/s","session_id":"a","argv":["x"]`
+	for _, c := range []struct{ body, field string }{
+		{`{` + base + `,"restart":""}`, "restart"},
+		{`{` + base + `,"cwd":""}`, "cwd"},
+		{`{` + base + `,"state_file":""}`, "state_file"},
+		{`{` + base + `,"restart":5}`, "restart"},
+		{`{` + base + `,"restart":null,"cwd":null,"state_file":null}`, ""},
+		{`{` + base + `,"restart":"always","cwd":"/tmp","state_file":"/tmp/s/a.jsonl","label":""}`, ""},
+	} {
+		_, err := DecodeCreate([]byte(c.body))
+		if got := fieldOf(err); (c.field == "" && err != nil) || (c.field != "" && got != c.field) {
+			t.Errorf("%s: %v, want field %q", c.body, err, c.field)
+		}
+	}
+}
+
 // FuzzDecodeCreate: decoding arbitrary bodies never panics; an accepted body
 // either validates within the limits or is refused with a field.
 func FuzzDecodeCreate(f *testing.F) {

@@ -145,6 +145,29 @@ func TestRestartRefusesSpoofedSession(t *testing.T) {
 	}
 }
 
+// TestWaitExitOnHandMadeSession: wait --exit on a session made by hand is
+// not_found saying it is not a supervised generation, as kill and screen
+// say it (found outside-in: it said "no session named").
+func TestWaitExitOnHandMadeSession(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	if out, err := tmuxtest.Command("-S", e.socket, "new-session", "-d", "-s", "hand", "sleep", "1000").CombinedOutput(); err != nil {
+		t.Fatalf("new-session: %v %s", err, out)
+	}
+	waitFor(t, "the census lists the session", func() bool { _, ok := e.census.ByName("hand"); return ok })
+	ref := Ref{Name: "hand"}
+	_, err := e.m.Wait(boundedCtx(t), ref, WaitRequest{Exit: true})
+	_, killErr := e.m.Kill(boundedCtx(t), ref)
+	_, screenErr := e.m.Screen(boundedCtx(t), ref, 0, false)
+	if verdict.CodeOf(err) != verdict.CodeNotFound || !strings.Contains(err.Error(), "not a running generation supervised") {
+		t.Fatalf("wait --exit on a hand-made session: %v", err)
+	}
+	for _, other := range []error{killErr, screenErr} {
+		if other == nil || other.Error() != err.Error() {
+			t.Errorf("wait --exit says %v; kill and screen %v, %v", err, killErr, screenErr)
+		}
+	}
+}
+
 // spoof makes a session named name by hand and gives it id's identity and
 // generation 1 tags, as a person copying them would; it returns once the
 // census shows them.

@@ -76,6 +76,15 @@ func (m *Manager) Resolve(ctx context.Context, ref Ref) (Target, error) {
 	return m.resolveRemote(ctx, ref.Name)
 }
 
+// notSupervised is not_found for a live session ref names that is not a
+// running generation of this daemon's (made by hand, or an identity's tags
+// copied onto it): every verb that acts on a generation says it so.
+func notSupervised(s census.Session) error {
+	return verdict.Errorf(verdict.CodeNotFound, map[string]any{"name": s.Name, "id": s.ID, "managed": false},
+		"session %q (%s) is not a running generation supervised by this daemon; end it with tmux itself if you mean to",
+		s.Name, s.ID)
+}
+
 func notFoundName(name string) error {
 	return verdict.Errorf(verdict.CodeNotFound, map[string]any{"name": name}, "no session named %q (nor with that id)", name)
 }
@@ -289,10 +298,7 @@ func (m *Manager) resolve(ctx context.Context, ref Ref) (fence.Published, census
 		return *t.Published, *t.Session, nil
 	}
 	if t.Session != nil {
-		return fence.Published{}, census.Session{}, verdict.Errorf(verdict.CodeNotFound,
-			map[string]any{"name": t.Session.Name, "id": t.Session.ID, "managed": false},
-			"session %q (%s) is not a running generation supervised by this daemon; end it with tmux itself if you mean to",
-			t.Session.Name, t.Session.ID)
+		return fence.Published{}, census.Session{}, notSupervised(*t.Session)
 	}
 	return fence.Published{}, census.Session{}, verdict.Errorf(verdict.CodeNotFound,
 		map[string]any{"state_dir": t.Identity.StateDir, "session_id": t.Identity.SessionID},

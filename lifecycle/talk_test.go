@@ -540,6 +540,23 @@ func TestSanitizeTail(t *testing.T) {
 	}
 }
 
+// TestValidateWaitText: wait text refuses every control character — C0, DEL
+// and C1 (found outside-in: U+0085 was accepted) — and takes other non-ASCII.
+func TestValidateWaitText(t *testing.T) {
+	for _, bad := range []string{"a\x01b", "a\tb", "a\x7fb", "a\u0085b", "a\u009bb", "a\u0080", "a\xffb"} {
+		err := ValidateWait(WaitRequest{Text: bad})
+		var ve *verdict.Error
+		if !errors.As(err, &ve) || ve.Code != verdict.CodeInvalidRequest || ve.Details["field"] != "text" {
+			t.Errorf("text %q: %v; want invalid_request on text", bad, err)
+		}
+	}
+	for _, good := range []string{"ready>", "é日 \u00a0x", "$ #{pane_pid}"} {
+		if err := ValidateWait(WaitRequest{Text: good}); err != nil {
+			t.Errorf("text %q: %v", good, err)
+		}
+	}
+}
+
 // TestValidKey: the keys tmux 3.3a and 3.7c both encode are accepted, and
 // those either types as its letters, drops or strips a modifier from are
 // refused (the table was read off both by typing each key into a pane).

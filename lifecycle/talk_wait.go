@@ -5,6 +5,7 @@ import (
 	"context"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
@@ -51,8 +52,11 @@ func ValidateWait(req WaitRequest) error {
 	return nil
 }
 
+// validText: valid UTF-8 without control characters — C0, DEL and C1
+// (U+0080-U+009F) alike, as a label's rule (unicode.IsControl): a C1 such as
+// U+0085 (NEL) is a line end to some terminals, and was let through.
 func validText(s string) bool {
-	return strings.ToValidUTF8(s, "\uFFFD") == s && strings.IndexFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) < 0
+	return strings.ToValidUTF8(s, "\uFFFD") == s && strings.IndexFunc(s, unicode.IsControl) < 0
 }
 
 // Wait blocks until the condition holds (nil error), the session is gone
@@ -115,7 +119,7 @@ func (m *Manager) waitExit(ctx context.Context, ref Ref) (WaitResult, error) {
 			map[string]any{"state_dir": ref.Identity.StateDir, "session_id": ref.Identity.SessionID},
 			"identity %s %s has no generation to wait for", ref.Identity.StateDir, ref.Identity.SessionID)
 	case !ok:
-		return WaitResult{}, notFoundName(ref.Name) // nothing of this host ever wore it
+		return WaitResult{}, m.noGenerationNamed(ctx, ref.Name) // nothing of this host ever wore it
 	case pub.Ended:
 		recs, err := m.verdictsOf(ctx, pub.Identity)
 		if err != nil {
@@ -185,6 +189,17 @@ func (m *Manager) endedNamed(ctx context.Context, name string) (fence.Published,
 		}
 	}
 	return fence.Published{}, false, nil
+}
+
+// noGenerationNamed is not_found for a name no generation of this host wore:
+// a session tmux lists under it (made by hand) is called not supervised, as
+// kill and the other talk verbs call it (found outside-in: wait --exit said
+// "no session named" of a session ls lists).
+func (m *Manager) noGenerationNamed(ctx context.Context, name string) error {
+	if t, err := m.Resolve(ctx, Ref{Name: name}); err == nil && t.Published == nil && t.Session != nil {
+		return notSupervised(*t.Session)
+	}
+	return notFoundName(name)
 }
 
 func endsGeneration(rec verdict.Record, pub fence.Published) bool {

@@ -39,27 +39,32 @@ var version = ""
 type verb struct {
 	run    func(cli *CLI, args []string) int
 	hidden bool
+	// json: the verb has a JSON answer and its own --json flag. A verb
+	// without one (a byte stream, a terminal, a daemon's log) ignores a
+	// --json written before the verb, where it is a preference for every
+	// verb (a wrapper's `skc-supervisor --json "$@"`), not a request of it.
+	json bool
 }
 
 // verbs is the CLI's dispatch table.
 var verbs = map[string]verb{
-	"serve":    {runServe, false},
-	"create":   {runCreate, false},
-	"ls":       {runList, false},
-	"show":     {runShow, false},
-	"kill":     {runKill, false},
-	"restart":  {runRestart, false},
-	"attach":   {runAttach, false},
-	"screen":   {runScreen, false},
-	"send":     {runSend, false},
-	"output":   {runOutput, false},
-	"wait":     {runWait, false},
-	"verdicts": {runVerdicts, false},
-	"fence":    {runFence, false},
-	"tmuxctl":  {runTmuxctl, false},
-	"doctor":   {runDoctor, false},
-	"version":  {runVersion, false},
-	"helper":   {runHelper, true},
+	"serve":    {runServe, false, false},
+	"create":   {runCreate, false, true},
+	"ls":       {runList, false, true},
+	"show":     {runShow, false, true},
+	"kill":     {runKill, false, true},
+	"restart":  {runRestart, false, true},
+	"attach":   {runAttach, false, false},
+	"screen":   {runScreen, false, true},
+	"send":     {runSend, false, true},
+	"output":   {runOutput, false, false},
+	"wait":     {runWait, false, true},
+	"verdicts": {runVerdicts, false, true},
+	"fence":    {runFence, false, true},
+	"tmuxctl":  {runTmuxctl, false, false},
+	"doctor":   {runDoctor, false, true},
+	"version":  {runVersion, false, true},
+	"helper":   {runHelper, true, false},
 }
 
 // usages is each verb's synopsis (docs/contract.md "Verbs").
@@ -111,7 +116,7 @@ func main() {
 
 // Main dispatches args (without the program name) and returns the exit code.
 func (cli *CLI) Main(args []string) int {
-	args, err := hoistGlobals(args)
+	args, err := globalsAfterVerb(args)
 	if err != nil {
 		return cli.fail(opts{}, err)
 	}
@@ -141,13 +146,73 @@ func (cli *CLI) Main(args []string) int {
 // `skc-supervisor --home DIR ls`, the form serve's "try it" lines print. The
 // four every verb accepts (newFlags) take a value (true); --json takes none
 // (false), and promises its one JSON document wherever it is written before
-// `--` — a verb without it refuses it as when written after the verb.
+// `--` — a verb without a JSON answer ignores it before the verb
+// (globalsAfterVerb) and refuses it after, where it asks that verb for one.
 var globalFlags = map[string]bool{"home": true, "runtime-dir": true, "tmux": true, "tmux-config": true, "json": false}
+
+// globalsAfterVerb is hoistGlobals for Main: a --json before a verb that
+// has no JSON answer (verb.json) is dropped, not handed to a flag set that
+// would refuse it (found outside-in: `--json output NAME` was refused).
+func globalsAfterVerb(args []string) ([]string, error) {
+	pre, rest, err := splitGlobals(args)
+	if err != nil {
+		return nil, err
+	}
+	if len(rest) > 0 {
+		if v, ok := verbs[rest[0]]; ok && !v.json {
+			if pre, err = dropJSON(pre); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return afterVerb(pre, rest), nil
+}
+
+// dropJSON removes --json (and --json=BOOL) from pre, global flags as
+// splitGlobals returns them. A value that is not a boolean is refused, as
+// the flag package refuses it where --json is defined.
+func dropJSON(pre []string) ([]string, error) {
+	var kept []string
+	for i := 0; i < len(pre); i++ {
+		name, value, hasValue := strings.Cut(strings.TrimLeft(pre[i], "-"), "=")
+		if name == "json" {
+			if _, err := strconv.ParseBool(value); hasValue && err != nil {
+				return nil, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "json"},
+					"--json %q: want true or false", value)
+			}
+			continue
+		}
+		kept = append(kept, pre[i])
+		if globalFlags[name] && !hasValue && i+1 < len(pre) {
+			i++
+			kept = append(kept, pre[i]) // its value
+		}
+	}
+	return kept, nil
+}
 
 // hoistGlobals moves global flags written before the verb to just after it,
 // where the verb's own flag set parses them like any other flag.
 func hoistGlobals(args []string) ([]string, error) {
-	var pre []string
+	pre, rest, err := splitGlobals(args)
+	if err != nil {
+		return nil, err
+	}
+	return afterVerb(pre, rest), nil
+}
+
+// afterVerb is rest with pre inserted after its first word (the verb); rest
+// alone when either is empty.
+func afterVerb(pre, rest []string) []string {
+	if len(pre) == 0 || len(rest) == 0 {
+		return rest
+	}
+	return append(append([]string{rest[0]}, pre...), rest[1:]...)
+}
+
+// splitGlobals splits args into the global flags written before the verb
+// (with their values) and the rest, from the verb on.
+func splitGlobals(args []string) (pre, rest []string, err error) {
 	for len(args) > 0 && strings.HasPrefix(args[0], "-") {
 		name, _, hasValue := strings.Cut(strings.TrimLeft(args[0], "-"), "=")
 		takesValue, global := globalFlags[name]
@@ -159,32 +224,34 @@ func hoistGlobals(args []string) ([]string, error) {
 			n = 2
 		}
 		if len(args) < n {
-			return nil, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": strings.ReplaceAll(name, "-", "_")},
+			return nil, nil, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": strings.ReplaceAll(name, "-", "_")},
 				"flag needs an argument: %s", args[0])
 		}
 		pre, args = append(pre, args[:n]...), args[n:]
 	}
-	if len(pre) == 0 || len(args) == 0 {
-		return args, nil
-	}
-	return append(append([]string{args[0]}, pre...), args[1:]...), nil
+	return pre, args, nil
 }
 
 // usage lists every verb's usage on w: stdout when asked for (--help),
 // stderr beside a usage error.
 func (cli *CLI) usage(w io.Writer) {
-	names := make([]string, 0, len(verbs))
+	var names, noJSON []string
 	for n, v := range verbs {
 		if !v.hidden {
 			names = append(names, n)
+			if !v.json {
+				noJSON = append(noJSON, n)
+			}
 		}
 	}
 	sort.Strings(names)
+	sort.Strings(noJSON)
 	fmt.Fprintln(w, "usage:")
 	for _, n := range names {
 		fmt.Fprintf(w, "  skc-supervisor %s\n", usages[n])
 	}
-	fmt.Fprintln(w, "every verb accepts --home DIR, --runtime-dir DIR, --tmux PATH and --tmux-config FILE")
+	fmt.Fprintln(w, "every verb accepts --home DIR, --runtime-dir DIR, --tmux PATH and --tmux-config FILE, after it or before it,")
+	fmt.Fprintf(w, "and --json before it (ignored by %s, which answer no JSON)\n", strings.Join(noJSON, ", "))
 }
 
 // opts are the flags every verb accepts.
@@ -315,6 +382,28 @@ func wantJSON(fs *flag.FlagSet, args []string) {
 		}
 		_ = fs.Set("json", value)
 	}
+}
+
+// explicitEmpty refuses a flag among names given with an empty value
+// (`--host-name ""`, `create --restart ""`): unset, it falls back to its
+// variable or its default, but a value written and empty is not a host name,
+// a path or a policy, and going on with the fallback would hide the mistake.
+// The refusal names the field as the value's own check does (host for
+// --host-name, state_file for --state-file).
+func explicitEmpty(fs *flag.FlagSet, names ...string) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if err != nil || f.Value.String() != "" || !slices.Contains(names, f.Name) {
+			return
+		}
+		field := strings.ReplaceAll(f.Name, "-", "_")
+		if field == "host_name" {
+			field = "host"
+		}
+		err = verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": field},
+			"%s: --%s is empty: give a value, or leave the flag out for its default", fs.Name(), f.Name)
+	})
+	return err
 }
 
 // badValue matches the flag package's error for a value its flag refused.

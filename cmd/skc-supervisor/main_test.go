@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -153,6 +154,37 @@ func TestSubVerbUsage(t *testing.T) {
 	}
 }
 
+// TestFenceSubVerbsTakeGlobalFlags: the global flags may come before
+// "fence", between it and its sub-verb, or after the sub-verb's own flags;
+// the sub-verb's flags are parsed by the sub-verb (found outside-in: `--home
+// DIR fence release --reservation X` was refused "flag provided but not
+// defined: -reservation").
+func TestFenceSubVerbsTakeGlobalFlags(t *testing.T) {
+	const h = "/nonexistent-skc/h"
+	for _, args := range [][]string{
+		{"--home", h, "fence", "release", "--reservation", "X", "--json"},
+		{"--home", h, "fence", "forget", "--host", "h", "--json"},
+		{"--json", "--home", h, "fence", "release", "--reservation", "X"},
+		{"fence", "--home", h, "release", "--reservation", "X", "--json"},
+		{"fence", "--json", "--home=" + h, "forget", "--host", "h"},
+		{"fence", "forget", "--host", "h", "--home", h, "--json"},
+	} {
+		code, stdout, _ := run(t, args...)
+		a := oneJSON(t, stdout)
+		if code != 69 || a.Error == nil || a.Error.Code != "daemon_unreachable" || !strings.Contains(a.Error.Message, h+"/api.sock") {
+			t.Errorf("%q: exit %d %s; want 69, daemon_unreachable at %s", args, code, stdout, h)
+		}
+	}
+	code, stdout, _ := run(t, "--json", "fence", "release", "--reservation", "X")
+	if a := oneJSON(t, stdout); code != 69 || a.Error == nil || a.Error.Code != "daemon_unreachable" {
+		t.Errorf("--json fence release (SKC_HOME): exit %d %s; want 69", code, stdout)
+	}
+	code, stdout, _ = run(t, "--home", h, "fence", "--json", "release")
+	if a := oneJSON(t, stdout); code != 2 || a.Error == nil || a.Error.Details["field"] != "reservation" {
+		t.Errorf("fence release without --reservation: exit %d %s; want 2 naming reservation", code, stdout)
+	}
+}
+
 // TestVerbHelp: VERB --help (or -h) prints that verb's usage on stdout and
 // exits 0, as the bare --help does; it is not a refusal. After "--" it is the
 // command's word, not ours.
@@ -237,6 +269,46 @@ func TestGlobalFlagsBeforeTheVerb(t *testing.T) {
 	}
 	if code, _, _ := run(t, "--home", "/nonexistent-skc/h"); code != 2 {
 		t.Fatalf("global flags alone: exit %d, want 2", code)
+	}
+}
+
+// TestJSONBeforeEveryVerb: --json before the verb is accepted by every verb
+// (found outside-in: `--json output NAME`, `--json attach NAME` and `--json
+// tmuxctl decode` were refused "flag provided but not defined: -json"). A verb
+// with a JSON answer answers one JSON document; one without ignores it there,
+// and refuses it after the verb, where it asks that verb for JSON — which
+// also checks verbs[…].json against each verb's flag set.
+func TestJSONBeforeEveryVerb(t *testing.T) {
+	const h = "/nonexistent-skc/h"
+	rest := map[string][]string{
+		"create": {"--state-dir", "/tmp/x", "--session-id", "a", "--", "true"},
+		"show":   {"x"}, "kill": {"x"}, "restart": {"x"}, "attach": {"x"}, "screen": {"x"},
+		"send": {"x", "--", "hi"}, "output": {"x"}, "wait": {"x", "--exit"},
+		"tmuxctl": {"bogus"},        // a usage error after the flags parsed: stdin is not read
+		"serve":   {"--pool", "-1"}, // refused after the flags parsed: nothing starts
+	}
+	for name, v := range verbs {
+		if v.hidden {
+			continue
+		}
+		args := append([]string{"--json", "--home", h, name}, rest[name]...)
+		code, stdout, stderr := run(t, args...)
+		if strings.Contains(stdout+stderr, "not defined") {
+			t.Errorf("%q: exit %d, %s%s", args, code, stdout, stderr)
+		}
+		if v.json {
+			oneJSON(t, stdout)
+			continue
+		}
+		if stdout != "" {
+			t.Errorf("%q: stdout %q; want nothing (the error on stderr, not as JSON)", args, stdout)
+		}
+		if _, _, stderr := run(t, append([]string{name, "--json"}, rest[name]...)...); !strings.Contains(stderr, "not defined: -json") {
+			t.Errorf("%s --json: %q; want it refused after a verb with no JSON answer", name, stderr)
+		}
+	}
+	if code, _, stderr := run(t, "--json=maybe", "output", "x"); code != 2 || !strings.Contains(stderr, "want true or false") {
+		t.Errorf("--json=maybe output x: exit %d %q; want 2", code, stderr)
 	}
 }
 
@@ -375,12 +447,70 @@ func TestWaitRefusesZeroDurations(t *testing.T) {
 		{[]string{"wait", "x", "--exit", "--timeout", "0s", "--json"}, `"field":"timeout"`},
 		{[]string{"wait", "x", "--exit", "--timeout", "-1s", "--json"}, `"field":"timeout"`},
 		{[]string{"wait", "x", "--idle", "0s", "--json"}, `"field":"idle"`},
+		{[]string{"wait", "x", "--text", "a\u0085b", "--json"}, `"field":"text"`}, // C1: a control character too
 	} {
 		var out, errb bytes.Buffer
 		cli := &CLI{ctx: context.Background(), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
 		if code := cli.Main(tc.args); code != 2 || !strings.Contains(out.String(), tc.field) {
 			t.Fatalf("%v: exit %d, stdout %q, stderr %q", tc.args, code, out.String(), errb.String())
 		}
+	}
+}
+
+// TestBadDurationsSayWhatTheyWant: every duration flag refuses a value that
+// is not one with the same words, naming its field (found outside-in: `wait
+// --idle soon` said only "not a valid value", `create --wait soon` what it
+// wants).
+func TestBadDurationsSayWhatTheyWant(t *testing.T) {
+	create := []string{"create", "--json", "--state-dir", "/tmp/x", "--session-id", "a"}
+	for _, tc := range []struct {
+		args  []string
+		field string
+	}{
+		{[]string{"wait", "x", "--idle", "soon", "--json"}, "idle"},
+		{[]string{"wait", "x", "--exit", "--timeout", "soon", "--json"}, "timeout"},
+		{append(create, "--wait", "soon", "--", "true"), "wait"},
+		{append(create, "--stop-timeout", "soon", "--", "true"), "stop_timeout"},
+		{append(create, "--restart-delay", "soon", "--", "true"), "restart_delay"},
+		{append(create, "--restart-interval", "soon", "--", "true"), "restart_interval"},
+	} {
+		code, stdout, _ := run(t, tc.args...)
+		a := oneJSON(t, stdout)
+		if code != 2 || a.Error == nil || a.Error.Details["field"] != tc.field ||
+			!strings.HasSuffix(a.Error.Message, `"soon": want a duration such as 5s, 500ms or 1m30s`) {
+			t.Errorf("%q: exit %d %s; want 2, field %s and what a duration looks like", tc.args, code, stdout, tc.field)
+		}
+	}
+}
+
+// TestSendTooMuchStdin: text on stdin over the limit is refused with the
+// limit, not with the size of the capped read (found outside-in: 1 MiB on
+// stdin was "text is 65537 bytes, more than 65536").
+func TestSendTooMuchStdin(t *testing.T) {
+	defer func(r io.Reader) { cliStdin = r }(cliStdin)
+	cliStdin = strings.NewReader(strings.Repeat("x", 1<<20))
+	code, stdout, _ := run(t, "send", "x", "--json")
+	a := oneJSON(t, stdout)
+	if code != 2 || a.Error == nil || a.Error.Details["field"] != "text" ||
+		!strings.Contains(a.Error.Message, "more than 65536 bytes") || strings.Contains(a.Error.Message, "65537") {
+		t.Fatalf("1 MiB on stdin: exit %d %s; want 2, field text, more than 65536 bytes", code, stdout)
+	}
+}
+
+// TestCreateRefusesExplicitEmpty: --restart "", --cwd "" and --state-file ""
+// are refused naming the field, not taken for the flag left out (found
+// outside-in: `create --restart ""` created with restart never).
+func TestCreateRefusesExplicitEmpty(t *testing.T) {
+	for flag, field := range map[string]string{"restart": "restart", "cwd": "cwd", "state-file": "state_file"} {
+		args := []string{"create", "--json", "--state-dir", "/tmp/x", "--session-id", "a", "--" + flag, "", "--", "true"}
+		code, stdout, _ := run(t, args...)
+		if a := oneJSON(t, stdout); code != 2 || a.Error == nil || a.Error.Details["field"] != field {
+			t.Errorf("%q: exit %d %s; want 2 naming %s", args, code, stdout, field)
+		}
+	}
+	code, stdout, _ := run(t, "create", "--json", "--state-dir", "/tmp/x", "--session-id", "a", "--label", "", "--", "true")
+	if a := oneJSON(t, stdout); code != 69 || a.Error == nil || a.Error.Code != "daemon_unreachable" {
+		t.Errorf("--label \"\" (no label): exit %d %s; want the create sent (69: no daemon here)", code, stdout)
 	}
 }
 

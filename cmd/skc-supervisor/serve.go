@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -451,25 +450,4 @@ func parseServeFlags(fs *flag.FlagSet, args []string) error {
 			"serve: --pool %d: want 0 (off) to %d", p, maxPool)
 	}
 	return explicitEmpty(fs, "host-name", "fence")
-}
-
-// explicitEmpty refuses a flag among names given with an empty value
-// (`--host-name ""`): unset, it falls back to its variable and then its
-// default, but a value written and empty is not a host name or a fence, and
-// starting on the fallback would hide the mistake. The refusal names the
-// field as the value's own check does (host, fence).
-func explicitEmpty(fs *flag.FlagSet, names ...string) error {
-	var err error
-	fs.Visit(func(f *flag.Flag) {
-		if err != nil || f.Value.String() != "" || !slices.Contains(names, f.Name) {
-			return
-		}
-		field := f.Name
-		if field == "host-name" {
-			field = "host"
-		}
-		err = verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": field},
-			"serve: --%s is empty: give a value, or leave the flag out for its default", f.Name)
-	})
-	return err
 }

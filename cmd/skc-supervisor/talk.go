@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/skc-supervisor/skc-supervisor/api"
+	"github.com/skc-supervisor/skc-supervisor/lifecycle"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
@@ -100,6 +101,13 @@ func runSend(cli *CLI, args []string) int {
 		if err != nil {
 			return cli.fail(o, verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "text"}, "reading stdin: %v", err))
 		}
+		if len(b) > api.MaxInputText {
+			// Only the limit and one byte were read: the size is not
+			// known, and the daemon would report the read's as the text's.
+			return cli.fail(o, verdict.Errorf(verdict.CodeInvalidRequest,
+				map[string]any{"field": "text", "max_bytes": api.MaxInputText},
+				"text on stdin is more than %d bytes (64 KiB): send it in parts", api.MaxInputText))
+		}
 		in.Text = string(b)
 	}
 	// JSON would turn invalid UTF-8 into U+FFFD silently: refuse it here.
@@ -162,9 +170,11 @@ func runWait(cli *CLI, args []string) int {
 	var req api.WaitRequest
 	fs := newFlags("wait", &o, true)
 	fs.BoolVar(&req.Exit, "exit", false, "")
-	fs.DurationVar(&req.Idle, "idle", 0, "")
+	// durationFlag, not the flag package's: its refusal says what a
+	// duration looks like, as every duration flag's does.
+	fs.Var((*durationFlag)(&req.Idle), "idle", "")
 	fs.StringVar(&req.Text, "text", "", "")
-	fs.DurationVar(&req.Timeout, "timeout", 0, "")
+	fs.Var((*durationFlag)(&req.Timeout), "timeout", "")
 	ref, rest, err := talkRef("wait", fs, args)
 	if err == nil && len(rest) > 0 {
 		err = usageError("wait", errors.New("one session NAME expected"))
@@ -184,6 +194,11 @@ func runWait(cli *CLI, args []string) int {
 			err = verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": f.name},
 				"wait: --%s %v: must be a positive duration", f.name, f.d)
 		}
+	}
+	if err == nil {
+		// The daemon's own check, here too: bad input is exit 2 also when
+		// the daemon is down, as create's is.
+		err = lifecycle.ValidateWait(lifecycle.WaitRequest(req))
 	}
 	if err != nil {
 		return cli.fail(o, err)

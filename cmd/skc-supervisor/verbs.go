@@ -80,6 +80,9 @@ func runCreate(cli *CLI, args []string) int {
 	fs.Var(wholeFlag{&stopTimeout, time.Millisecond, "milliseconds"}, "stop-timeout", "")
 	rf := restartFlags(fs, &req)
 	argv, err := commandArgs(fs, args)
+	if err == nil {
+		err = explicitEmpty(fs, "state-file", "cwd", "restart") // written empty is not absent
+	}
 	if err != nil {
 		return cli.fail(o, err)
 	}
@@ -256,11 +259,17 @@ func runRestart(cli *CLI, args []string) int {
 }
 
 func runFence(cli *CLI, args []string) int {
-	if len(args) > 0 && args[0] == "release" {
-		return runFenceRelease(cli, args[1:])
-	}
-	if len(args) > 0 && args[0] == "forget" {
-		return runFenceForget(cli, args[1:])
+	// The sub-verb may follow global flags (`fence --home DIR release …`,
+	// and `--home DIR fence release …`, which Main hoists to just after
+	// "fence"): they are moved past it, as Main moves them past the verb,
+	// so the sub-verb's own flag set parses them with its own flags.
+	if sub, err := hoistGlobals(args); err == nil && len(sub) > 0 {
+		switch sub[0] {
+		case "release":
+			return runFenceRelease(cli, sub[1:])
+		case "forget":
+			return runFenceForget(cli, sub[1:])
+		}
 	}
 	var o opts
 	fs := newFlags("fence", &o, true)
