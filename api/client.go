@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
@@ -23,23 +24,58 @@ import (
 type Client struct {
 	socket string
 	hc     *http.Client
+	// starting, when set, says whether a daemon holds the home while its
+	// socket does not answer yet (see WaitStarting).
+	starting func() bool
 }
 
 // NewClient returns a client of the daemon listening on socket.
 func NewClient(socket string) *Client {
-	var d net.Dialer
+	c := &Client{socket: socket}
 	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			c, err := d.DialContext(ctx, "unix", socket)
-			if err != nil {
-				return nil, &dialError{err: err}
-			}
-			return c, nil
-		},
+		DialContext:        func(ctx context.Context, _, _ string) (net.Conn, error) { return c.dial(ctx) },
 		DisableCompression: true,
 		MaxIdleConns:       2,
 	}
-	return &Client{socket: socket, hc: &http.Client{Transport: tr}}
+	c.hc = &http.Client{Transport: tr}
+	return c
+}
+
+// StartingWait bounds how long a request waits for a daemon that holds its
+// home but does not listen yet: its start adopts every live session before
+// the API listens, seconds with thousands of them. A var only for tests.
+var StartingWait = 60 * time.Second
+
+// WaitStarting makes the client wait, up to StartingWait (or its request's
+// context), while its socket is missing or refuses connections and
+// starting() says a daemon holds the home: a daemon restarted under many
+// sessions answered daemon_unreachable (exit 69) to every command until its
+// recovery was over, though it was about to answer. It returns c.
+func (c *Client) WaitStarting(starting func() bool) *Client {
+	c.starting = starting
+	return c
+}
+
+func (c *Client) dial(ctx context.Context) (net.Conn, error) {
+	var d net.Dialer
+	deadline := time.Now().Add(StartingWait)
+	for {
+		conn, err := d.DialContext(ctx, "unix", c.socket)
+		if err == nil {
+			return conn, nil
+		}
+		notYet := errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)
+		if !notYet || c.starting == nil || time.Now().After(deadline) || !c.starting() {
+			return nil, &dialError{err: err}
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, &dialError{err: err}
+		case <-t.C:
+		}
+	}
 }
 
 // Close releases idle connections.
@@ -106,6 +142,10 @@ func (c *Client) unreachable(err error) error {
 		// serve would not help, so not 69 but 77, as a refused peer gets.
 		return verdict.Errorf(verdict.CodePermissionDenied, map[string]any{"socket": c.socket},
 			"cannot connect to %s: permission denied (the socket and its directory are private to the user that runs serve): %w", c.socket, err)
+	}
+	if isDial(err) && c.starting != nil && c.starting() {
+		return verdict.Errorf(verdict.CodeDaemonUnreachable, map[string]any{"socket": c.socket, "starting": true},
+			"the daemon holds its home but did not answer on %s within %v (still starting? see its log): %w", c.socket, StartingWait, err)
 	}
 	return verdict.Errorf(verdict.CodeDaemonUnreachable, map[string]any{"socket": c.socket},
 		"the daemon is not reachable on %s (is `skc-supervisor serve` running?): %w", c.socket, err)

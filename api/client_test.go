@@ -66,6 +66,45 @@ func TestClientUnreachable(t *testing.T) {
 	}
 }
 
+// TestClientWaitsForAStartingDaemon: while a daemon holds its home but its
+// socket is not there yet (its start adopts every live session first), a
+// request waits for it instead of answering daemon_unreachable at once; with
+// no daemon holding the home it answers at once, and a start that does not
+// finish within StartingWait is daemon_unreachable with details.starting.
+func TestClientWaitsForAStartingDaemon(t *testing.T) {
+	sock := filepath.Join(sockDir(t), "api.sock")
+	c := NewClient(sock).WaitStarting(func() bool { return true })
+	defer c.Close()
+	old := StartingWait
+	StartingWait = 200 * time.Millisecond
+	err := c.Ping(context.Background())
+	StartingWait = old
+	var e *verdict.Error
+	if !errors.As(err, &e) || e.Code != verdict.CodeDaemonUnreachable || e.Details["starting"] != true {
+		t.Fatalf("a start that does not end in time: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Ping(context.Background()) }()
+	time.Sleep(300 * time.Millisecond) // the daemon's recovery; not an assertion
+	ln, err := Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, `{"ok":true}`)
+	}), ReadHeaderTimeout: time.Minute}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	if err := <-done; err != nil {
+		t.Fatalf("a request sent while the daemon started: %v", err)
+	}
+	idle := NewClient(filepath.Join(sockDir(t), "api.sock")).WaitStarting(func() bool { return false })
+	defer idle.Close()
+	if err := idle.Ping(context.Background()); verdict.CodeOf(err) != verdict.CodeDaemonUnreachable {
+		t.Fatalf("no daemon holds the home: %v", err)
+	}
+}
+
 func TestListenStaleSocket(t *testing.T) {
 	dir := sockDir(t)
 	path := filepath.Join(dir, "api.sock")

@@ -341,3 +341,32 @@ func TestResolveRefusesControlCharacters(t *testing.T) {
 		}
 	}
 }
+
+// TestHolderSeesTheLockWithoutTakingIt: Holder names the process holding a
+// home's instance lock from the kernel's table, and a home nobody holds has
+// none — and the probe never takes the lock, so a daemon starting beside it
+// is never refused.
+func TestHolderSeesTheLockWithoutTakingIt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), LockFile)
+	if _, held := Holder(path); held {
+		t.Fatal("held before the file exists")
+	}
+	l, err := Acquire(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pid, held := Holder(path); !held || pid != os.Getpid() {
+		t.Fatalf("Holder = %d %v, want us (%d)", pid, held, os.Getpid())
+	}
+	if err := l.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if _, held := Holder(path); held {
+		t.Fatal("held after the release")
+	}
+	l, err = Acquire(path) // the probe left nothing behind
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release()
+}

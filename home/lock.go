@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -107,4 +108,31 @@ func (l *Lock) Release() error {
 		return fmt.Errorf("release instance lock: %w", err)
 	}
 	return nil
+}
+
+// Holder reports whether a process holds the instance lock at path, and its
+// pid, without taking the lock — a probe that flocked it, even shared and for
+// an instant, could make a daemon starting in that instant refuse to start.
+// It reads the kernel's table of locks (/proc/locks) for an flock on the
+// file's inode; false when the file or the table cannot be read.
+func Holder(path string) (pid int, held bool) {
+	var st unix.Stat_t
+	if unix.Lstat(path, &st) != nil {
+		return 0, false
+	}
+	b, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		return 0, false
+	}
+	want := fmt.Sprintf("%02x:%02x:%d", unix.Major(uint64(st.Dev)), unix.Minor(uint64(st.Dev)), st.Ino)
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		f := strings.Fields(string(line))
+		// "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5678 0 EOF"; a blocked
+		// waiter's line has "->" after the number.
+		if len(f) >= 6 && f[1] == "FLOCK" && f[5] == want {
+			pid, _ = strconv.Atoi(f[4])
+			return pid, true
+		}
+	}
+	return 0, false
 }

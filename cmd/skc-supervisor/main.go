@@ -510,7 +510,11 @@ func (cli *CLI) client(o opts) (*api.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return api.NewClient(p.APISocket()), nil
+	lock := p.Lock()
+	return api.NewClient(p.APISocket()).WaitStarting(func() bool {
+		_, held := home.Holder(lock)
+		return held
+	}), nil
 }
 
 // fail reports err in the requested format and returns its exit code.
