@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -107,11 +108,22 @@ func (c *ReadCache) Reads(ctx context.Context, id Identity, limit int) (Identity
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out, err := c.reads(ctx, id, max(limit, 1))
+	for try := 0; errors.Is(err, errRowVanished) && try < 3; try++ {
+		c.reset() // a commit between the version's look and the row's read
+		out, err = c.reads(ctx, id, max(limit, 1))
+	}
 	if err != nil {
 		c.reset()
 	}
 	return out, err
 }
+
+// errRowVanished: a reservation row the cache listed was gone at its read.
+// The version's look and the row's read are two statements, not one
+// snapshot, so a commit between them (a create's release racing a kill's
+// show; found outside-in as a fence_unavailable answer) removes it: the
+// cache is stale, not the fence unavailable, and Reads starts over.
+var errRowVanished = errors.New("reservation row vanished")
 
 // Drop empties the cache and resets its source, keeping the cache itself: a
 // reader that already holds it finds it empty and starts over (a handle's
@@ -145,9 +157,7 @@ func (c *ReadCache) reads(ctx context.Context, id Identity, limit int) (Identity
 		if r.row == nil {
 			row, found, err := c.src.Reservation(ctx, id)
 			if err != nil || !found {
-				// The scan that listed it saw the same fence (no commit
-				// since, or the version would have moved).
-				return IdentityReads{}, cmp.Or(err, fmt.Errorf("reservation row of %v vanished", id))
+				return IdentityReads{}, cmp.Or(err, fmt.Errorf("%w: %v", errRowVanished, id))
 			}
 			b, err := json.Marshal(&row)
 			if err != nil {
