@@ -266,6 +266,11 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		m.mu.Unlock()
 		m.stopWG.Wait()
 		m.closeExitWatch()
+		// Empty generation cgroups (an undone attempt whose helper took
+		// longer than its reap's wait to go: found outside-in after a clean
+		// stop) go now, not at the next start; those of live generations
+		// stay, held or not yet entered by a helper that is on its way.
+		m.sweepIdleCgroups()
 		proctree.RemoveBase(m.cgroupBase)
 	}()
 	pctx, pcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

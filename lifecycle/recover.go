@@ -177,6 +177,36 @@ func (m *Manager) sweepCgroups() {
 	}
 }
 
+// sweepIdleCgroups is sweepCgroups at shutdown, when the creates are over:
+// it keeps the cgroup of every generation that is not over (running, or
+// kept for its restart), empty or not — a helper published a moment ago
+// may not have entered its own yet.
+func (m *Manager) sweepIdleCgroups() {
+	if m.cgroupBase == "" {
+		return
+	}
+	keep := map[string]bool{}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := m.fence.CachedLive(ctx, func(p *fence.Published) { keep[p.Cgroup] = true })
+	for _, p := range m.waitingGenerations(ctx) {
+		keep[p.Cgroup] = true
+	}
+	if err != nil {
+		return // what lives is unknown: the next start sweeps
+	}
+	ents, err := os.ReadDir(m.cgroupBase)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		dir := filepath.Join(m.cgroupBase, e.Name())
+		if e.IsDir() && strings.HasPrefix(e.Name(), "gen-") && !keep[dir] {
+			_ = proctree.RemoveCgroup(dir)
+		}
+	}
+}
+
 func (m *Manager) recoverAtStart(ctx context.Context, row fence.Reservation) error {
 	if fence.Liveness(row.OwnerPID, row.OwnerIncarnation) == fence.Alive {
 		return nil // a live owner's create is its own business

@@ -2,13 +2,17 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/skc-supervisor/skc-supervisor/fence"
+	"github.com/skc-supervisor/skc-supervisor/proctree"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
 
@@ -81,5 +85,35 @@ func waitForInflightOrDone(m *Manager, finished *atomic.Int32, creates int) {
 			return
 		}
 		runtime.Gosched()
+	}
+}
+
+// TestShutdownSweepsEmptyGenerationCgroups: a clean stop removes the empty
+// generation cgroups an undone attempt left (its helper slower to go than
+// its reap's wait) and then the daemon's base — it left them to the next
+// start (found outside-in) — and keeps a running generation's, whose session
+// outlives the daemon.
+func TestShutdownSweepsEmptyGenerationCgroups(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	base := e.m.cgroupBase
+	if base == "" {
+		t.Skip("no cgroup v2 base here")
+	}
+	id, _ := e.create(t, "keeps", "agent", "sleep")
+	pub := e.published(id)
+	if pub.Cgroup == "" {
+		t.Fatal("the running generation has no cgroup")
+	}
+	waitFor(t, "the agent in its cgroup", func() bool { return proctree.InCgroup(pub.PanePID, pub.Cgroup) })
+	left := filepath.Join(base, "gen-00000000000000000000000000000001")
+	if err := os.Mkdir(left, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.close()
+	if _, err := os.Stat(left); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("an empty generation cgroup outlived a clean stop: %v", err)
+	}
+	if _, err := os.Stat(pub.Cgroup); err != nil {
+		t.Fatalf("the running generation's cgroup went with the daemon: %v", err)
 	}
 }
