@@ -124,7 +124,12 @@ func socketMissing(path string) bool {
 // connection; the server is killed by pid at cleanup (its socket may be gone).
 func connectedClient(t *testing.T) (Config, *Client, ServerInfo) {
 	t.Helper()
-	cfg := testConfig(t)
+	return connectedClientWith(t, testConfig(t))
+}
+
+// connectedClientWith is connectedClient on cfg.
+func connectedClientWith(t *testing.T, cfg Config) (Config, *Client, ServerInfo) {
+	t.Helper()
 	c := NewClient(cfg)
 	runClient(t, c)
 	life, err := c.WaitConnected(bg())
@@ -277,13 +282,7 @@ func TestRevivedSocketReadsAttached(t *testing.T) {
 	t.Cleanup(func() { socketLook = old })
 	cfg := testConfig(t)
 	cfg.SocketMode = 0o600
-	c := NewClient(cfg)
-	runClient(t, c)
-	life, err := c.WaitConnected(bg())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(life.PID, syscall.SIGKILL); waitGone(life.PID, 10*time.Second) })
+	cfg, _, life := connectedClientWith(t, cfg)
 	mode := func() os.FileMode {
 		fi, err := os.Lstat(cfg.Socket)
 		if err != nil {
