@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/skc-supervisor/skc-supervisor/fence"
 	"github.com/skc-supervisor/skc-supervisor/verdict"
 )
@@ -25,15 +27,19 @@ func TestTalkInputWhileStopping(t *testing.T) {
 			}
 			waitFor(t, "the agent ready", func() bool { return isReady(res.Session.PanePID) })
 			ref := Ref{Name: res.Session.Name}
-			ctx, cancel := context.WithCancel(context.Background())
 			stopped := make(chan struct{})
-			t.Cleanup(func() { cancel(); <-stopped }) // before the env's own cleanup
+			t.Cleanup(func() {
+				// The agent outlives a hangup: its SIGKILL ends the stop (a
+				// restart then starts its resume command, which does not).
+				_ = unix.Kill(res.Session.PanePID, unix.SIGKILL)
+				<-stopped
+			})
 			go func() {
 				defer close(stopped)
 				if how == "kill" {
-					_, _ = e.m.Kill(ctx, ref)
+					_, _ = e.m.Kill(context.Background(), ref)
 				} else {
-					_, _ = e.m.Restart(ctx, ref)
+					_, _ = e.m.Restart(context.Background(), ref)
 				}
 			}()
 			waitFor(t, "the stop begun", func() bool { return e.published(id).Stopping != nil })
