@@ -234,11 +234,14 @@ func (s *OutputSub) take() (items []OutputItem, ok bool) {
 // waitText returns once text is on the screen or has been written by the pane.
 func (m *Manager) waitText(ctx context.Context, t talkTarget, sub *OutputSub, text string) (WaitResult, error) {
 	seen := func() (bool, error) {
-		lines, err := m.capture(ctx, t.life, t.pane(), 0, false)
+		// -J joins the rows of a line wrapped at the pane's width: text
+		// wrapped across two rows is on the screen, and the stream (which
+		// has no rows) would find it too when written after the wait began.
+		rep, err := m.commandIn(ctx, t.life, "capture-pane", "-p", "-J", "-t", t.pane())
 		if err != nil {
 			return false, waitErr(ctx, m.talkError(t, err))
 		}
-		return strings.Contains(strings.Join(lines, "\n"), text), nil
+		return strings.Contains(strings.Join(rep.Lines, "\n"), text), nil
 	}
 	if ok, err := seen(); ok || err != nil {
 		return WaitResult{Status: "text"}, err
