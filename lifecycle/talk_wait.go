@@ -163,28 +163,78 @@ func (m *Manager) exitTarget(ctx context.Context, ref Ref) (fence.Published, boo
 }
 
 // endedNamed finds the ended generation whose session was named name, while
-// it is its identity's last generation: by the reservation id in the session's
-// attempt name (one indexed read), else — a session kept over restarts wears
-// its first generation's name — by the identity rows' session names. A fence
-// that cannot answer leaves the name gone, as it was before this lookup.
+// it is its identity's last generation, in Resolve's order: its tmux id
+// ("$N"), the name the session last wore while the census listed it (a
+// rename by hand: census.LastNamed), the name it was published under. The
+// published name is looked up first by the reservation id in the attempt
+// name (one indexed read), else — a session kept over restarts wears its
+// first generation's name — by the identity rows' session names, which the
+// other two need too. A fence that cannot answer leaves the name gone, as it
+// was before this lookup.
 func (m *Manager) endedNamed(ctx context.Context, name string) (fence.Published, bool, error) {
-	if i := strings.LastIndexByte(name, '-'); strings.HasPrefix(name, "skc-") && i > 0 &&
-		fence.CheckReservationID(name[i+1:]) == nil {
+	if i := strings.LastIndexByte(name, '-'); !strings.HasPrefix(name, "$") && strings.HasPrefix(name, "skc-") &&
+		i > 0 && fence.CheckReservationID(name[i+1:]) == nil {
 		pub, ok, err := m.fence.PublishedByReservation(ctx, name[i+1:])
 		if ok && err == nil && pub.Ended && pub.SessionName == name && !m.remote(&pub) {
-			return pub, true, nil // another host's name is not one this host's generations wore
+			// (another host's name is not one this host's generations wore)
+			if g, ok := m.census.LastNamed(name); !ok || g.ID == pub.TmuxID && g.Life.PID == pub.ServerPID {
+				return pub, true, nil // unless another session wore the name since
+			}
 		}
 	}
 	pubs, err := m.fence.Identities(ctx)
 	if err != nil {
 		m.log.Debug().Err(err).Str("name", name).Msg("wait --exit: ended generation by name not looked up")
 	}
+	ended := pubs[:0]
 	for _, p := range pubs {
-		if p.Ended && p.SessionName == name && !m.remote(&p) {
+		if p.Ended && !m.remote(&p) {
+			ended = append(ended, p)
+		}
+	}
+	if p, ok := m.endedByTmuxID(ended, name); ok {
+		return p, true, nil
+	}
+	if g, ok := m.census.LastNamed(name); ok {
+		for _, p := range ended {
+			if p.TmuxID == g.ID && p.ServerPID == g.Life.PID && p.ServerStart == g.Life.StartTime {
+				return p, true, nil
+			}
+		}
+	}
+	for _, p := range ended {
+		if p.SessionName == name {
 			return p, true, nil
 		}
 	}
 	return fence.Published{}, false, nil
+}
+
+// endedByTmuxID is the ended generation among ended whose session had tmux
+// id id: the one of the current server life, else the only one of an earlier
+// life (ids start over with each server: two lives' generations of one id
+// leave it naming neither, as Resolve's goneNamed does).
+func (m *Manager) endedByTmuxID(ended []fence.Published, id string) (fence.Published, bool) {
+	if !strings.HasPrefix(id, "$") {
+		return fence.Published{}, false
+	}
+	var hits, here []fence.Published
+	for _, p := range ended {
+		if p.TmuxID != id {
+			continue
+		}
+		hits = append(hits, p)
+		if m.inThisLife(&p) {
+			here = append(here, p)
+		}
+	}
+	switch {
+	case len(here) == 1:
+		return here[0], true
+	case len(here) == 0 && len(hits) == 1:
+		return hits[0], true
+	}
+	return fence.Published{}, false
 }
 
 func endsGeneration(rec verdict.Record, pub fence.Published) bool {
