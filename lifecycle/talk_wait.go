@@ -73,6 +73,9 @@ func (m *Manager) Wait(ctx context.Context, ref Ref, req WaitRequest) (WaitResul
 		return m.waitExit(ctx, ref)
 	}
 	t, err := m.readTarget(ctx, ref)
+	if err == nil {
+		err = m.agentPaneChecked(ctx, &t)
+	}
 	if err != nil {
 		return WaitResult{}, waitErr(ctx, err)
 	}
@@ -82,9 +85,19 @@ func (m *Manager) Wait(ctx context.Context, ref Ref, req WaitRequest) (WaitResul
 	}
 	defer sub.Close()
 	if req.Idle > 0 {
-		return waitIdle(ctx, sub, req.Idle, t.sess.Name)
+		return m.waitIdle(ctx, t, sub, req.Idle)
 	}
 	return m.waitText(ctx, t, sub, req.Text)
+}
+
+// held answers a wait whose condition held (status), once tmux confirms that
+// t's pane still runs its agent: what held may have been a person's
+// program's doing in a pane respawned by hand (agentPaneChecked).
+func (m *Manager) held(ctx context.Context, t talkTarget, status string) (WaitResult, error) {
+	if err := m.agentPaneChecked(ctx, &t); err != nil {
+		return WaitResult{}, waitErr(ctx, err)
+	}
+	return WaitResult{Status: status}, nil
 }
 
 // waitErr turns a context end into the timeout refusal.
@@ -243,8 +256,30 @@ func endsGeneration(rec verdict.Record, pub fence.Published) bool {
 		rec.Identity.StateDir == pub.Identity.StateDir && rec.Identity.SessionID == pub.Identity.SessionID
 }
 
+// heldOr is held, or err when the condition could not be looked at.
+func (m *Manager) heldOr(ctx context.Context, t talkTarget, status string, err error) (WaitResult, error) {
+	if err != nil {
+		return WaitResult{}, err
+	}
+	return m.held(ctx, t, status)
+}
+
+// endedErr is the answer of a wait whose output stream ended: the session
+// went (not_found), or its agent's pane was found respawned or killed by hand
+// — the stream ends as that stop begins (paneGone) — which is answered as
+// the wait's own check would have (paneMissing) while that stop runs.
+func (m *Manager) endedErr(t talkTarget) error {
+	m.mu.Lock()
+	run, ok := m.stops[stopKey(t.pub)]
+	m.mu.Unlock()
+	if ok && run.cause.reason == verdict.ReasonAgentPaneMissing {
+		return paneMissing(t.sess.Name)
+	}
+	return goneErr(t.sess.Name)
+}
+
 // waitIdle returns once the pane has written nothing for idle.
-func waitIdle(ctx context.Context, sub *OutputSub, idle time.Duration, name string) (WaitResult, error) {
+func (m *Manager) waitIdle(ctx context.Context, t talkTarget, sub *OutputSub, idle time.Duration) (WaitResult, error) {
 	timer := time.NewTimer(idle)
 	defer timer.Stop()
 	for {
@@ -252,11 +287,11 @@ func waitIdle(ctx context.Context, sub *OutputSub, idle time.Duration, name stri
 		case <-ctx.Done():
 			return WaitResult{}, waitErr(ctx, ctx.Err())
 		case <-timer.C:
-			return WaitResult{Status: "idle"}, nil
+			return m.held(ctx, t, "idle")
 		case <-sub.Done():
 			items, ok := sub.take()
 			if !ok {
-				return WaitResult{}, goneErr(name)
+				return WaitResult{}, m.endedErr(t)
 			}
 			if len(items) > 0 {
 				timer.Reset(idle)
@@ -294,7 +329,7 @@ func (m *Manager) waitText(ctx context.Context, t talkTarget, sub *OutputSub, te
 		return strings.Contains(strings.Join(rep.Lines, "\n"), text), nil
 	}
 	if ok, err := seen(); ok || err != nil {
-		return WaitResult{Status: "text"}, err
+		return m.heldOr(ctx, t, "text", err)
 	}
 	want := []byte(text)
 	var window []byte // the stream's last bytes, to find text split across chunks
@@ -310,13 +345,13 @@ func (m *Manager) waitText(ctx context.Context, t talkTarget, sub *OutputSub, te
 		case <-sub.Done():
 			items, ok := sub.take()
 			if !ok {
-				return WaitResult{}, goneErr(t.sess.Name)
+				return WaitResult{}, m.endedErr(t)
 			}
 			for _, it := range items {
 				window = append(window, it.Data...)
 			}
 			if bytes.Contains(window, want) {
-				return WaitResult{Status: "text"}, nil
+				return m.held(ctx, t, "text")
 			}
 			if keep := len(want) + 4096; len(window) > keep {
 				window = append(window[:0], window[len(window)-keep:]...)
@@ -328,7 +363,7 @@ func (m *Manager) waitText(ctx context.Context, t talkTarget, sub *OutputSub, te
 		}
 		lastCapture = time.Now()
 		if ok, err := seen(); ok || err != nil {
-			return WaitResult{Status: "text"}, err
+			return m.heldOr(ctx, t, "text", err)
 		}
 	}
 }
