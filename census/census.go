@@ -118,6 +118,7 @@ type Census struct {
 	sessions  map[string]*entry
 	byName    map[string]string              // name → id
 	byIdent   map[string]map[string]struct{} // identity digest → ids
+	gone      goneNames                      // last names of sessions removed (gone.go)
 	seq       uint64
 	subs      map[*Subscription]struct{}
 	syncedCh  chan struct{} // closed while synced; replaced when the census goes unsynced

@@ -121,6 +121,9 @@ func (c *Census) emitLocked(ch Change) {
 	c.seq++
 	ch.Seq = c.seq
 	ch.Session = ch.Session.clone()
+	if ch.Kind == Removed {
+		c.recordGoneLocked(&ch.Session, ch.Life)
+	}
 	for s := range c.subs {
 		s.deliver(ch)
 	}

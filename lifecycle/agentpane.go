@@ -110,12 +110,16 @@ func (m *Manager) endIfPaneMissing(ctx context.Context, p fence.Published) bool 
 }
 
 // paneGone starts the stop of p when agentPaneIn listed its session without
-// its pane (found, listed are its answers), and reports whether it did.
+// its pane (found, listed are its answers), and reports whether it did. The
+// session's output streams end now (session_ended), not when the stop
+// removes the session: until then they would carry a person's program.
 func (m *Manager) paneGone(p fence.Published, found, listed bool) bool {
 	if found || !listed || p.Ended || p.PanePID <= 0 {
 		return false
 	}
 	m.stopGeneration(p, endCause{reason: verdict.ReasonAgentPaneMissing})
+	life := m.lifeOf(p.ServerPID, p.ServerStart)
+	m.talk.spawn(func() { m.DetachFollowers(life, p.TmuxID) })
 	return true
 }
 

@@ -27,9 +27,10 @@ var killProofWait = 30 * time.Second // a var only so a test can reach "unproven
 // generation's end (end detection, a create, a kill, recovery) joins the same
 // run, so there is one sequence of signals and one verdict.
 type stopRun struct {
-	done chan struct{}
-	rec  verdict.Record // the ended verdict this run wrote (zero when another writer won)
-	err  error
+	done  chan struct{}
+	cause endCause       // what the run began as (talk reads it: stoppingNow)
+	rec   verdict.Record // the ended verdict this run wrote (zero when another writer won)
+	err   error
 }
 
 func stopKey(p fence.Published) string {
@@ -49,7 +50,7 @@ func (m *Manager) stopGeneration(p fence.Published, cause endCause) *stopRun {
 	if r, ok := m.stops[key]; ok {
 		return r
 	}
-	r := &stopRun{done: make(chan struct{})}
+	r := &stopRun{done: make(chan struct{}), cause: cause}
 	if m.stopCtx.Err() != nil {
 		r.err = errInterrupted
 		close(r.done)

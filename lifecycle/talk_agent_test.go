@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -22,6 +23,8 @@ import (
 //     text lines, then creates DONEFILE and sleeps.
 //   - tick STOPFILE: prints a line every 20 ms until STOPFILE exists, then sleeps.
 //   - linesexit N GOFILE: prints N lines, then exits 0 once GOFILE exists.
+//   - wrap: prints one line wrapped by the pane's width right between "WRAP"
+//     and "MARK", then sleeps.
 func talkAgent(args []string) int {
 	switch args[0] {
 	case "echo":
@@ -60,6 +63,15 @@ func talkAgent(args []string) int {
 			fmt.Printf("tick %d\n", i)
 			time.Sleep(20 * time.Millisecond)
 		}
+	case "wrap":
+		// A line one row and four characters long: "…xxxxWRAP" fills the
+		// first row, "MARK" starts the next (tmux wraps it).
+		cols := 80
+		if ws, err := unix.IoctlGetWinsize(1, unix.TIOCGWINSZ); err == nil && ws.Col > 4 {
+			cols = int(ws.Col)
+		}
+		fmt.Print(strings.Repeat("x", cols-4) + "WRAPMARK\n")
+		sleepForever()
 	case "linesexit":
 		n, _ := strconv.Atoi(args[1])
 		for i := 1; i <= n; i++ {

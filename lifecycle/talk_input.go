@@ -210,6 +210,34 @@ func (m *Manager) agentAlive(ctx context.Context, t *talkTarget) error {
 	}
 }
 
+// notStopping refuses input to t's generation while it is being stopped —
+// by kill or restart, or because its end was seen and is being proven: the
+// text would reach an agent about to be killed (and be lost with it), while
+// the caller took "sent" for delivered. The stop in flight in this daemon is
+// asked (in memory: a stop begun a moment ago is seen before the fence's
+// record of it is read again), else the stop t's record carries.
+func (m *Manager) notStopping(t talkTarget) error {
+	m.mu.Lock()
+	run, ok := m.stops[stopKey(t.pub)]
+	killAsked := m.killAsked[stopKey(t.pub)] > 0
+	m.mu.Unlock()
+	var cause endCause
+	switch {
+	case ok:
+		cause = run.cause
+	case t.pub.Stopping != nil:
+		cause = causeOf(t.pub.Stopping.Reason)
+	default:
+		return nil
+	}
+	details := map[string]any{"name": t.sess.Name, "stopping": true, "reason": cause.reason}
+	if cause.manual && !killAsked {
+		details["restarting"] = true // a restart's stop: the next generation follows it
+	}
+	return verdict.Errorf(verdict.CodeAgentNotRunning, details,
+		"the agent of session %s is being stopped (%s); input is refused until a generation runs again", t.sess.Name, cause.reason)
+}
+
 // keptNotRunning turns the not_found of a session of ours whose generation has
 // ended — kept by a restart that waits out its delay or is under way — into
 // agent_not_running: the session exists, its agent does not (yet).
@@ -324,6 +352,9 @@ func (m *Manager) Input(ctx context.Context, ref Ref, in Input) error {
 	if t.sess.PaneDead {
 		return notRunning(t.sess.Name)
 	}
+	if err := m.notStopping(t); err != nil {
+		return err
+	}
 	key := talkKey(t)
 	q, n := m.talk.ticket(key)
 	defer m.talk.done(key, q)
@@ -334,6 +365,9 @@ func (m *Manager) Input(ctx context.Context, ref Ref, in Input) error {
 	q.mu.Unlock()
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), compensateTimeout)
 	defer cancel()
+	if err := m.notStopping(t); err != nil {
+		return err // a kill or restart began while this input waited its turn
+	}
 	if err := m.agentAlive(actx, &t); err != nil {
 		return err
 	}

@@ -71,6 +71,12 @@ type outputFeed struct {
 	mu   sync.Mutex
 	subs map[*OutputSub]struct{}
 	done bool // the follower ended; no more subscribers
+
+	// The agent's pane check (talk_panecheck.go), under mu.
+	sessID   string    // the followed session's tmux id
+	agentPID int       // the pane's process while it is the agent's
+	checking bool      // a check runs
+	checked  time.Time // when the last check began
 }
 
 // FollowOutput subscribes to what the session's pane writes from now on. The
@@ -80,6 +86,9 @@ func (m *Manager) FollowOutput(ctx context.Context, ref Ref) (*OutputSub, error)
 	t, err := m.readTarget(ctx, ref)
 	if err != nil {
 		return nil, err
+	}
+	if err := m.agentPaneChecked(ctx, &t); err != nil {
+		return nil, err // not a person's program's output in the agent's place
 	}
 	return m.followTarget(ctx, t)
 }
@@ -130,7 +139,8 @@ func (ts *talkState) feed(m *Manager, t talkTarget) (*outputFeed, bool) {
 	if f := ts.feeds[key]; f != nil {
 		return f, false
 	}
-	f := &outputFeed{m: m, ts: ts, key: key, life: t.life, pane: t.pane(), ready: make(chan struct{}), subs: map[*OutputSub]struct{}{}}
+	f := &outputFeed{m: m, ts: ts, key: key, life: t.life, pane: t.pane(), ready: make(chan struct{}),
+		subs: map[*OutputSub]struct{}{}, sessID: t.sess.ID, agentPID: t.pub.PanePID}
 	ts.feeds[key] = f
 	ts.running.Add(1) // under mu, so never after CloseFollowers began waiting
 	return f, true
@@ -235,6 +245,9 @@ func (feed *outputFeed) publish(ev tmuxctl.FollowEvent) {
 		s.push(now, ev)
 	}
 	feed.mu.Unlock()
+	if len(ev.Data) > 0 {
+		feed.outputSeen() // is it still the agent writing?
+	}
 }
 
 func (s *OutputSub) push(now time.Time, ev tmuxctl.FollowEvent) {

@@ -320,6 +320,26 @@ func TestTalkWaitText(t *testing.T) {
 	}
 }
 
+// TestTalkWaitTextWrapped: text already on the screen across a wrap (the
+// end of a line longer than the pane is wide) is found by the screen read,
+// as it is in the stream when written after the wait began: the read did not
+// join wrapped rows, so the answer depended on timing. Found outside-in.
+func TestTalkWaitTextWrapped(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	_, res := e.create(t, "wrapped", "agent", "wrap")
+	ref, ctx := Ref{Name: res.Session.Name}, context.Background()
+	waitFor(t, "the line shown, wrapped", func() bool {
+		s, err := e.m.Screen(ctx, ref, 0, false)
+		joined := strings.Join(s.Lines, "\n")
+		return err == nil && strings.Contains(joined, "WRAP\nMARK")
+	})
+	// The timeout only bounds a failure: the text was written before the
+	// wait, so no output will come to find it in.
+	if r, err := e.m.Wait(ctx, ref, WaitRequest{Text: "WRAPMARK", Timeout: 20 * time.Second}); err != nil || r.Status != "text" {
+		t.Fatalf("wait for text wrapped on the screen: %+v %v", r, err)
+	}
+}
+
 // TestTalkWaitIdle: wait --idle returns once the agent stops writing. It may
 // return earlier only if the output really paused for the idle time (a loaded
 // machine can stall the agent): an observer on the same feed must then have

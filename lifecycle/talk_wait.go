@@ -77,6 +77,9 @@ func (m *Manager) Wait(ctx context.Context, ref Ref, req WaitRequest) (WaitResul
 		return m.waitExit(ctx, ref)
 	}
 	t, err := m.readTarget(ctx, ref)
+	if err == nil {
+		err = m.agentPaneChecked(ctx, &t)
+	}
 	if err != nil {
 		return WaitResult{}, waitErr(ctx, err)
 	}
@@ -86,9 +89,19 @@ func (m *Manager) Wait(ctx context.Context, ref Ref, req WaitRequest) (WaitResul
 	}
 	defer sub.Close()
 	if req.Idle > 0 {
-		return waitIdle(ctx, sub, req.Idle, t.sess.Name)
+		return m.waitIdle(ctx, t, sub, req.Idle)
 	}
 	return m.waitText(ctx, t, sub, req.Text)
+}
+
+// held answers a wait whose condition held (status), once tmux confirms that
+// t's pane still runs its agent: what held may have been a person's
+// program's doing in a pane respawned by hand (agentPaneChecked).
+func (m *Manager) held(ctx context.Context, t talkTarget, status string) (WaitResult, error) {
+	if err := m.agentPaneChecked(ctx, &t); err != nil {
+		return WaitResult{}, waitErr(ctx, err)
+	}
+	return WaitResult{Status: status}, nil
 }
 
 // waitErr turns a context end into the timeout refusal.
@@ -167,24 +180,47 @@ func (m *Manager) exitTarget(ctx context.Context, ref Ref) (fence.Published, boo
 }
 
 // endedNamed finds the ended generation whose session was named name, while
-// it is its identity's last generation: by the reservation id in the session's
-// attempt name (one indexed read), else — a session kept over restarts wears
-// its first generation's name — by the identity rows' session names. A fence
-// that cannot answer leaves the name gone, as it was before this lookup.
+// it is its identity's last generation, in Resolve's order: its tmux id
+// ("$N"), the name the session last wore while the census listed it (a
+// rename by hand: census.LastNamed), the name it was published under. The
+// published name is looked up first by the reservation id in the attempt
+// name (one indexed read), else — a session kept over restarts wears its
+// first generation's name — by the identity rows' session names, which the
+// other two need too. A fence that cannot answer leaves the name gone, as it
+// was before this lookup.
 func (m *Manager) endedNamed(ctx context.Context, name string) (fence.Published, bool, error) {
-	if i := strings.LastIndexByte(name, '-'); strings.HasPrefix(name, "skc-") && i > 0 &&
-		fence.CheckReservationID(name[i+1:]) == nil {
+	if i := strings.LastIndexByte(name, '-'); !strings.HasPrefix(name, "$") && strings.HasPrefix(name, "skc-") &&
+		i > 0 && fence.CheckReservationID(name[i+1:]) == nil {
 		pub, ok, err := m.fence.PublishedByReservation(ctx, name[i+1:])
 		if ok && err == nil && pub.Ended && pub.SessionName == name && !m.remote(&pub) {
-			return pub, true, nil // another host's name is not one this host's generations wore
+			// (another host's name is not one this host's generations wore)
+			if g, ok := m.census.LastNamed(name); !ok || g.ID == pub.TmuxID && g.Life.PID == pub.ServerPID {
+				return pub, true, nil // unless another session wore the name since
+			}
 		}
 	}
 	pubs, err := m.fence.Identities(ctx)
 	if err != nil {
 		m.log.Debug().Err(err).Str("name", name).Msg("wait --exit: ended generation by name not looked up")
 	}
+	ended := pubs[:0]
 	for _, p := range pubs {
-		if p.Ended && p.SessionName == name && !m.remote(&p) {
+		if p.Ended && !m.remote(&p) {
+			ended = append(ended, p)
+		}
+	}
+	if p, ok := m.endedByTmuxID(ended, name); ok {
+		return p, true, nil
+	}
+	if g, ok := m.census.LastNamed(name); ok {
+		for _, p := range ended {
+			if p.TmuxID == g.ID && p.ServerPID == g.Life.PID && p.ServerStart == g.Life.StartTime {
+				return p, true, nil
+			}
+		}
+	}
+	for _, p := range ended {
+		if p.SessionName == name {
 			return p, true, nil
 		}
 	}
@@ -202,14 +238,63 @@ func (m *Manager) noGenerationNamed(ctx context.Context, name string) error {
 	return notFoundName(name)
 }
 
+// endedByTmuxID is the ended generation among ended whose session had tmux
+// id id: the one of the current server life, else the only one of an earlier
+// life (ids start over with each server: two lives' generations of one id
+// leave it naming neither, as Resolve's goneNamed does).
+func (m *Manager) endedByTmuxID(ended []fence.Published, id string) (fence.Published, bool) {
+	if !strings.HasPrefix(id, "$") {
+		return fence.Published{}, false
+	}
+	var hits, here []fence.Published
+	for _, p := range ended {
+		if p.TmuxID != id {
+			continue
+		}
+		hits = append(hits, p)
+		if m.inThisLife(&p) {
+			here = append(here, p)
+		}
+	}
+	switch {
+	case len(here) == 1:
+		return here[0], true
+	case len(here) == 0 && len(hits) == 1:
+		return hits[0], true
+	}
+	return fence.Published{}, false
+}
+
 func endsGeneration(rec verdict.Record, pub fence.Published) bool {
 	return rec.Verdict == verdict.VerdictEnded && rec.Session != nil && rec.Identity != nil &&
 		rec.Session.Generation == pub.Generation && rec.Session.ID == pub.TmuxID &&
 		rec.Identity.StateDir == pub.Identity.StateDir && rec.Identity.SessionID == pub.Identity.SessionID
 }
 
+// heldOr is held, or err when the condition could not be looked at.
+func (m *Manager) heldOr(ctx context.Context, t talkTarget, status string, err error) (WaitResult, error) {
+	if err != nil {
+		return WaitResult{}, err
+	}
+	return m.held(ctx, t, status)
+}
+
+// endedErr is the answer of a wait whose output stream ended: the session
+// went (not_found), or its agent's pane was found respawned or killed by hand
+// — the stream ends as that stop begins (paneGone) — which is answered as
+// the wait's own check would have (paneMissing) while that stop runs.
+func (m *Manager) endedErr(t talkTarget) error {
+	m.mu.Lock()
+	run, ok := m.stops[stopKey(t.pub)]
+	m.mu.Unlock()
+	if ok && run.cause.reason == verdict.ReasonAgentPaneMissing {
+		return paneMissing(t.sess.Name)
+	}
+	return goneErr(t.sess.Name)
+}
+
 // waitIdle returns once the pane has written nothing for idle.
-func waitIdle(ctx context.Context, sub *OutputSub, idle time.Duration, name string) (WaitResult, error) {
+func (m *Manager) waitIdle(ctx context.Context, t talkTarget, sub *OutputSub, idle time.Duration) (WaitResult, error) {
 	timer := time.NewTimer(idle)
 	defer timer.Stop()
 	for {
@@ -217,11 +302,11 @@ func waitIdle(ctx context.Context, sub *OutputSub, idle time.Duration, name stri
 		case <-ctx.Done():
 			return WaitResult{}, waitErr(ctx, ctx.Err())
 		case <-timer.C:
-			return WaitResult{Status: "idle"}, nil
+			return m.held(ctx, t, "idle")
 		case <-sub.Done():
 			items, ok := sub.take()
 			if !ok {
-				return WaitResult{}, goneErr(name)
+				return WaitResult{}, m.endedErr(t)
 			}
 			if len(items) > 0 {
 				timer.Reset(idle)
@@ -249,14 +334,17 @@ func (s *OutputSub) take() (items []OutputItem, ok bool) {
 // waitText returns once text is on the screen or has been written by the pane.
 func (m *Manager) waitText(ctx context.Context, t talkTarget, sub *OutputSub, text string) (WaitResult, error) {
 	seen := func() (bool, error) {
-		lines, err := m.capture(ctx, t.life, t.pane(), 0, false)
+		// -J joins the rows of a line wrapped at the pane's width: text
+		// wrapped across two rows is on the screen, and the stream (which
+		// has no rows) would find it too when written after the wait began.
+		rep, err := m.commandIn(ctx, t.life, "capture-pane", "-p", "-J", "-t", t.pane())
 		if err != nil {
 			return false, waitErr(ctx, m.talkError(t, err))
 		}
-		return strings.Contains(strings.Join(lines, "\n"), text), nil
+		return strings.Contains(strings.Join(rep.Lines, "\n"), text), nil
 	}
 	if ok, err := seen(); ok || err != nil {
-		return WaitResult{Status: "text"}, err
+		return m.heldOr(ctx, t, "text", err)
 	}
 	want := []byte(text)
 	var window []byte // the stream's last bytes, to find text split across chunks
@@ -272,13 +360,13 @@ func (m *Manager) waitText(ctx context.Context, t talkTarget, sub *OutputSub, te
 		case <-sub.Done():
 			items, ok := sub.take()
 			if !ok {
-				return WaitResult{}, goneErr(t.sess.Name)
+				return WaitResult{}, m.endedErr(t)
 			}
 			for _, it := range items {
 				window = append(window, it.Data...)
 			}
 			if bytes.Contains(window, want) {
-				return WaitResult{Status: "text"}, nil
+				return m.held(ctx, t, "text")
 			}
 			if keep := len(want) + 4096; len(window) > keep {
 				window = append(window[:0], window[len(window)-keep:]...)
@@ -290,7 +378,7 @@ func (m *Manager) waitText(ctx context.Context, t talkTarget, sub *OutputSub, te
 		}
 		lastCapture = time.Now()
 		if ok, err := seen(); ok || err != nil {
-			return WaitResult{Status: "text"}, err
+			return m.heldOr(ctx, t, "text", err)
 		}
 	}
 }
