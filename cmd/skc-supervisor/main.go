@@ -289,6 +289,12 @@ func parseSplit(fs *flag.FlagSet, args []string) (before, after []string, err er
 		if err == nil {
 			err = onceEach(fs, all)
 		}
+		if err == nil {
+			// A global path written empty (`--home "$UNSET"`) fell back to
+			// the default home: a script's empty variable acted on another
+			// daemon's sessions (found outside-in).
+			err = explicitEmpty(fs, "home", "runtime-dir", "tmux", "tmux-config")
+		}
 	}(args)
 	for {
 		if err := fs.Parse(args); err != nil {

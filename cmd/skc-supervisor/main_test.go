@@ -85,6 +85,12 @@ func TestExitCodesWithoutDaemon(t *testing.T) {
 		{[]string{"create", "--json", "--state-dir", "/tmp/x", "--session-id", "a", "--label", "x", "--label=y", "--", "true"}, 2, "invalid_request", "label"},
 		{[]string{"--home", "/tmp/x", "show", "--json", "x", "--home", "/tmp/y"}, 2, "invalid_request", "home"},
 		{[]string{"show", "--json", "--json", "x"}, 69, "daemon_unreachable", ""},
+		// Empty is neither a value nor the default (found outside-in: an
+		// empty --home acted on the default home, --env '' was dropped).
+		{[]string{"--home", "", "ls", "--json"}, 2, "invalid_request", "home"},
+		{[]string{"show", "x", "--json", "--runtime-dir="}, 2, "invalid_request", "runtime_dir"},
+		{[]string{"show", "x", "--json", "--tmux-config", ""}, 2, "invalid_request", "tmux_config"},
+		{[]string{"create", "--json", "--state-dir", "/tmp/x", "--session-id", "a", "--env", "", "--", "true"}, 2, "invalid_request", "env"},
 		{[]string{"create", "--json", "--state-dir", "/tmp/x", "--session-id", "a", "--env", "A=1", "--env", "B=2", "--resume-arg", "x", "--resume-arg", "y", "--", "true", "--label", "twice", "--label", "again"}, 69, "daemon_unreachable", ""},
 		// Numbers are decimal: flag's own Int would read 0x3 as 3, 1_0 as 10.
 		{[]string{"create", "--json", "--state-dir", "/tmp/x", "--session-id", "a", "--restart-burst", "0x3", "--", "true"}, 2, "invalid_request", "restart_burst"},

@@ -16,9 +16,10 @@ import (
 // and refused after parsing, so the error names the field "env" rather than
 // being a generic usage error.
 type envFlags struct {
-	m   map[string]string
-	bad string
-	dup string // a KEY given twice: refused, as a repeated key of the API's env object is
+	m      map[string]string
+	bad    string
+	hasBad bool   // bad is set: an empty entry (`--env ''`) is malformed too
+	dup    string // a KEY given twice: refused, as a repeated key of the API's env object is
 }
 
 func (e *envFlags) String() string { return "" }
@@ -26,8 +27,8 @@ func (e *envFlags) String() string { return "" }
 func (e *envFlags) Set(kv string) error {
 	k, v, ok := strings.Cut(kv, "=")
 	if !ok {
-		if e.bad == "" {
-			e.bad = kv
+		if !e.hasBad {
+			e.bad, e.hasBad = kv, true
 		}
 		return nil
 	}
@@ -39,7 +40,7 @@ func (e *envFlags) Set(kv string) error {
 }
 
 func (e *envFlags) check() error {
-	if e.bad != "" {
+	if e.hasBad {
 		return verdict.Errorf(verdict.CodeInvalidRequest, map[string]any{"field": "env", "name": e.bad},
 			"env: %q is not KEY=VALUE", e.bad)
 	}
