@@ -328,7 +328,11 @@ func (m *Manager) maybeExisting(ctx context.Context, req CreateRequest, pub fenc
 	// something outside the saga tampered with tmux. Fail closed — and say the
 	// way out, which only a person can decide: kill resolves the session by
 	// its $id and ends the generation.
-	hint := "skc-supervisor kill '" + pub.TmuxID + "'"
+	// By identity: it resolves the published generation whatever its tags
+	// say; by $id it did not once the reservation tag was removed too (the
+	// advice led to not_found: found outside-in).
+	hint := "skc-supervisor kill --state-dir " + shellQuote(pub.Identity.StateDir) +
+		" --session-id " + shellQuote(pub.Identity.SessionID)
 	rerr := verdict.Errorf(verdict.CodeIdentityOrphanUnresolved,
 		map[string]any{"tmux_id": pub.TmuxID, "session_name": pub.SessionName, "generation": pub.Generation, "hint": hint},
 		"the published session %s no longer carries this identity's generation %d in its @skc-* tags (were they edited by hand?); it is left alone: end it with `%s`, then create again",

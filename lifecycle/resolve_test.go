@@ -109,7 +109,8 @@ func TestReclaimInPlaceIsRecorded(t *testing.T) {
 }
 
 // TestHandEditedGenerationSaysTheWayOut: a hand-edited @skc-generation makes a
-// create answer identity_orphan_unresolved with the kill that clears it; that
+// create answer identity_orphan_unresolved with the kill that clears it, by
+// identity (by $id it failed once the reservation tag was removed too); that
 // kill works and the next create publishes.
 func TestHandEditedGenerationSaysTheWayOut(t *testing.T) {
 	e := startEnv(t, "", "", false)
@@ -121,11 +122,11 @@ func TestHandEditedGenerationSaysTheWayOut(t *testing.T) {
 	_, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
 	ve := verdict.AsError(err)
 	hint, _ := ve.Details["hint"].(string)
-	if ve.Code != verdict.CodeIdentityOrphanUnresolved || hint != "skc-supervisor kill '"+res.Session.ID+"'" ||
-		!strings.Contains(ve.Message, hint) {
+	want := "skc-supervisor kill --state-dir " + shellQuote(id.StateDir) + " --session-id " + shellQuote(id.SessionID)
+	if ve.Code != verdict.CodeIdentityOrphanUnresolved || hint != want || !strings.Contains(ve.Message, hint) {
 		t.Fatalf("create over an edited generation: %v %v", err, ve.Details)
 	}
-	if _, err := e.m.Kill(context.Background(), Ref{Name: res.Session.ID}); err != nil {
+	if _, err := e.m.Kill(context.Background(), Ref{Identity: &id}); err != nil {
 		t.Fatalf("the hinted kill: %v", err)
 	}
 	if _, again := e.create(t, "edited"); again.Status != "published" {
