@@ -21,8 +21,11 @@ import (
 // the default home only, so the command names the home doctor looked at
 // (found outside-in: a custom SKC_HOME was told to start the unit).
 func startFix(cfg Config) string {
-	return "start it: skc-supervisor serve --home " + strconv.Quote(cfg.Home) +
-		" (for the default home, with the user unit: systemctl --user start skc-supervisor)"
+	cmd := "skc-supervisor serve --home " + strconv.Quote(cfg.Home)
+	if cfg.RuntimeDir != "" && cfg.RuntimeDir != cfg.Home {
+		cmd += " --runtime-dir " + strconv.Quote(cfg.RuntimeDir) // where doctor looked for api.sock
+	}
+	return "start it: " + cmd + " (for the default home, with the user unit: systemctl --user start skc-supervisor)"
 }
 
 func checkDaemon(ctx context.Context, cfg Config) []Result {

@@ -275,6 +275,11 @@ func TestDaemon(t *testing.T) {
 	fresh := cfgFor(dir)
 	fresh.Home = filepath.Join(dir, "fresh")
 	one(t, checkDaemon(ctx, fresh), Skip, "not started yet")
+	apart := cfgFor(dir)
+	apart.RuntimeDir = filepath.Join(dir, "run")
+	if r := one(t, checkDaemon(ctx, apart), Fail, "not running"); !strings.Contains(r.Fix, "--runtime-dir \""+apart.RuntimeDir+"\"") {
+		t.Fatalf("fix without the runtime dir doctor looked in: %q", r.Fix)
+	}
 
 	serveAPI(t, dir, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1/ping" {
