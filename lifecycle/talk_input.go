@@ -141,9 +141,11 @@ func functionKey(k string) bool {
 // pane is in. `send-keys -l` would hand them to copy mode while a human scrolls
 // back (they become copy-mode commands), and `send-keys -H` per byte likewise.
 // The argument is quote-encoded, so it is never a format or shell, and a
-// paste never looks up key names. Text with a newline is pasted with -p:
-// wrapped in bracketed-paste markers exactly when the application has asked for
-// bracketed paste (tmux checks the pane's mode at paste time). Enter is a CR
+// paste never looks up key names. Text with a line end (LF or CR: a CR is the
+// Enter key to the application, and would run the line before it) is pasted
+// with -p: wrapped in bracketed-paste markers exactly when the application has
+// asked for bracketed paste (tmux checks the pane's mode at paste time), and
+// without markers of its own (pasteMarkers). Enter is a CR
 // byte: appended to a one-line text, a paste of its own after a multi-line one
 // (outside the brackets). Keys are key names, sent with send-keys. verbatim
 // adds -S, which tmux 3.7 and later need to paste control characters as they
@@ -164,7 +166,10 @@ func inputCommands(pane string, in Input, buffer string, verbatim bool) [][]stri
 		cmds = append(cmds, []string{"set-buffer", "-b", buffer, "--", data},
 			append(p, "-b", buffer, "-t", pane))
 	}
-	text, multi := in.Text, strings.IndexByte(in.Text, '\n') >= 0
+	text, multi := in.Text, strings.ContainsAny(in.Text, "\n\r")
+	if multi {
+		text = pasteMarkers.Replace(text)
+	}
 	if in.Enter && !multi {
 		text += "\r"
 	}
@@ -176,6 +181,13 @@ func inputCommands(pane string, in Input, buffer string, verbatim bool) [][]stri
 	}
 	return cmds
 }
+
+// pasteMarkers removes the bracketed-paste markers from a multi-line text, as
+// a terminal does from what it pastes: an end marker inside a bracketed paste
+// would end it early, and what followed it would reach a shell agent as typed
+// commands (found outside-in: a frontend relaying untrusted text could run
+// commands that way).
+var pasteMarkers = strings.NewReplacer("\x1b[200~", "", "\x1b[201~", "")
 
 func notRunning(name string) error {
 	return verdict.Errorf(verdict.CodeAgentNotRunning, map[string]any{"name": name},

@@ -115,6 +115,15 @@ func TestTalkBracketedPaste(t *testing.T) {
 	if got := readFile(t, file, len(want)); string(got) != want {
 		t.Fatalf("agent read %q, want %q", got, want)
 	}
+	// A CR is a line end too, and a text's own markers cannot end the paste
+	// early (what followed would be typed: found outside-in).
+	if err := e.m.Input(context.Background(), ref, Input{Text: "c\rd\x1b[201~rm -rf x\n"}); err != nil {
+		t.Fatal(err)
+	}
+	next := "\x1b[200~c\rdrm -rf x\n\x1b[201~"
+	if got := readFile(t, file, len(want)+len(next)); string(got[len(want):]) != next {
+		t.Fatalf("agent read %q, want %q", got[len(want):], next)
+	}
 }
 
 // TestTalkBadInput: refusals name their field and send nothing.
