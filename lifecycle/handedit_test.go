@@ -186,3 +186,45 @@ func (e *env) spoof(t *testing.T, name string, id fence.Identity) {
 		return ok && s.Identity() == id.Digest()
 	})
 }
+
+// TestKeptSessionTagRemovedByHand: a session kept for its identity's next
+// start whose @skc-identity tag was removed by hand is shown as that
+// identity's, by $id and in ls as by identity — exited, with its next start,
+// not authoritative — not as an unmanaged session (found outside-in: show
+// by $id and ls disagreed with show by identity).
+func TestKeptSessionTagRemovedByHand(t *testing.T) {
+	e := startEnv(t, "", "", false)
+	id, spec, _ := e.restartSpec("keptuntagged", fence.RestartOnFailure, time.Hour, 5, "agent", "exit", "2")
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "waiting out the delay", func() bool {
+		v, err := e.m.Show(context.Background(), Ref{Identity: &id})
+		return err == nil && v.Session != nil && v.Session.State == StateExited
+	})
+	if out, err := tmuxtest.Command("-S", e.socket, "set-option", "-u", "-t", res.Session.ID, census.TagIdentity).CombinedOutput(); err != nil {
+		t.Fatalf("set-option -u: %v %s", err, out)
+	}
+	waitFor(t, "the census sees the tag gone", func() bool {
+		s, ok := e.census.ByID(res.Session.ID)
+		return ok && s.Identity() == ""
+	})
+	want := func(what string, v *View) {
+		t.Helper()
+		if v == nil || !v.Managed || v.SessionID != id.SessionID || v.Generation != 1 || v.Authoritative ||
+			v.State != StateExited || v.NextStartAt == nil {
+			t.Fatalf("%s of the untagged kept session: %+v", what, v)
+		}
+	}
+	sr, err := e.m.Show(context.Background(), Ref{Name: res.Session.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want("show by $id", sr.Session)
+	lr, err := e.m.List(context.Background())
+	if err != nil || len(lr.Sessions) != 1 {
+		t.Fatalf("ls: %+v %v", lr, err)
+	}
+	want("ls", &lr.Sessions[0])
+}

@@ -341,7 +341,7 @@ func (m *Manager) liveInLife(ctx context.Context, snap census.Snapshot, sc *list
 			byTmux[p.TmuxID] = *p
 		}
 	})
-	sc.stopping = m.waitingUnlisted(ctx, snap, sc.ids, sc.stopping)
+	sc.stopping, byTmux = m.waitingUnlisted(ctx, snap, sc.ids, sc.stopping, byTmux)
 	slices.SortFunc(sc.stopping, func(a, b fence.Published) int { return strings.Compare(a.SessionName, b.SessionName) })
 	return byTmux, behind, err
 }
@@ -383,7 +383,17 @@ func strippedView(s *census.Session, p fence.Published) View {
 	if !staleTags(s) {
 		v.Authoritative = false
 	}
+	if waiting(&p) {
+		restartFields(&v, p) // a kept session waiting for the next start
+	}
 	return v
+}
+
+// keptStripped: t's session is the session kept for the next start of its
+// ended generation (its tmux id in the census's server life), listed
+// without its identity tag.
+func (m *Manager) keptStripped(t Target) bool {
+	return t.Published != nil && waiting(t.Published) && t.Published.TmuxID == t.Session.ID && m.inCensusLife(*t.Published)
 }
 
 // inCensusLife: p was published in the server life the census lists, by
@@ -442,15 +452,24 @@ func (m *Manager) waitingGenerations(ctx context.Context) []fence.Published {
 // waitingUnlisted appends to out the waiting generations (waitingGenerations)
 // whose session no list of this server life shows — it went with its
 // server: they still hold their identity, and `ls` shows them until the next
-// generation starts.
-func (m *Manager) waitingUnlisted(ctx context.Context, snap census.Snapshot, ids map[string]bool, out []fence.Published) []fence.Published {
+// generation starts. A waiting generation whose kept session is listed
+// without its identity tag (removed by hand) goes to byTmux instead, to be
+// shown as that generation's (strippedView), as a running one is.
+func (m *Manager) waitingUnlisted(ctx context.Context, snap census.Snapshot, ids map[string]bool, out []fence.Published,
+	byTmux map[string]fence.Published) ([]fence.Published, map[string]fence.Published) {
 	for _, p := range m.waitingGenerations(ctx) {
-		if _, listed := ids[p.TmuxID]; listed && p.ServerPID == snap.Info.PID && p.ServerStart == snap.Info.StartTime {
-			continue
+		stripped, listed := ids[p.TmuxID]
+		switch {
+		case !listed || p.ServerPID != snap.Info.PID || p.ServerStart != snap.Info.StartTime:
+			out = append(out, p)
+		case stripped:
+			if byTmux == nil {
+				byTmux = map[string]fence.Published{}
+			}
+			byTmux[p.TmuxID] = p
 		}
-		out = append(out, p)
 	}
-	return out
+	return out, byTmux
 }
 
 // Show returns one session with its reservation row and verdicts. The fence's
@@ -489,7 +508,7 @@ func (m *Manager) showParts(ctx context.Context, ref Ref) (v *View, reads fence.
 		return nil, fence.IdentityReads{}, false, err
 	}
 	switch {
-	case t.Session != nil && t.Live && t.Session.Identity() == "":
+	case t.Session != nil && t.Session.Identity() == "" && (t.Live || m.keptStripped(t)):
 		v = new(View)
 		*v = strippedView(t.Session, *t.Published) // published in it: tags not listed yet, or removed by hand
 	case t.Session != nil:
