@@ -194,15 +194,7 @@ func (e *env) spoof(t *testing.T, name string, id fence.Identity) {
 // by $id and ls disagreed with show by identity).
 func TestKeptSessionTagRemovedByHand(t *testing.T) {
 	e := startEnv(t, "", "", false)
-	id, spec, _ := e.restartSpec("keptuntagged", fence.RestartOnFailure, time.Hour, 5, "agent", "exit", "2")
-	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "waiting out the delay", func() bool {
-		v, err := e.m.Show(context.Background(), Ref{Identity: &id})
-		return err == nil && v.Session != nil && v.Session.State == StateExited
-	})
+	id, res := e.waitingIdentity(t, "keptuntagged")
 	if out, err := tmuxtest.Command("-S", e.socket, "set-option", "-u", "-t", res.Session.ID, census.TagIdentity).CombinedOutput(); err != nil {
 		t.Fatalf("set-option -u: %v %s", err, out)
 	}

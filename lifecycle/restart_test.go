@@ -54,6 +54,23 @@ func (e *env) restartSpec(name, policy string, delay time.Duration, burst int, a
 	return id, spec, marks
 }
 
+// waitingIdentity creates an identity under on-failure whose agent exits 2
+// at once, and waits until it waits out its (hour-long) restart delay in its
+// kept session.
+func (e *env) waitingIdentity(t *testing.T, name string) (fence.Identity, CreateResult) {
+	t.Helper()
+	id, spec, _ := e.restartSpec(name, fence.RestartOnFailure, time.Hour, 5, "agent", "exit", "2")
+	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "waiting out the delay", func() bool {
+		v, err := e.m.Show(context.Background(), Ref{Name: res.Session.Name})
+		return err == nil && v.Session != nil && v.Session.State == StateExited
+	})
+	return id, res
+}
+
 func lines(path string) int {
 	b, _ := os.ReadFile(path)
 	return strings.Count(string(b), "\n")
@@ -552,16 +569,8 @@ func TestDelaySurvivesDaemonRestart(t *testing.T) {
 // (details.restarting), not not_found, and nothing is typed into it.
 func TestInputWhileRestartWaits(t *testing.T) {
 	e := startEnv(t, "", "", false)
-	id, spec, _ := e.restartSpec("waitinput", fence.RestartOnFailure, time.Hour, 5, "agent", "exit", "2")
-	res, err := e.m.Create(context.Background(), CreateRequest{Identity: id, Spec: spec, Wait: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "waiting out the delay", func() bool {
-		v, err := e.m.Show(context.Background(), Ref{Name: res.Session.Name})
-		return err == nil && v.Session != nil && v.Session.State == StateExited
-	})
-	err = e.m.Input(context.Background(), Ref{Name: res.Session.Name}, Input{Text: "hello"})
+	_, res := e.waitingIdentity(t, "waitinput")
+	err := e.m.Input(context.Background(), Ref{Name: res.Session.Name}, Input{Text: "hello"})
 	if verdict.CodeOf(err) != verdict.CodeAgentNotRunning {
 		t.Fatalf("input while the restart waits: %v, want agent_not_running", err)
 	}
