@@ -152,17 +152,17 @@ func (m *Manager) Recover(ctx context.Context) error {
 		return err
 	}
 	m.adoptAll(ctx, pubs)
-	m.sweepCgroups()
+	m.sweepCgroups(nil)
 	m.scheduleWaiting(ctx)
 	return nil
 }
 
 // sweepCgroups removes the empty cgroups a crash left behind (a daemon killed
 // between an end and its cgroup's removal, a failed attempt whose helper
-// outlived the compensation). rmdir succeeds only on an empty cgroup, so a
-// generation's cgroup that holds anything stays; an empty one holds nothing
-// to prove (proctree: a removed cgroup is an empty one).
-func (m *Manager) sweepCgroups() {
+// outlived the compensation), but those in keep. rmdir succeeds only on an
+// empty cgroup, so a generation's cgroup that holds anything stays; an empty
+// one holds nothing to prove (proctree: a removed cgroup is an empty one).
+func (m *Manager) sweepCgroups(keep map[string]bool) {
 	if m.cgroupBase == "" {
 		return
 	}
@@ -171,8 +171,9 @@ func (m *Manager) sweepCgroups() {
 		return
 	}
 	for _, e := range ents {
-		if e.IsDir() && strings.HasPrefix(e.Name(), "gen-") {
-			_ = proctree.RemoveCgroup(filepath.Join(m.cgroupBase, e.Name()))
+		dir := filepath.Join(m.cgroupBase, e.Name())
+		if e.IsDir() && strings.HasPrefix(e.Name(), "gen-") && !keep[dir] {
+			_ = proctree.RemoveCgroup(dir)
 		}
 	}
 }
@@ -188,23 +189,13 @@ func (m *Manager) sweepIdleCgroups() {
 	keep := map[string]bool{}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err := m.fence.CachedLive(ctx, func(p *fence.Published) { keep[p.Cgroup] = true })
+	if err := m.fence.CachedLive(ctx, func(p *fence.Published) { keep[p.Cgroup] = true }); err != nil {
+		return // what lives is unknown: the next start sweeps
+	}
 	for _, p := range m.waitingGenerations(ctx) {
 		keep[p.Cgroup] = true
 	}
-	if err != nil {
-		return // what lives is unknown: the next start sweeps
-	}
-	ents, err := os.ReadDir(m.cgroupBase)
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		dir := filepath.Join(m.cgroupBase, e.Name())
-		if e.IsDir() && strings.HasPrefix(e.Name(), "gen-") && !keep[dir] {
-			_ = proctree.RemoveCgroup(dir)
-		}
-	}
+	m.sweepCgroups(keep)
 }
 
 func (m *Manager) recoverAtStart(ctx context.Context, row fence.Reservation) error {

@@ -28,13 +28,24 @@ var killProofWait = 30 * time.Second // a var only so a test can reach "unproven
 // run, so there is one sequence of signals and one verdict.
 type stopRun struct {
 	done  chan struct{}
-	cause endCause       // what the run began as (talk reads it: stoppingNow)
+	cause endCause       // what the run began as (talk reads it: stopInFlight)
 	rec   verdict.Record // the ended verdict this run wrote (zero when another writer won)
 	err   error
 }
 
 func stopKey(p fence.Published) string {
 	return p.Identity.Digest() + "/" + strconv.FormatUint(p.Generation, 10)
+}
+
+// stopInFlight is the cause of the stop of p's generation running in this
+// daemon, if one does.
+func (m *Manager) stopInFlight(p fence.Published) (endCause, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r, ok := m.stops[stopKey(p)]; ok {
+		return r.cause, true
+	}
+	return endCause{}, false
 }
 
 // stopGeneration starts the stop of p's generation (the model's monitor,

@@ -229,14 +229,12 @@ func (m *Manager) agentAlive(ctx context.Context, t *talkTarget) error {
 // asked (in memory: a stop begun a moment ago is seen before the fence's
 // record of it is read again), else the stop t's record carries.
 func (m *Manager) notStopping(t talkTarget) error {
+	cause, ok := m.stopInFlight(t.pub)
 	m.mu.Lock()
-	run, ok := m.stops[stopKey(t.pub)]
 	killAsked := m.killAsked[stopKey(t.pub)] > 0
 	m.mu.Unlock()
-	var cause endCause
 	switch {
 	case ok:
-		cause = run.cause
 	case t.pub.Stopping != nil:
 		cause = causeOf(t.pub.Stopping.Reason)
 	default:

@@ -284,10 +284,7 @@ func (m *Manager) heldOr(ctx context.Context, t talkTarget, status string, err e
 // — the stream ends as that stop begins (paneGone) — which is answered as
 // the wait's own check would have (paneMissing) while that stop runs.
 func (m *Manager) endedErr(t talkTarget) error {
-	m.mu.Lock()
-	run, ok := m.stops[stopKey(t.pub)]
-	m.mu.Unlock()
-	if ok && run.cause.reason == verdict.ReasonAgentPaneMissing {
+	if cause, ok := m.stopInFlight(t.pub); ok && cause.reason == verdict.ReasonAgentPaneMissing {
 		return paneMissing(t.sess.Name)
 	}
 	return goneErr(t.sess.Name)
@@ -337,7 +334,7 @@ func (m *Manager) waitText(ctx context.Context, t talkTarget, sub *OutputSub, te
 		// -J joins the rows of a line wrapped at the pane's width: text
 		// wrapped across two rows is on the screen, and the stream (which
 		// has no rows) would find it too when written after the wait began.
-		rep, err := m.commandIn(ctx, t.life, "capture-pane", "-p", "-J", "-t", t.pane())
+		rep, err := m.commandIn(ctx, t.life, append(captureArgs(t.pane(), 0, false), "-J")...)
 		if err != nil {
 			return false, waitErr(ctx, m.talkError(t, err))
 		}
